@@ -1,0 +1,156 @@
+// fp8ref — conversions to and from FP8 / UE8M0 under explicit, named conventions.
+//
+// A ConversionSpec states every decision a conversion makes; a *convention* is a named, tested preset of
+// those fields that reproduces one real stack bit for bit (see docs/conventions.md and NUMERICS.md §2–3).
+//
+// Encoding contract (source value x, given as the bit pattern of a bf16/f16/f32/f64):
+//   1. f64 sources with f64_path = via_f32 are first rounded to f32 (RNE) — the double rounding torch and
+//      numpy do; with direct they are rounded once.
+//   2. NaN  -> the NaN code chosen by `nan` (below).
+//   3. |x| is rounded to the target's precision (exponent range included, subnormals with their fixed
+//      quantum) with `rounding`; the sign is applied after. A zero result keeps the sign (fnuz: +0 always).
+//   4. Overflow — a rounded magnitude above the largest finite code, or an infinite input:
+//        satfinite: ±max (Inf too);
+//        saturate : finite overflow -> ±max; ±Inf -> ±Inf (e5m2) / NaN (formats without Inf);
+//        nonsat   : ±Inf (e5m2) / NaN — except that, as in IEEE 754, a finite input rounded *toward zero*
+//                   (rz; ru for negatives; rd for positives) saturates to ±max.
+//   5. NaN codes: canonical = the format's positive NaN (nan_code), sign dropped; keep_sign = nan_code with the
+//      input's sign; payload = keep_sign, and for e5m2 the code is 0x7E | (the fraction bit just below the
+//      quiet bit) — what CUDA's __nv_cvt_double_to_fp8 and ml_dtypes' f16->e5m2 path do.
+//
+// UE8M0 targets (power-of-two scales) use `rounding` in {rz, ru, rd, rna} on |x| (or on x, see ue8m0_sign),
+// `overflow` (satfinite: > 2^127 and +Inf -> 0xFE; nonsat -> 0xFF), clip below 2^-127 to 0x00, NaN -> 0xFF,
+// and two convention knobs: `ue8m0_bit_ceil` (DeepGEMM/sglang's bit trick code = exp_field + (mantissa != 0),
+// exact for normal f32, 0x01 for every positive f32 subnormal) and the exponent clamp [exp_lo, exp_hi].
+//
+// Stochastic rounding: the random bits for element i are fp8ref::stochastic_bits(seed, i) (a counter-based
+// hash, see below), so every backend and thread split gives the same result. With s discarded bits forming the
+// fraction d = discarded / 2^s, let f = floor(d · 2^32) (the top 32 bits of the discarded fraction); the
+// magnitude rounds up iff f + random >= 2^32, i.e. with probability ~d.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fp8ref/format.h"
+
+namespace fp8ref {
+
+enum class Rounding : uint8_t { rne, rz, ru, rd, rna, stochastic };
+enum class Overflow : uint8_t { satfinite, saturate, nonsat };
+enum class NanOut : uint8_t { canonical, keep_sign, payload };
+enum class F64Path : uint8_t { direct, via_f32 };
+// How UE8M0 treats x <= 0 (and -0): by magnitude (CUDA), as the smallest code 0x00 (torch), or NaN (ml_dtypes).
+enum class Ue8m0Sign : uint8_t { magnitude, nonpositive_to_min, nonpositive_to_nan };
+
+const char* to_string(Rounding r);
+const char* to_string(Overflow o);
+const char* to_string(NanOut n);
+const char* to_string(F64Path p);
+const char* to_string(Ue8m0Sign s);
+bool parse_rounding(std::string_view s, Rounding* out);
+bool parse_overflow(std::string_view s, Overflow* out);
+bool parse_nan_out(std::string_view s, NanOut* out);
+bool parse_f64_path(std::string_view s, F64Path* out);
+
+struct ConversionSpec {
+  Format to = Format::e4m3fn;
+  Rounding rounding = Rounding::rne;
+  Overflow overflow = Overflow::nonsat;
+  NanOut nan = NanOut::keep_sign;
+  uint8_t nan_code = 0x7F;  // the positive NaN code written (fnuz: 0x80; ue8m0: 0xFF)
+  F64Path f64_path = F64Path::direct;
+  uint64_t seed = 0;        // stochastic rounding only
+  // UE8M0 only:
+  Ue8m0Sign ue8m0_sign = Ue8m0Sign::magnitude;
+  bool ue8m0_bit_ceil = false;
+  bool ue8m0_clamp = false;      // clamp the final code to [exp_lo, exp_hi], NaN and overflow codes included
+  int exp_lo = 1, exp_hi = 254;  // (DeepGEMM's torch.clamp of the integer exponent to [1, 254])
+
+  bool operator==(const ConversionSpec& o) const;
+  bool operator!=(const ConversionSpec& o) const { return !(*this == o); }
+  // "rounding=rne overflow=nonsat nan=keep-sign(0x7f) f64=direct" — every field that applies to `to`.
+  std::string describe() const;
+};
+
+// Decoding contract: finite codes and ±Inf decode exactly. NaN codes decode to nan_f32 (positive pattern),
+// with the code's sign bit OR-ed in when nan_keep_sign. f64 outputs widen the f32 result exactly (a NaN keeps
+// its payload shifted into the top of the f64 fraction).
+struct DecodeSpec {
+  uint32_t nan_f32 = 0x7FC00000u;
+  bool nan_keep_sign = true;
+};
+
+// ---- Conventions ---------------------------------------------------------------------------------------------
+
+struct ConventionInfo {
+  const char* name;
+  const char* stack;  // what it reproduces, e.g. "torch 2.11 x.to(torch.float8_*) (CPU and CUDA)"
+  bool for_fp8;       // defined for the four FP8 element formats
+  bool for_ue8m0;     // defined for ue8m0
+};
+const std::vector<ConventionInfo>& conventions();
+
+// Resolves a convention for a (source, target) pair — some stacks take different paths per source type.
+// Returns std::nullopt and fills *error if the name is unknown or the convention does not define the pair.
+std::optional<ConversionSpec> resolve_convention(std::string_view name, Format from, Format to,
+                                                 std::string* error);
+std::optional<DecodeSpec> resolve_decode(std::string_view name, Format from, std::string* error);
+
+// ---- Scalar encode/decode (the reference: reference/convert_ref.cc, integer code written from the spec) ------
+
+namespace ref {
+// bits: the source bit pattern (bf16/f16 in the low 16 bits, f32 in the low 32). index feeds stochastic rounding.
+uint8_t encode(Format from, uint64_t bits, const ConversionSpec& spec, uint64_t index = 0);
+uint8_t encode_f32(float x, const ConversionSpec& spec, uint64_t index = 0);
+uint8_t encode_f64(double x, const ConversionSpec& spec, uint64_t index = 0);
+uint32_t decode_f32_bits(Format from, uint8_t code, const DecodeSpec& d);
+uint64_t decode_f64_bits(Format from, uint8_t code, const DecodeSpec& d);
+float decode_f32(Format from, uint8_t code, const DecodeSpec& d = {});
+double decode_f64(Format from, uint8_t code, const DecodeSpec& d = {});
+// Exact value of a finite code (NaN for NaN codes, ±Inf for Inf codes).
+double value_of(Format f, uint8_t code);
+}  // namespace ref
+
+// The documented random-bit source of stochastic rounding: lowbias32 (C. Wellons) of a seed-keyed counter.
+//   key = lowbias32(uint32(seed) ^ lowbias32(uint32(seed >> 32) ^ 0x9E3779B9))
+//   bits(i) = lowbias32(uint32(i) ^ key ^ lowbias32(uint32(i >> 32) + 0x85EBCA6B))
+// (the i >> 32 term is constant over each 2^32-element block; it only decorrelates very long tensors).
+constexpr uint32_t lowbias32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7FEB352Du;
+  x ^= x >> 15;
+  x *= 0x846CA68Bu;
+  x ^= x >> 16;
+  return x;
+}
+constexpr uint32_t stochastic_key(uint64_t seed) {
+  return lowbias32(static_cast<uint32_t>(seed) ^ lowbias32(static_cast<uint32_t>(seed >> 32) ^ 0x9E3779B9u));
+}
+constexpr uint32_t stochastic_bits(uint64_t seed, uint64_t i) {
+  return lowbias32(static_cast<uint32_t>(i) ^ stochastic_key(seed) ^
+                   lowbias32(static_cast<uint32_t>(i >> 32) + 0x85EBCA6Bu));
+}
+
+// ---- Bulk conversion (the CPU backend: src/cpu/convert_cpu.cc, Highway dynamic dispatch + OpenMP) ------------
+// Bit-identical to ref:: for every input. `first_index` is the stochastic-rounding index of src[0].
+namespace cpu {
+void encode_f32(const float* src, uint8_t* dst, size_t n, const ConversionSpec& spec, uint64_t first_index = 0);
+void encode_bits16(Format from, const uint16_t* src, uint8_t* dst, size_t n, const ConversionSpec& spec,
+                   uint64_t first_index = 0);
+void encode_f64(const double* src, uint8_t* dst, size_t n, const ConversionSpec& spec, uint64_t first_index = 0);
+void decode_f32(Format from, const uint8_t* src, float* dst, size_t n, const DecodeSpec& d);
+void decode_f64(Format from, const uint8_t* src, double* dst, size_t n, const DecodeSpec& d);
+// Exhaustive-sweep helper: encodes every f32 bit pattern in [begin, end) generated in registers and returns a
+// 64-bit checksum of the codes (sum of code · (pattern | 1) mod 2^64, order-independent) and, when `out` is
+// non-null, writes the codes.
+uint64_t encode_f32_range(uint64_t begin, uint64_t end, const ConversionSpec& spec, uint8_t* out);
+// The SIMD target chosen at run time (e.g. "AVX3_SPR").
+const char* simd_target();
+}  // namespace cpu
+
+}  // namespace fp8ref
