@@ -1,0 +1,91 @@
+// fp8ref — file I/O: .npy and safetensors readers/writers, atomic writes, SHA-256.
+//
+// A Tensor owns its bytes: little-endian, C (row-major) order, exactly numel()·dtype_size() of them.
+// Readers validate everything and throw InputError with one line "<path>: <problem>" (naming the
+// tensor too where there is one). Writers are atomic: temp file in the same directory, fsync,
+// rename; on failure the temp file is removed and the destination is left untouched.
+//
+//   .npy          read: versions 1.0/2.0/3.0; '<' '>' '|' '=' byte orders (big-endian is swapped);
+//                 fortran_order True is transposed into C order; dtypes b1 u1 i1 u2 i2 u4 i4 u8 i8
+//                 f2 f4 f8. write: version 1.0 (2.0 if the header needs it), '<', C order. npy has
+//                 no FP8 or bf16: F8_* are written as '|u1', BF16 as '<u2' (the raw codes).
+//   safetensors   read: memory-mapped; header length, JSON, dtypes, shapes, offsets (inside the
+//                 buffer, no overlap, no holes, as the format requires) all checked. Tensors come
+//                 back in file (offset) order. write: tensors in the given order, header padded
+//                 with spaces so the data starts 8-byte aligned.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fp8ref/format.h"
+
+namespace fp8ref::io {
+
+// Element types, named after the safetensors dtype tags.
+enum class DType : uint8_t {
+  BOOL, U8, I8, U16, I16, U32, I32, U64, I64,
+  F16, BF16, F32, F64,
+  F8_E4M3, F8_E5M2, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ,
+};
+
+const char* dtype_name(DType d);                 // the safetensors tag: "F8_E4M3", "BF16", ...
+std::optional<DType> parse_dtype(std::string_view tag);  // exact safetensors tag; nullopt if unknown
+size_t dtype_size(DType d);                      // bytes per element
+std::vector<DType> all_dtypes();                 // declaration order
+std::optional<Format> dtype_format(DType d);     // F8_E4M3 -> e4m3fn, BF16 -> bf16, ...; nullopt for ints/bool
+DType format_dtype(Format f);                    // the inverse; every Format has a DType
+
+struct Tensor {
+  std::string name;
+  DType dtype = DType::U8;
+  std::vector<int64_t> shape;  // empty = scalar (one element)
+  std::vector<uint8_t> data;   // little-endian, C order
+
+  int64_t numel() const;       // product of shape (1 for a scalar)
+  size_t nbytes() const { return data.size(); }
+};
+
+// A zero-filled tensor of the right size.
+Tensor make_tensor(std::string name, DType dtype, std::vector<int64_t> shape);
+
+// ---- .npy ------------------------------------------------------------------------------------
+Tensor read_npy(const std::string& path);                 // name is left empty
+void write_npy(const std::string& path, const Tensor& t);  // atomic
+// In-memory forms; `what` names the source in error messages.
+Tensor decode_npy(const uint8_t* bytes, size_t size, const std::string& what);
+std::vector<uint8_t> encode_npy(const Tensor& t);
+
+// ---- safetensors -----------------------------------------------------------------------------
+struct SafetensorsFile {
+  std::vector<Tensor> tensors;                  // in file order
+  std::map<std::string, std::string> metadata;  // "__metadata__"; empty if absent
+  // The tensor called `name`, or nullptr.
+  const Tensor* find(std::string_view name) const;
+};
+
+SafetensorsFile read_safetensors(const std::string& path);  // mmap, validate, copy out
+void write_safetensors(const std::string& path, const std::vector<Tensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});  // atomic
+SafetensorsFile decode_safetensors(const uint8_t* bytes, size_t size, const std::string& what);
+std::vector<uint8_t> encode_safetensors(const std::vector<Tensor>& tensors,
+                                        const std::map<std::string, std::string>& metadata = {});
+
+// ---- helpers ---------------------------------------------------------------------------------
+// Writes `bytes` to `path` atomically (temp file in the same directory, fsync, rename, fsync dir).
+// Throws InputError naming `path` on failure; no temp file is left behind.
+void write_file_atomic(const std::string& path, const uint8_t* bytes, size_t size);
+inline void write_file_atomic(const std::string& path, const std::vector<uint8_t>& bytes) {
+  write_file_atomic(path, bytes.data(), bytes.size());
+}
+
+// SHA-256 (FIPS 180-4) of a byte string, as 64 lowercase hex digits.
+std::string sha256_hex(const uint8_t* bytes, size_t size);
+inline std::string sha256_hex(const std::vector<uint8_t>& bytes) { return sha256_hex(bytes.data(), bytes.size()); }
+
+}  // namespace fp8ref::io

@@ -1,0 +1,202 @@
+// fp8ref io — dtypes, tensors, memory maps and atomic writes.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "fp8ref/error.h"
+#include "fp8ref/io.h"
+#include "io/internal.h"
+
+namespace fp8ref::io {
+namespace {
+
+struct DTypeInfo {
+  DType dtype;
+  const char* tag;
+  size_t size;
+  int format;  // static_cast<int>(Format) or -1
+};
+
+#define FMT(f) static_cast<int>(Format::f)
+constexpr DTypeInfo kDTypes[] = {
+    {DType::BOOL, "BOOL", 1, -1},
+    {DType::U8, "U8", 1, -1},
+    {DType::I8, "I8", 1, -1},
+    {DType::U16, "U16", 2, -1},
+    {DType::I16, "I16", 2, -1},
+    {DType::U32, "U32", 4, -1},
+    {DType::I32, "I32", 4, -1},
+    {DType::U64, "U64", 8, -1},
+    {DType::I64, "I64", 8, -1},
+    {DType::F16, "F16", 2, FMT(f16)},
+    {DType::BF16, "BF16", 2, FMT(bf16)},
+    {DType::F32, "F32", 4, FMT(f32)},
+    {DType::F64, "F64", 8, FMT(f64)},
+    {DType::F8_E4M3, "F8_E4M3", 1, FMT(e4m3fn)},
+    {DType::F8_E5M2, "F8_E5M2", 1, FMT(e5m2)},
+    {DType::F8_E8M0, "F8_E8M0", 1, FMT(ue8m0)},
+    {DType::F8_E4M3FNUZ, "F8_E4M3FNUZ", 1, FMT(e4m3fnuz)},
+    {DType::F8_E5M2FNUZ, "F8_E5M2FNUZ", 1, FMT(e5m2fnuz)},
+};
+#undef FMT
+constexpr size_t kNumDTypes = sizeof(kDTypes) / sizeof(kDTypes[0]);
+
+constexpr bool table_in_order() {
+  for (size_t i = 0; i < kNumDTypes; ++i)
+    if (static_cast<size_t>(kDTypes[i].dtype) != i) return false;
+  return true;
+}
+static_assert(table_in_order(), "kDTypes must follow the DType declaration order");
+
+const DTypeInfo& info(DType d) { return kDTypes[static_cast<size_t>(d)]; }
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+}  // namespace
+
+const char* dtype_name(DType d) { return info(d).tag; }
+size_t dtype_size(DType d) { return info(d).size; }
+
+std::optional<DType> parse_dtype(std::string_view tag) {
+  for (const auto& e : kDTypes)
+    if (tag == e.tag) return e.dtype;
+  return std::nullopt;
+}
+
+std::vector<DType> all_dtypes() {
+  std::vector<DType> v;
+  for (const auto& e : kDTypes) v.push_back(e.dtype);
+  return v;
+}
+
+std::optional<Format> dtype_format(DType d) {
+  int f = info(d).format;
+  if (f < 0) return std::nullopt;
+  return static_cast<Format>(f);
+}
+
+DType format_dtype(Format f) {
+  for (const auto& e : kDTypes)
+    if (e.format == static_cast<int>(f)) return e.dtype;
+  throw InputError(std::string("format ") + format_name(f) + " has no dtype");  // unreachable
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+Tensor make_tensor(std::string name, DType dtype, std::vector<int64_t> shape) {
+  Tensor t;
+  t.name = std::move(name);
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  uint64_t n = dtype_size(dtype);
+  for (int64_t d : t.shape) {
+    if (d < 0 || detail::mul_overflow(n, static_cast<uint64_t>(d), &n))
+      throw InputError("tensor '" + t.name + "': invalid shape");
+  }
+  t.data.assign(n, 0);
+  return t;
+}
+
+// ---- memory map ------------------------------------------------------------------------------
+
+namespace detail {
+
+MappedFile::MappedFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw InputError(path + ": cannot open: " + errno_text(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    throw InputError(path + ": cannot stat: " + errno_text(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw InputError(path + ": not a regular file");
+  }
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ > 0) {
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      int err = errno;
+      ::close(fd);
+      throw InputError(path + ": cannot map: " + errno_text(err));
+    }
+    data_ = static_cast<const uint8_t*>(p);
+  }
+  ::close(fd);
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+}  // namespace detail
+
+// ---- atomic write ----------------------------------------------------------------------------
+
+void write_file_atomic(const std::string& path, const uint8_t* bytes, size_t size) {
+  std::string dir, base;
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) {
+    dir = ".";
+    base = path;
+  } else {
+    dir = slash == 0 ? "/" : path.substr(0, slash);
+    base = path.substr(slash + 1);
+  }
+  if (base.empty() || base == "." || base == "..") throw InputError(path + ": not a file name");
+
+  static std::atomic<uint64_t> counter{0};
+  std::string tmp;
+  int fd = -1;
+  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+    uint64_t stamp = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    tmp = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + "." + base + ".tmp-" +
+          std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" + std::to_string(stamp % 1000000007u);
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0) throw InputError(path + ": cannot create a temporary file in '" + dir + "': " + errno_text(errno));
+
+  auto fail = [&](const char* step, int err) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw InputError(path + ": " + step + " failed: " + errno_text(err));
+  };
+
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = ::write(fd, bytes + done, size - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write", errno);
+    }
+    if (n == 0) fail("write", EIO);
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) fail("fsync", errno);
+  int rc = ::close(fd);
+  fd = -1;
+  if (rc != 0) fail("close", errno);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename", errno);
+
+  // Make the rename itself durable; best effort (some file systems refuse fsync on a directory).
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+}  // namespace fp8ref::io
