@@ -60,14 +60,7 @@ Decomposed decompose(const Layout& l, uint64_t bits) {
   return d;
 }
 
-int bit_length(uint64_t x) {
-  int n = 0;
-  while (x) {
-    ++n;
-    x >>= 1;
-  }
-  return n;
-}
+int bit_length(uint64_t x) { return x ? 64 - __builtin_clzll(x) : 0; }
 
 // Rounds the magnitude sig · 2^e2 to an integer multiple n of 2^q with the given rounding; returns n.
 // `negative` is the sign of the value (for ru/rd); `rbits` the 32 random bits of stochastic rounding.
