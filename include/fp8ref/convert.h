@@ -101,6 +101,12 @@ std::optional<ConversionSpec> resolve_convention(std::string_view name, Format f
                                                  std::string* error);
 std::optional<DecodeSpec> resolve_decode(std::string_view name, Format from, std::string* error);
 
+// Applies one override `field=value` on top of a resolved convention (CLI flags --rounding, --overflow, --nan,
+// --nan-code, --f64-path, --seed, --exp-clamp LO:HI). Returns false and fills *error for an unknown field, a bad
+// value, or a value the convention's stack cannot do (CUDA's e8m0 conversion allows only rz and ru).
+bool apply_override(std::string_view convention, std::string_view field, std::string_view value,
+                    ConversionSpec* spec, std::string* error);
+
 // ---- Scalar encode/decode (the reference: reference/convert_ref.cc, integer code written from the spec) ------
 
 namespace ref {
