@@ -229,22 +229,22 @@ uint8_t clamp_ue8m0(int code, const ConversionSpec& spec) {
 
 uint8_t encode_ue8m0(Format from, uint64_t bits, const ConversionSpec& spec, uint32_t rbits) {
   const uint8_t overflow = spec.overflow == Overflow::satfinite ? 0xFE : 0xFF;
-  if (spec.ue8m0_bit_ceil) {
-    // DeepGEMM / sglang ceil_to_ue8m0 on the f32 bit pattern: exponent field + (mantissa != 0), sign ignored.
+  if (spec.ue8m0_method != Ue8m0Method::value) {
+    // Bit tricks on the f32 pattern (sign ignored): DeepGEMM's ceil, torch's round.
     const uint64_t b = to_f32_bits(from, bits);
     const int e = static_cast<int>((b >> 23) & 0xFF);
-    const bool m = (b & 0x7FFFFF) != 0;
-    int code = e + (m ? 1 : 0);
-    if (!spec.ue8m0_clamp) {
-      if (e == 0xFF && m) code = 0xFF;           // NaN
-      else if (code > 0xFE) code = overflow;     // +-Inf, or > 2^127
+    const uint64_t m = b & 0x7FFFFF;
+    const bool up = spec.ue8m0_method == Ue8m0Method::bit_ceil ? m != 0 : (m > 0x400000 || (m == 0x400000 && e != 0));
+    int code = e + (up ? 1 : 0);
+    if (!spec.ue8m0_clamp) {  // with the clamp, the integer code is clamped as is (NaN: 256 -> exp_hi)
+      if (e == 0xFF && m != 0) code = 0xFF;  // NaN
+      else if (code > 0xFE) code = overflow;  // +-Inf, or rounded past 2^127
     }
     return clamp_ue8m0(code, spec);
   }
   const Decomposed d = decompose(source_layout(from), bits);
   if (d.nan) return clamp_ue8m0(0xFF, spec);
   const bool nonpositive = d.sign || (!d.inf && d.sig == 0);
-  if (nonpositive && spec.ue8m0_sign == Ue8m0Sign::nonpositive_to_min) return clamp_ue8m0(0x00, spec);
   if (nonpositive && spec.ue8m0_sign == Ue8m0Sign::nonpositive_to_nan) return clamp_ue8m0(0xFF, spec);
   if (d.inf) return clamp_ue8m0(overflow, spec);
   if (d.sig == 0) return clamp_ue8m0(0x00, spec);  // magnitude of a zero: clipped to 2^-127
@@ -308,7 +308,12 @@ uint32_t decode_f32_bits(Format from, uint8_t code, const DecodeSpec& ds) {
   if (classify_code(from, code) == CodeClass::nan) {
     const FormatInfo& fi = format_info(from);
     const bool signed_nan = fi.special == SpecialStyle::ieee || fi.special == SpecialStyle::fn;
-    return ds.nan_f32 | (ds.nan_keep_sign && signed_nan && (code & 0x80) ? 0x80000000u : 0u);
+    const uint32_t sign = ds.nan_keep_sign && signed_nan && (code & 0x80) ? 0x80000000u : 0u;
+    if (ds.nan_payload && signed_nan) {
+      const uint32_t frac = code & ((1u << fi.man_bits) - 1);
+      return sign | 0x7FC00000u | (frac << (23 - fi.man_bits));
+    }
+    return ds.nan_f32 | sign;
   }
   const float v = static_cast<float>(value_of(from, code));  // exact: every FP8/UE8M0 value is an f32
   uint32_t b;

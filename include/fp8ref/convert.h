@@ -20,8 +20,8 @@
 //
 // UE8M0 targets (power-of-two scales) use `rounding` in {rz, ru, rd, rna} on |x| (or on x, see ue8m0_sign),
 // `overflow` (satfinite: > 2^127 and +Inf -> 0xFE; nonsat -> 0xFF), clip below 2^-127 to 0x00, NaN -> 0xFF,
-// and two convention knobs: `ue8m0_bit_ceil` (DeepGEMM/sglang's bit trick code = exp_field + (mantissa != 0),
-// exact for normal f32, 0x01 for every positive f32 subnormal) and the exponent clamp [exp_lo, exp_hi].
+// and convention knobs: `ue8m0_method` (the bit tricks of DeepGEMM/sglang and of torch, below), `ue8m0_sign`,
+// and the exponent clamp [exp_lo, exp_hi].
 //
 // Stochastic rounding: the random bits for element i are fp8ref::stochastic_bits(seed, i) (a counter-based
 // hash, see below), so every backend and thread split gives the same result. With s discarded bits forming the
@@ -44,14 +44,20 @@ enum class Rounding : uint8_t { rne, rz, ru, rd, rna, stochastic };
 enum class Overflow : uint8_t { satfinite, saturate, nonsat };
 enum class NanOut : uint8_t { canonical, keep_sign, payload };
 enum class F64Path : uint8_t { direct, via_f32 };
-// How UE8M0 treats x <= 0 (and -0): by magnitude (CUDA), as the smallest code 0x00 (torch), or NaN (ml_dtypes).
-enum class Ue8m0Sign : uint8_t { magnitude, nonpositive_to_min, nonpositive_to_nan };
+// How UE8M0 treats x <= 0 (and -0): by magnitude (CUDA, torch), or as NaN 0xFF (ml_dtypes).
+enum class Ue8m0Sign : uint8_t { magnitude, nonpositive_to_nan };
+// How UE8M0 rounds: the value |x| with `rounding` (CUDA, MX, ml_dtypes), or a bit trick on the f32 pattern:
+//   bit_ceil : exp_field + (mantissa != 0)                                  (DeepGEMM, sglang, vLLM ceil_to_ue8m0)
+//   bit_round: exp_field + (mantissa > 0x400000 || (mantissa == 0x400000 && exp_field != 0))   (torch 2.11 c10)
+// Both differ from value rounding only on f32 subnormals; NaN -> 0xFF, exp_field + 1 = 255 -> overflow.
+enum class Ue8m0Method : uint8_t { value, bit_ceil, bit_round };
 
 const char* to_string(Rounding r);
 const char* to_string(Overflow o);
 const char* to_string(NanOut n);
 const char* to_string(F64Path p);
 const char* to_string(Ue8m0Sign s);
+const char* to_string(Ue8m0Method m);
 bool parse_rounding(std::string_view s, Rounding* out);
 bool parse_overflow(std::string_view s, Overflow* out);
 bool parse_nan_out(std::string_view s, NanOut* out);
@@ -67,7 +73,7 @@ struct ConversionSpec {
   uint64_t seed = 0;        // stochastic rounding only
   // UE8M0 only:
   Ue8m0Sign ue8m0_sign = Ue8m0Sign::magnitude;
-  bool ue8m0_bit_ceil = false;
+  Ue8m0Method ue8m0_method = Ue8m0Method::value;
   bool ue8m0_clamp = false;      // clamp the final code to [exp_lo, exp_hi], NaN and overflow codes included
   int exp_lo = 1, exp_hi = 254;  // (DeepGEMM's torch.clamp of the integer exponent to [1, 254])
 
@@ -77,12 +83,14 @@ struct ConversionSpec {
   std::string describe() const;
 };
 
-// Decoding contract: finite codes and ±Inf decode exactly. NaN codes decode to nan_f32 (positive pattern),
-// with the code's sign bit OR-ed in when nan_keep_sign. f64 outputs widen the f32 result exactly (a NaN keeps
-// its payload shifted into the top of the f64 fraction).
+// Decoding contract: finite codes and ±Inf decode exactly. NaN codes decode to nan_f32 (positive pattern) —
+// or, with nan_payload, to 0x7FC00000 | (the code's fraction bits at the top of the f32 fraction), as torch's
+// CPU e5m2 -> f16 -> f32 path does — with the code's sign bit OR-ed in when nan_keep_sign (signed formats only;
+// fnuz 0x80 and ue8m0 0xFF have no sign). f64 outputs widen the f32 result exactly (NaN payload shifted up).
 struct DecodeSpec {
   uint32_t nan_f32 = 0x7FC00000u;
   bool nan_keep_sign = true;
+  bool nan_payload = false;
 };
 
 // ---- Conventions ---------------------------------------------------------------------------------------------

@@ -24,8 +24,9 @@ constexpr Named<NanOut> kNanOuts[] = {
     {NanOut::canonical, "canonical"}, {NanOut::keep_sign, "keep-sign"}, {NanOut::payload, "payload"}};
 constexpr Named<F64Path> kF64Paths[] = {{F64Path::direct, "direct"}, {F64Path::via_f32, "via-f32"}};
 constexpr Named<Ue8m0Sign> kUe8m0Signs[] = {{Ue8m0Sign::magnitude, "magnitude"},
-                                            {Ue8m0Sign::nonpositive_to_min, "nonpositive-to-min"},
                                             {Ue8m0Sign::nonpositive_to_nan, "nonpositive-to-nan"}};
+constexpr Named<Ue8m0Method> kUe8m0Methods[] = {
+    {Ue8m0Method::value, "value"}, {Ue8m0Method::bit_ceil, "bit-ceil"}, {Ue8m0Method::bit_round, "bit-round"}};
 
 template <typename E, size_t N>
 const char* name_of(const Named<E> (&table)[N], E v) {
@@ -67,8 +68,11 @@ ConversionSpec base(Format to, Rounding r, Overflow o, NanOut n, F64Path p) {
 }
 
 const std::vector<ConventionInfo> kConventions = {
-    {"torch-2.11", "PyTorch 2.11 x.to(torch.float8_*) — c10 scalar code, CPU and CUDA identical (H200 capture)", true,
-     true},
+    {"torch-2.11", "PyTorch 2.11 x.to(torch.float8_*) and .to(torch.float32) on the CPU (c10 code; H200 host capture)",
+     true, true},
+    {"torch-2.11-cuda", "PyTorch 2.11 on CUDA: as torch-2.11 except f16 NaN inputs lose their sign and e5m2 NaNs "
+                        "decode to ±0x7FFFFFFF (H200 capture)",
+     true, true},
     {"cuda-satfinite", "CUDA 13 __nv_cvt_*_to_fp8(x, __NV_SATFINITE, …) / PTX cvt.rn.satfinite; ue8m0: "
                        "__nv_cvt_*_to_e8m0(x, __NV_SATFINITE, cudaRoundZero|cudaRoundPosInf)",
      true, true},
@@ -90,6 +94,7 @@ const char* to_string(Overflow o) { return name_of(kOverflows, o); }
 const char* to_string(NanOut n) { return name_of(kNanOuts, n); }
 const char* to_string(F64Path p) { return name_of(kF64Paths, p); }
 const char* to_string(Ue8m0Sign s) { return name_of(kUe8m0Signs, s); }
+const char* to_string(Ue8m0Method m) { return name_of(kUe8m0Methods, m); }
 bool parse_rounding(std::string_view s, Rounding* out) { return parse_in(kRoundings, s, out); }
 bool parse_overflow(std::string_view s, Overflow* out) { return parse_in(kOverflows, s, out); }
 bool parse_nan_out(std::string_view s, NanOut* out) { return parse_in(kNanOuts, s, out); }
@@ -98,15 +103,15 @@ bool parse_f64_path(std::string_view s, F64Path* out) { return parse_in(kF64Path
 bool ConversionSpec::operator==(const ConversionSpec& o) const {
   return to == o.to && rounding == o.rounding && overflow == o.overflow && nan == o.nan && nan_code == o.nan_code &&
          f64_path == o.f64_path && (rounding != Rounding::stochastic || seed == o.seed) &&
-         ue8m0_sign == o.ue8m0_sign && ue8m0_bit_ceil == o.ue8m0_bit_ceil && ue8m0_clamp == o.ue8m0_clamp &&
+         ue8m0_sign == o.ue8m0_sign && ue8m0_method == o.ue8m0_method && ue8m0_clamp == o.ue8m0_clamp &&
          (!ue8m0_clamp || (exp_lo == o.exp_lo && exp_hi == o.exp_hi));
 }
 
 std::string ConversionSpec::describe() const {
   char buf[256];
   std::string s = std::string("to=") + format_name(to);
-  if (to == Format::ue8m0 && ue8m0_bit_ceil) {
-    s += " rounding=bit-ceil";
+  if (to == Format::ue8m0 && ue8m0_method != Ue8m0Method::value) {
+    s += std::string(" rounding=") + to_string(ue8m0_method);
   } else {
     s += std::string(" rounding=") + to_string(rounding);
     if (rounding == Rounding::stochastic) {
@@ -150,10 +155,11 @@ std::optional<ConversionSpec> resolve_convention(std::string_view name, Format f
 
   if (ue8m0) {
     ConversionSpec s = base(to, Rounding::rz, Overflow::nonsat, NanOut::canonical, F64Path::direct);
-    if (n == "torch-2.11") {
-      // c10 Float8_e8m0fnu: rounds up when the f32 mantissa >= 0x400000 (nearest, ties up); x <= 0 -> 0x00.
+    if (n == "torch-2.11" || n == "torch-2.11-cuda") {
+      // c10 Float8_e8m0fnu on the f32 bits (H200 capture, CPU and CUDA): sign ignored; exp + 1 when the mantissa
+      // is > 0x400000, or == 0x400000 for normals; so 1.5 -> 2, 2^-127 -> 0x00, 2^-127 + 1 ulp -> 0x01.
       s.rounding = Rounding::rna;
-      s.ue8m0_sign = Ue8m0Sign::nonpositive_to_min;
+      s.ue8m0_method = Ue8m0Method::bit_round;
       s.f64_path = F64Path::via_f32;
     } else if (n == "ml_dtypes") {
       s.rounding = Rounding::rna;  // RoundBitsToNearestEven with the implicit bit as LSB: ties always up
@@ -166,11 +172,11 @@ std::optional<ConversionSpec> resolve_convention(std::string_view name, Format f
     } else if (n == "mx") {
       // floor(log2 |x|): round toward zero on the magnitude
     } else if (n == "pow2-ceil") {
-      s.ue8m0_bit_ceil = true;
+      s.ue8m0_method = Ue8m0Method::bit_ceil;
       s.rounding = Rounding::ru;
       s.f64_path = F64Path::via_f32;
     } else if (n == "pow2-ceil-clamp") {
-      s.ue8m0_bit_ceil = true;
+      s.ue8m0_method = Ue8m0Method::bit_ceil;
       s.rounding = Rounding::ru;
       s.ue8m0_clamp = true;
       s.exp_lo = 1;
@@ -182,10 +188,13 @@ std::optional<ConversionSpec> resolve_convention(std::string_view name, Format f
 
   if ((n.rfind("cuda-", 0) == 0 || n.rfind("ocp-", 0) == 0 || n == "exact") && !is_e4m3fn_or_e5m2(to))
     return fail("convention '" + n + "' defines e4m3fn and e5m2 only, not " + format_name(to));
-  if (n == "torch-2.11") {
+  if (n == "torch-2.11" || n == "torch-2.11-cuda") {
     // c10 fp8e4m3fn_from_fp32_value & co: RNE, overflow -> NaN (e4m3fn) / Inf (e5m2), NaN keeps its sign;
-    // other dtypes (f64) go through the float constructor: double rounding.
-    return base(to, Rounding::rne, Overflow::nonsat, NanOut::keep_sign, F64Path::via_f32);
+    // other dtypes (f64) go through the float constructor: double rounding. On CUDA, f16 -> e4m3fn/e5m2 goes
+    // through CUDA's conversion, which drops the NaN sign (H200 capture: f16 0xFC01.. -> 0x7F).
+    ConversionSpec s = base(to, Rounding::rne, Overflow::nonsat, NanOut::keep_sign, F64Path::via_f32);
+    if (n == "torch-2.11-cuda" && from == Format::f16 && is_e4m3fn_or_e5m2(to)) s.nan = NanOut::canonical;
+    return s;
   }
   if (n == "cuda-satfinite" || n == "cuda-nosat") {
     const Overflow o = n == "cuda-satfinite" ? Overflow::satfinite : Overflow::nonsat;
@@ -219,16 +228,95 @@ std::optional<DecodeSpec> resolve_decode(std::string_view name, Format from, std
     return std::nullopt;
   }
   DecodeSpec d;  // default: ±0x7FC00000 (ml_dtypes, OCP, exact)
-  if (n == "torch-2.11") {
-    // c10 fp8e4m3fn_to_fp32_value builds 0x7F800000 | (mantissa << 20): 0x7FF00000 with the sign kept;
-    // e5m2 decodes through f16; fnuz and e8m0 per the H200 capture.
-    d.nan_f32 = from == Format::e4m3fn ? 0x7FF00000u : 0x7FFFFFFFu;
-    d.nan_keep_sign = from == Format::e4m3fn;
+  if (n == "torch-2.11" || n == "torch-2.11-cuda") {
+    // H200 capture: e4m3fn NaN -> ±0x7FF00000 (CPU and CUDA); e5m2 NaN -> CPU keeps the payload through f16
+    // (±0x7FC00000 | frac << 21), CUDA gives ±0x7FFFFFFF; fnuz 0x80 and e8m0 0xFF -> 0x7F800001.
+    if (from == Format::e4m3fn) {
+      d.nan_f32 = 0x7FF00000u;
+    } else if (from == Format::e5m2) {
+      d.nan_f32 = 0x7FFFFFFFu;
+      d.nan_payload = n == "torch-2.11";
+    } else {
+      d.nan_f32 = 0x7F800001u;
+    }
   } else if (n == "cuda-satfinite" || n == "cuda-nosat") {
-    d.nan_f32 = 0x7FFFE000u;  // __nv_cvt_fp8_to_halfraw -> 0x7FFF, widened: sign dropped
+    d.nan_f32 = 0x7FFFFFFFu;  // __half2float(__nv_cvt_fp8_to_halfraw(NaN)): +0x7FFFFFFF for every NaN (capture)
     d.nan_keep_sign = false;
   }
   return d;
+}
+
+bool apply_override(std::string_view convention, std::string_view field, std::string_view value,
+                    ConversionSpec* spec, std::string* error) {
+  auto fail = [&](const std::string& why) {
+    if (error) *error = why;
+    return false;
+  };
+  const std::string f(field), v(value);
+  const bool cuda = convention.rfind("cuda-", 0) == 0;
+  if (f == "rounding") {
+    Rounding r;
+    if (!parse_rounding(v, &r)) return fail("unknown rounding '" + v + "' (rne, rz, ru, rd, rna, stochastic)");
+    if (spec->to == Format::ue8m0 && cuda && r != Rounding::rz && r != Rounding::ru)
+      return fail("CUDA's e8m0 conversion allows only --rounding rz or ru (cudaRoundZero, cudaRoundPosInf), not '" +
+                  v + "'");
+    if (spec->to == Format::ue8m0 && spec->ue8m0_method != Ue8m0Method::value)
+      return fail("convention '" + std::string(convention) + "' rounds with a fixed bit trick; --rounding does not apply");
+    spec->rounding = r;
+    return true;
+  }
+  if (f == "overflow") {
+    if (!parse_overflow(v, &spec->overflow)) return fail("unknown overflow '" + v + "' (satfinite, saturate, nonsat)");
+    return true;
+  }
+  if (f == "nan") {
+    if (!parse_nan_out(v, &spec->nan)) return fail("unknown nan mode '" + v + "' (canonical, keep-sign, payload)");
+    return true;
+  }
+  if (f == "f64-path") {
+    if (!parse_f64_path(v, &spec->f64_path)) return fail("unknown f64 path '" + v + "' (direct, via-f32)");
+    return true;
+  }
+  auto parse_int = [](const std::string& s, long long* out) {
+    try {
+      size_t pos = 0;
+      *out = std::stoll(s, &pos, 0);
+      return pos == s.size();
+    } catch (...) {
+      return false;
+    }
+  };
+  long long x = 0;
+  if (f == "nan-code") {
+    if (!parse_int(v, &x) || x < 0 || x > 255) return fail("--nan-code must be a byte, e.g. 0x7f; got '" + v + "'");
+    if (classify_code(spec->to, static_cast<uint8_t>(x)) != CodeClass::nan)
+      return fail("--nan-code " + v + " is not a NaN code of " + format_name(spec->to));
+    spec->nan_code = static_cast<uint8_t>(x & 0x7F);
+    return true;
+  }
+  if (f == "seed") {
+    try {
+      size_t pos = 0;
+      spec->seed = std::stoull(v, &pos, 0);
+      if (pos != v.size()) return fail("--seed must be an unsigned integer; got '" + v + "'");
+    } catch (...) {
+      return fail("--seed must be an unsigned integer; got '" + v + "'");
+    }
+    return true;
+  }
+  if (f == "exp-clamp") {
+    const size_t colon = v.find(':');
+    long long lo = 0, hi = 0;
+    if (colon == std::string::npos || !parse_int(v.substr(0, colon), &lo) || !parse_int(v.substr(colon + 1), &hi) ||
+        lo < 0 || hi > 254 || lo > hi)
+      return fail("--exp-clamp takes LO:HI with 0 <= LO <= HI <= 254 (DeepGEMM: 1:254); got '" + v + "'");
+    if (spec->to != Format::ue8m0) return fail("--exp-clamp applies to ue8m0 only");
+    spec->ue8m0_clamp = true;
+    spec->exp_lo = static_cast<int>(lo);
+    spec->exp_hi = static_cast<int>(hi);
+    return true;
+  }
+  return fail("unknown override '" + f + "'");
 }
 
 }  // namespace fp8ref

@@ -39,7 +39,8 @@ struct EncodeParams {
   uint32_t inf_or_nan;  // magnitude code of ±Inf / overflow NaN (fnuz: 0x80, sign not added)
   uint32_t key;         // stochastic key
   // ue8m0
-  bool bit_ceil, clamp;
+  uint32_t method;  // Ue8m0Method
+  bool clamp;
   uint32_t exp_lo, exp_hi, ue8m0_overflow, ue8m0_sign;
 };
 }  // namespace fp8ref::cpu_detail
@@ -166,8 +167,12 @@ HWY_INLINE VU EncodeUe8m0(const EncodeParams& p, VU bits, VU rbits) {
   const VU ff = hn::Set(d, 0xFF);
   const auto is_nan = hn::Gt(abs, hn::Set(d, 0x7F800000u));
   VU out;
-  if (p.bit_ceil) {
-    const VU code = hn::Add(e, hn::IfThenElseZero(hn::Ne(frac, zero), hn::Set(d, 1)));
+  if (static_cast<Ue8m0Method>(p.method) != Ue8m0Method::value) {
+    const VU half = hn::Set(d, 0x400000u);
+    const auto up = static_cast<Ue8m0Method>(p.method) == Ue8m0Method::bit_ceil
+                        ? hn::Ne(frac, zero)
+                        : hn::Or(hn::Gt(frac, half), hn::AndNot(hn::Eq(e, zero), hn::Eq(frac, half)));
+    const VU code = hn::Add(e, hn::IfThenElseZero(up, hn::Set(d, 1)));
     if (p.clamp) {
       out = code;
     } else {
@@ -188,7 +193,6 @@ HWY_INLINE VU EncodeUe8m0(const EncodeParams& p, VU bits, VU rbits) {
     code = hn::IfThenElse(hn::And(sub, hn::Lt(frac, hn::Set(d, 0x400000u))), zero, code);
     code = hn::IfThenElse(hn::Or(is_inf, hn::Gt(code, hn::Set(d, 0xFE))), ovf, code);
     const auto nonpos = hn::Or(neg, hn::Eq(abs, zero));
-    if (static_cast<Ue8m0Sign>(p.ue8m0_sign) == Ue8m0Sign::nonpositive_to_min) code = hn::IfThenElse(nonpos, zero, code);
     if (static_cast<Ue8m0Sign>(p.ue8m0_sign) == Ue8m0Sign::nonpositive_to_nan) code = hn::IfThenElse(nonpos, ff, code);
     out = hn::IfThenElse(is_nan, ff, code);
   }
@@ -366,7 +370,7 @@ cpu_detail::EncodeParams make_params(const ConversionSpec& s) {
     p.inf_or_nan = p.ieee ? ((1u << (fi.exp_bits + fi.man_bits)) - (1u << fi.man_bits)) : s.nan_code;
   }
   p.nan_payload = s.nan == NanOut::payload && p.ieee;
-  p.bit_ceil = s.ue8m0_bit_ceil;
+  p.method = static_cast<uint32_t>(s.ue8m0_method);
   p.clamp = s.ue8m0_clamp;
   p.exp_lo = static_cast<uint32_t>(s.exp_lo);
   p.exp_hi = static_cast<uint32_t>(s.exp_hi);

@@ -17,6 +17,12 @@
 
 namespace fp8ref::test {
 
+inline std::string hex(uint64_t x, int digits = 8) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%0*llx", digits, static_cast<unsigned long long>(x));
+  return buf;
+}
+
 struct Run {
   uint64_t start;
   uint8_t code;
