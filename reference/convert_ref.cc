@@ -189,33 +189,14 @@ uint64_t encode_generic(const Target& t, const Decomposed& d, const ConversionSp
   return code | s;
 }
 
-// f64 -> f32 rounded to nearest even (the double rounding's first step); NaN keeps sign and top payload, quiet.
-uint64_t f64_bits_to_f32_bits(uint64_t bits) {
-  const Decomposed d = decompose({11, 52}, bits);
-  if (d.nan) return (d.sign ? 0x80000000u : 0) | 0x7FC00000u | (d.frac >> 29);
-  ConversionSpec s;
-  s.rounding = Rounding::rne;
-  s.overflow = Overflow::nonsat;
-  const Target f32{8, 23, 127, SpecialStyle::ieee, 0x7F7FFFFFu};
-  return encode_generic(f32, d, s, 0);
-}
+// f64 -> f32 rounded to nearest even (the double rounding's first step); f16 -> f32 widening is exact.
+uint64_t f64_bits_to_f32_bits(uint64_t bits) { return narrow(Format::f64, bits, Format::f32); }
 
 uint64_t to_f32_bits(Format from, uint64_t bits) {
   switch (from) {
     case Format::f32: return bits & 0xFFFFFFFFu;
     case Format::bf16: return (bits & 0xFFFF) << 16;
-    case Format::f64: return f64_bits_to_f32_bits(bits);
-    case Format::f16: {  // exact widening
-      const Decomposed d = decompose({5, 10}, bits & 0xFFFF);
-      const uint32_t sgn = d.sign ? 0x80000000u : 0;
-      if (d.nan) return sgn | 0x7F800000u | static_cast<uint32_t>(d.frac << 13);
-      if (d.inf) return sgn | 0x7F800000u;
-      if (d.sig == 0) return sgn;
-      ConversionSpec s;
-      const Target f32{8, 23, 127, SpecialStyle::ieee, 0x7F7FFFFFu};
-      return encode_generic(f32, d, s, 0);  // exact: f16 values are f32 values
-    }
-    default: return 0;
+    default: return narrow(from, bits, Format::f32);
   }
 }
 
@@ -229,23 +210,20 @@ uint8_t clamp_ue8m0(int code, const ConversionSpec& spec) {
 
 uint8_t encode_ue8m0(Format from, uint64_t bits, const ConversionSpec& spec, uint32_t rbits) {
   const uint8_t overflow = spec.overflow == Overflow::satfinite ? 0xFE : 0xFF;
+  const Decomposed d = decompose(source_layout(from), bits);
+  if (d.nan) return clamp_ue8m0(0xFF, spec);
+  const bool nonpositive = d.sign || (!d.inf && d.sig == 0);
+  if (nonpositive && spec.ue8m0_sign == Ue8m0Sign::nonpositive_to_nan) return clamp_ue8m0(0xFF, spec);
   if (spec.ue8m0_method != Ue8m0Method::value) {
-    // Bit tricks on the f32 pattern (sign ignored): DeepGEMM's ceil, torch's round.
+    // Bit tricks on the f32 pattern, sign ignored: DeepGEMM's ceil, torch's round.
     const uint64_t b = to_f32_bits(from, bits);
     const int e = static_cast<int>((b >> 23) & 0xFF);
     const uint64_t m = b & 0x7FFFFF;
     const bool up = spec.ue8m0_method == Ue8m0Method::bit_ceil ? m != 0 : (m > 0x400000 || (m == 0x400000 && e != 0));
     int code = e + (up ? 1 : 0);
-    if (!spec.ue8m0_clamp) {  // with the clamp, the integer code is clamped as is (NaN: 256 -> exp_hi)
-      if (e == 0xFF && m != 0) code = 0xFF;  // NaN
-      else if (code > 0xFE) code = overflow;  // +-Inf, or rounded past 2^127
-    }
-    return clamp_ue8m0(code, spec);
+    if (code > 0xFE && !spec.ue8m0_clamp) code = overflow;  // +-Inf, or rounded past 2^127
+    return clamp_ue8m0(code, spec);  // with the clamp, the integer code is clamped as is (DeepGEMM)
   }
-  const Decomposed d = decompose(source_layout(from), bits);
-  if (d.nan) return clamp_ue8m0(0xFF, spec);
-  const bool nonpositive = d.sign || (!d.inf && d.sig == 0);
-  if (nonpositive && spec.ue8m0_sign == Ue8m0Sign::nonpositive_to_nan) return clamp_ue8m0(0xFF, spec);
   if (d.inf) return clamp_ue8m0(overflow, spec);
   if (d.sig == 0) return clamp_ue8m0(0x00, spec);  // magnitude of a zero: clipped to 2^-127
   const int u = bit_length(d.sig) - 1 + d.e2;
@@ -269,6 +247,20 @@ uint8_t encode(Format from, uint64_t bits, const ConversionSpec& spec, uint64_t 
   if (spec.to == Format::ue8m0) return encode_ue8m0(from, bits, spec, rbits);
   const Decomposed d = decompose(source_layout(from), bits);
   return static_cast<uint8_t>(encode_generic(target_of(spec.to), d, spec, rbits));
+}
+
+uint64_t narrow(Format from, uint64_t bits, Format to) {
+  const Layout src = source_layout(from), dst = source_layout(to);
+  const Decomposed d = decompose(src, bits);
+  const FormatInfo& fi = format_info(to);
+  const Target t{fi.exp_bits, fi.man_bits, fi.bias, SpecialStyle::ieee, to == Format::f64 ? 0x7FEFFFFFFFFFFFFFull : fi.max_code};
+  if (d.nan) {
+    const uint64_t payload = dst.man_bits >= src.man_bits ? d.frac << (dst.man_bits - src.man_bits)
+                                                           : d.frac >> (src.man_bits - dst.man_bits);
+    return (d.sign ? sign_bit(t) : 0) | exp_all_ones(t) | (uint64_t{1} << (t.man_bits - 1)) | payload;
+  }
+  ConversionSpec s;  // rne, nonsat: IEEE
+  return encode_generic(t, d, s, 0);
 }
 
 uint8_t encode_f32(float x, const ConversionSpec& spec, uint64_t index) {
@@ -307,9 +299,9 @@ double value_of(Format f, uint8_t code) {
 uint32_t decode_f32_bits(Format from, uint8_t code, const DecodeSpec& ds) {
   if (classify_code(from, code) == CodeClass::nan) {
     const FormatInfo& fi = format_info(from);
-    const bool signed_nan = fi.special == SpecialStyle::ieee || fi.special == SpecialStyle::fn;
+    const bool signed_nan = fi.special != SpecialStyle::e8m0;  // fnuz's 0x80 has the sign bit set
     const uint32_t sign = ds.nan_keep_sign && signed_nan && (code & 0x80) ? 0x80000000u : 0u;
-    if (ds.nan_payload && signed_nan) {
+    if (ds.nan_payload && fi.special != SpecialStyle::fnuz && signed_nan) {
       const uint32_t frac = code & ((1u << fi.man_bits) - 1);
       return sign | 0x7FC00000u | (frac << (23 - fi.man_bits));
     }

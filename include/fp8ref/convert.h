@@ -128,6 +128,9 @@ float decode_f32(Format from, uint8_t code, const DecodeSpec& d = {});
 double decode_f64(Format from, uint8_t code, const DecodeSpec& d = {});
 // Exact value of a finite code (NaN for NaN codes, ±Inf for Inf codes).
 double value_of(Format f, uint8_t code);
+// IEEE round-to-nearest-even narrowing between the containers (f64/f32 -> f32/bf16/f16; widening is exact).
+// NaN keeps its sign and the top of its payload, quieted. Returns the target's bit pattern.
+uint64_t narrow(Format from, uint64_t bits, Format to);
 }  // namespace ref
 
 // The documented random-bit source of stochastic rounding: lowbias32 (C. Wellons) of a seed-keyed counter.

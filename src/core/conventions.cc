@@ -162,7 +162,10 @@ std::optional<ConversionSpec> resolve_convention(std::string_view name, Format f
       s.ue8m0_method = Ue8m0Method::bit_round;
       s.f64_path = F64Path::via_f32;
     } else if (n == "ml_dtypes") {
-      s.rounding = Rounding::rna;  // RoundBitsToNearestEven with the implicit bit as LSB: ties always up
+      // Same bit rounding as torch (ties up; f32 subnormals above 2^-127 -> 0x01; pytest against ml_dtypes),
+      // but x <= 0 -> NaN.
+      s.rounding = Rounding::rna;
+      s.ue8m0_method = Ue8m0Method::bit_round;
       s.ue8m0_sign = Ue8m0Sign::nonpositive_to_nan;
       s.f64_path = F64Path::via_f32;
     } else if (n == "cuda-satfinite") {
@@ -205,8 +208,7 @@ std::optional<ConversionSpec> resolve_convention(std::string_view name, Format f
   }
   if (n == "ml_dtypes") {
     ConversionSpec s = base(to, Rounding::rne, Overflow::nonsat, NanOut::keep_sign, F64Path::via_f32);
-    if (to == Format::e5m2) s.nan_code = 0x7E;                      // quiet_NaN() of float8_e5m2
-    if (to == Format::e5m2 && from == Format::f16) s.nan = NanOut::payload;  // the half -> e5m2 bit path
+    if (to == Format::e5m2) s.nan_code = 0x7E;  // quiet_NaN() of float8_e5m2, for every source (f16 included)
     return s;
   }
   if (n == "ocp-sat") return base(to, Rounding::rne, Overflow::satfinite, NanOut::keep_sign, F64Path::direct);
@@ -227,7 +229,7 @@ std::optional<DecodeSpec> resolve_decode(std::string_view name, Format from, std
     if (error) *error = std::string("cannot decode from '") + format_name(from) + "': not an FP8 format";
     return std::nullopt;
   }
-  DecodeSpec d;  // default: ±0x7FC00000 (ml_dtypes, OCP, exact)
+  DecodeSpec d;  // default: ±0x7FC00000 (ml_dtypes — whose fnuz NaN 0x80 decodes negative —, OCP, exact)
   if (n == "torch-2.11" || n == "torch-2.11-cuda") {
     // H200 capture: e4m3fn NaN -> ±0x7FF00000 (CPU and CUDA); e5m2 NaN -> CPU keeps the payload through f16
     // (±0x7FC00000 | frac << 21), CUDA gives ±0x7FFFFFFF; fnuz 0x80 and e8m0 0xFF -> 0x7F800001.
@@ -238,6 +240,7 @@ std::optional<DecodeSpec> resolve_decode(std::string_view name, Format from, std
       d.nan_payload = n == "torch-2.11";
     } else {
       d.nan_f32 = 0x7F800001u;
+      d.nan_keep_sign = false;
     }
   } else if (n == "cuda-satfinite" || n == "cuda-nosat") {
     d.nan_f32 = 0x7FFFFFFFu;  // __half2float(__nv_cvt_fp8_to_halfraw(NaN)): +0x7FFFFFFF for every NaN (capture)

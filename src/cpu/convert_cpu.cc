@@ -167,20 +167,18 @@ HWY_INLINE VU EncodeUe8m0(const EncodeParams& p, VU bits, VU rbits) {
   const VU ff = hn::Set(d, 0xFF);
   const auto is_nan = hn::Gt(abs, hn::Set(d, 0x7F800000u));
   VU out;
+  const auto neg = hn::Ne(hn::And(bits, hn::Set(d, 0x80000000u)), zero);
+  const auto nonpos = hn::Or(neg, hn::Eq(abs, zero));
   if (static_cast<Ue8m0Method>(p.method) != Ue8m0Method::value) {
     const VU half = hn::Set(d, 0x400000u);
     const auto up = static_cast<Ue8m0Method>(p.method) == Ue8m0Method::bit_ceil
                         ? hn::Ne(frac, zero)
                         : hn::Or(hn::Gt(frac, half), hn::AndNot(hn::Eq(e, zero), hn::Eq(frac, half)));
     const VU code = hn::Add(e, hn::IfThenElseZero(up, hn::Set(d, 1)));
-    if (p.clamp) {
-      out = code;
-    } else {
-      out = hn::IfThenElse(hn::Gt(code, hn::Set(d, 0xFE)), ovf, code);
-      out = hn::IfThenElse(is_nan, ff, out);
-    }
+    out = p.clamp ? code : hn::IfThenElse(hn::Gt(code, hn::Set(d, 0xFE)), ovf, code);
+    if (static_cast<Ue8m0Sign>(p.ue8m0_sign) == Ue8m0Sign::nonpositive_to_nan) out = hn::IfThenElse(nonpos, ff, out);
+    out = hn::IfThenElse(is_nan, ff, out);
   } else {
-    const auto neg = hn::Ne(hn::And(bits, hn::Set(d, 0x80000000u)), zero);
     const auto is_inf = hn::Eq(abs, hn::Set(d, 0x7F800000u));
     const auto sub = hn::Eq(e, zero);
     // discarded part below the leading one, on a 23-bit scale (f32 subnormals >= 2^-127 use 22 bits, shifted)
@@ -192,7 +190,6 @@ HWY_INLINE VU EncodeUe8m0(const EncodeParams& p, VU bits, VU rbits) {
     // subnormals below 2^-127 (and zero) clip to 0x00
     code = hn::IfThenElse(hn::And(sub, hn::Lt(frac, hn::Set(d, 0x400000u))), zero, code);
     code = hn::IfThenElse(hn::Or(is_inf, hn::Gt(code, hn::Set(d, 0xFE))), ovf, code);
-    const auto nonpos = hn::Or(neg, hn::Eq(abs, zero));
     if (static_cast<Ue8m0Sign>(p.ue8m0_sign) == Ue8m0Sign::nonpositive_to_nan) code = hn::IfThenElse(nonpos, ff, code);
     out = hn::IfThenElse(is_nan, ff, code);
   }

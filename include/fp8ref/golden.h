@@ -1,0 +1,120 @@
+// fp8ref — cases, suites, the op registry and golden files (docs/golden-format.md is the schema).
+//
+// A case is one descriptor line: `op key=value ...` (e.g. `convert from=f32 to=e4m3fn shape=64x128
+// convention=torch-2.11 fill=normal:amax=448 seed=1`). The op registry says which keys an op takes (with
+// defaults, in canonical order), how to make its inputs, which kernels compute it on which backend, and how to
+// read its outputs. Golden generation runs the `reference` backend; `run` runs any registered backend.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "fp8ref/io.h"
+
+namespace fp8ref::golden {
+
+constexpr const char* kVersion = "0.1.0";
+
+// ---- descriptors --------------------------------------------------------------------------------------------
+struct Descriptor {
+  std::string op;
+  std::vector<std::pair<std::string, std::string>> fields;  // in canonical order once canonicalized
+
+  const std::string& get(std::string_view key) const;  // throws InputError if absent
+  bool has(std::string_view key) const;
+  void set(std::string_view key, std::string value);
+  bool operator==(const Descriptor& o) const { return op == o.op && fields == o.fields; }
+};
+
+// Parses `op key=value ...`; checks the op exists and every key is one of its keys; fills defaults and puts keys
+// in canonical order. Throws InputError naming the problem.
+Descriptor parse_descriptor(std::string_view line);
+// The canonical line (parse(to_string(d)) == d; to_string(parse(s)) == s for a canonical s).
+std::string to_string(const Descriptor& d);
+// "fp8ref golden --case '<descriptor>' --out DIR": the repro of a case.
+std::string repro_command(const Descriptor& d);
+
+// Shape "64x128" <-> {64, 128}; "" or "-" is a scalar.
+std::vector<int64_t> parse_shape(std::string_view s);
+std::string shape_string(const std::vector<int64_t>& shape);
+
+// ---- fills --------------------------------------------------------------------------------------------------
+// xoshiro256** seeded by splitmix64 — the documented PRNG of every fill.
+class Rng {
+ public:
+  Rng(uint64_t seed, uint64_t stream);
+  uint64_t next();
+  double uniform();  // [0, 1), 53 bits
+  double normal();   // Box-Muller
+ private:
+  uint64_t s_[4];
+};
+
+// Fills n source values as doubles (rounded to `format` by the caller's encode), per a fill spec (see
+// docs/golden-format.md). Throws InputError for an unknown fill.
+std::vector<double> fill_values(std::string_view fill, size_t n, Format source, uint64_t seed, uint64_t stream);
+// A tensor of `dtype` holding the fill, each value rounded once (RNE) to the dtype.
+io::Tensor fill_tensor(const std::string& name, io::DType dtype, const std::vector<int64_t>& shape,
+                       std::string_view fill, uint64_t seed, uint64_t stream);
+
+// ---- registry -----------------------------------------------------------------------------------------------
+using Tensors = std::vector<io::Tensor>;
+
+struct Param {
+  const char* key;
+  const char* default_value;
+  const char* help;
+};
+
+struct OpInfo {
+  const char* name;
+  const char* summary;
+  std::vector<Param> params;
+  // Inputs of a case (named input.*), deterministic in the descriptor.
+  std::function<Tensors(const Descriptor&)> make_inputs;
+  // The fp8ref.outputs JSON (how the diff reads each output) and the convention/model names.
+  std::function<std::string(const Descriptor&)> outputs_json;
+  std::function<std::string(const Descriptor&)> convention;
+  // Optional: the exact results before each output's final rounding (named exact.*, F64), for the diff.
+  std::function<Tensors(const Descriptor&, const Tensors& inputs)> exact;
+};
+
+struct Kernel {
+  const char* op;
+  const char* backend;  // "reference", "cpu", ...
+  const char* name;     // e.g. "ref::encode", "cpu::encode_f32 (Highway AVX3)"
+  // Outputs (named output.*) from the inputs.
+  std::function<Tensors(const Descriptor&, const Tensors& inputs)> run;
+};
+
+const std::vector<OpInfo>& ops();
+const OpInfo& op_info(std::string_view name);  // throws InputError
+const std::vector<Kernel>& kernels();
+const Kernel& find_kernel(std::string_view op, std::string_view backend);  // throws InputError
+std::vector<std::string> backends();
+
+// ---- cases and suites ---------------------------------------------------------------------------------------
+// The golden file of a case: inputs, reference outputs, metadata (docs/golden-format.md).
+io::SafetensorsFile make_golden(const Descriptor& d);
+// Runs `backend` on a case file (ours or another tool's: descriptor in metadata + input.* tensors) and returns a
+// result file: the outputs plus metadata.
+io::SafetensorsFile run_case(const io::SafetensorsFile& case_file, std::string_view backend,
+                             const std::string& what);
+// The descriptor of a case file; throws InputError naming `what` if absent or malformed.
+Descriptor case_descriptor(const io::SafetensorsFile& f, const std::string& what);
+// Tensors with a given prefix ("input." / "output.").
+Tensors tensors_with_prefix(const io::SafetensorsFile& f, std::string_view prefix);
+
+// A suite: a JSON file `golden/suites/NAME.json` ({"name":..., "cases": ["<descriptor>", ...]}) or a path.
+std::vector<Descriptor> load_suite(const std::string& name_or_path);
+std::string suites_dir();  // the golden/suites directory of this source tree (or $FP8REF_SUITES)
+
+// File name of a case: "<op>-<hash of the descriptor>.safetensors", stable across runs.
+std::string case_file_name(const Descriptor& d);
+
+}  // namespace fp8ref::golden

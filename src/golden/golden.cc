@@ -1,0 +1,130 @@
+// fp8ref — golden files and result files (schema: docs/golden-format.md), suites.
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "fp8ref/error.h"
+#include "fp8ref/golden.h"
+
+#ifndef FP8REF_SOURCE_DIR
+#define FP8REF_SOURCE_DIR "."
+#endif
+
+namespace fp8ref::golden {
+
+namespace {
+
+std::map<std::string, std::string> metadata_for(const Descriptor& d, const std::string& backend, const Tensors& all) {
+  const OpInfo& op = op_info(d.op);
+  std::map<std::string, std::string> m;
+  m["fp8ref.version"] = kVersion;
+  m["fp8ref.op"] = d.op;
+  m["fp8ref.descriptor"] = to_string(d);
+  m["fp8ref.convention"] = op.convention ? op.convention(d) : "-";
+  m["fp8ref.model"] = d.has("model") ? d.get("model") : "-";
+  m["fp8ref.seed"] = d.has("seed") ? d.get("seed") : "-";
+  m["fp8ref.backend"] = backend;
+  m["fp8ref.outputs"] = op.outputs_json(d);
+  for (const io::Tensor& t : all) m["fp8ref.sha256." + t.name] = io::sha256_hex(t.data);
+  return m;
+}
+
+}  // namespace
+
+io::SafetensorsFile make_golden(const Descriptor& d) {
+  const OpInfo& op = op_info(d.op);
+  io::SafetensorsFile f;
+  f.tensors = op.make_inputs(d);
+  Tensors outs = find_kernel(d.op, "reference").run(d, f.tensors);
+  Tensors exact = op.exact ? op.exact(d, f.tensors) : Tensors{};
+  f.tensors.insert(f.tensors.end(), outs.begin(), outs.end());
+  f.tensors.insert(f.tensors.end(), exact.begin(), exact.end());
+  f.metadata = metadata_for(d, "reference", f.tensors);
+  return f;
+}
+
+Descriptor case_descriptor(const io::SafetensorsFile& f, const std::string& what) {
+  auto it = f.metadata.find("fp8ref.descriptor");
+  if (it == f.metadata.end()) throw InputError(what + ": no 'fp8ref.descriptor' in the metadata: not an fp8ref case file");
+  try {
+    return parse_descriptor(it->second);
+  } catch (const InputError& e) {
+    throw InputError(what + ": " + e.what());
+  }
+}
+
+Tensors tensors_with_prefix(const io::SafetensorsFile& f, std::string_view prefix) {
+  Tensors out;
+  for (const io::Tensor& t : f.tensors)
+    if (t.name.compare(0, prefix.size(), prefix) == 0) out.push_back(t);
+  return out;
+}
+
+io::SafetensorsFile run_case(const io::SafetensorsFile& case_file, std::string_view backend, const std::string& what) {
+  const Descriptor d = case_descriptor(case_file, what);
+  const Kernel& k = find_kernel(d.op, backend);
+  Tensors inputs = tensors_with_prefix(case_file, "input.");
+  // Inputs must have the names, dtypes and shapes the op makes for this descriptor.
+  const Tensors expected = op_info(d.op).make_inputs(d);
+  for (const io::Tensor& e : expected) {
+    const io::Tensor* got = nullptr;
+    for (const io::Tensor& t : inputs)
+      if (t.name == e.name) got = &t;
+    if (!got) throw InputError(what + ": missing tensor '" + e.name + "'");
+    if (got->dtype != e.dtype || got->shape != e.shape)
+      throw InputError(what + ": tensor '" + e.name + "' is " + io::dtype_name(got->dtype) + " [" +
+                       shape_string(got->shape) + "], the descriptor needs " + io::dtype_name(e.dtype) + " [" +
+                       shape_string(e.shape) + "]");
+  }
+  io::SafetensorsFile out;
+  try {
+    out.tensors = k.run(d, inputs);
+  } catch (const InputError& e) {
+    throw InputError(what + ": " + e.what());
+  }
+  out.metadata = metadata_for(d, std::string(backend), out.tensors);
+  return out;
+}
+
+std::string suites_dir() {
+  if (const char* env = std::getenv("FP8REF_SUITES")) return env;
+  return std::string(FP8REF_SOURCE_DIR) + "/golden/suites";
+}
+
+std::vector<Descriptor> load_suite(const std::string& name_or_path) {
+  const bool is_path = name_or_path.find('/') != std::string::npos ||
+                       (name_or_path.size() > 5 && name_or_path.substr(name_or_path.size() - 5) == ".json");
+  const std::string path = is_path ? name_or_path : suites_dir() + "/" + name_or_path + ".json";
+  std::ifstream in(path);
+  if (!in) throw InputError(path + ": cannot open suite '" + name_or_path + "'");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const std::exception& e) {
+    throw InputError(path + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object() || !j.contains("cases") || !j["cases"].is_array())
+    throw InputError(path + ": a suite is {\"name\": ..., \"cases\": [\"<descriptor>\", ...]}");
+  std::vector<Descriptor> out;
+  size_t i = 0;
+  for (const auto& c : j["cases"]) {
+    if (!c.is_string()) throw InputError(path + ": case " + std::to_string(i) + " is not a descriptor string");
+    try {
+      out.push_back(parse_descriptor(c.get<std::string>()));
+    } catch (const InputError& e) {
+      throw InputError(path + ": case " + std::to_string(i) + ": " + e.what());
+    }
+    ++i;
+  }
+  return out;
+}
+
+std::string case_file_name(const Descriptor& d) {
+  const std::string line = to_string(d);
+  return d.op + "-" + io::sha256_hex(reinterpret_cast<const uint8_t*>(line.data()), line.size()).substr(0, 12) +
+         ".safetensors";
+}
+
+}  // namespace fp8ref::golden
