@@ -34,7 +34,9 @@ struct Command {
 // The subcommands, in listing order. One entry per command.
 #define FP8REF_COMMANDS(X) \
   X(list)                  \
-  X(convert)
+  X(convert)               \
+  X(golden)                \
+  X(run)
 
 #define FP8REF_DECLARE_COMMAND(name) extern const Command kCmd_##name;
 FP8REF_COMMANDS(FP8REF_DECLARE_COMMAND)
