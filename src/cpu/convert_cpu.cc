@@ -220,7 +220,6 @@ HWY_INLINE VU WidenF16(VU h) {
 }
 
 HWY_INLINE void StoreCodes(VU codes, uint8_t* dst) {
-  const DU d;
   const hn::Rebind<int32_t, DU> di;
   const hn::Rebind<uint8_t, DU> d8;
   hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, codes)), d8, dst);

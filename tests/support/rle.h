@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -104,7 +105,7 @@ inline void expand(const std::vector<Run>& runs, uint64_t begin, uint64_t n, uin
   for (size_t r = lo; x < end; ++r) {
     const uint64_t run_end = r + 1 < runs.size() ? runs[r + 1].start : ~uint64_t{0};
     const uint64_t stop = run_end < end ? run_end : end;
-    for (uint64_t i = x; i < stop; ++i) out[i - begin] = runs[r].code;
+    std::memset(out + (x - begin), runs[r].code, stop - x);
     x = stop;
   }
 }
