@@ -36,7 +36,10 @@ struct Command {
   X(list)                  \
   X(convert)               \
   X(golden)                \
-  X(run)
+  X(run)                   \
+  X(diff)                  \
+  X(validate)              \
+  X(demo)
 
 #define FP8REF_DECLARE_COMMAND(name) extern const Command kCmd_##name;
 FP8REF_COMMANDS(FP8REF_DECLARE_COMMAND)

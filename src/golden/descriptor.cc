@@ -74,8 +74,17 @@ Descriptor parse_descriptor(std::string_view line) {
 }
 
 std::string to_string(const Descriptor& d) {
+  // Keys at their default are left out: parsing puts them back, so parse(to_string(d)) == d.
+  const OpInfo* info = nullptr;
+  for (const OpInfo& op : ops())
+    if (d.op == op.name) info = &op;
   std::string s = d.op;
-  for (const auto& kv : d.fields) s += " " + kv.first + "=" + kv.second;
+  for (const auto& kv : d.fields) {
+    bool is_default = false;
+    if (info)
+      for (const Param& p : info->params) is_default |= kv.first == p.key && kv.second == p.default_value;
+    if (!is_default) s += " " + kv.first + "=" + kv.second;
+  }
   return s;
 }
 

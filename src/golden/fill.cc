@@ -149,8 +149,8 @@ std::vector<double> fill_values(std::string_view text, size_t n, Format source, 
   } else if (f.kind == "near-max") {
     const Format fmt = opt_format(f, text);
     const double mx = format_info(fmt).max_value;
-    // from one step below max to 1.25·max: the band where saturation policies and overflow ties differ
-    for (auto& x : out) x = sign() * mx * (0.875 + 0.375 * rng.uniform());
+    // 0.5·max to 1.25·max: the band where saturation policies and overflow ties differ (about 1/3 overflow)
+    for (auto& x : out) x = sign() * mx * (0.5 + 0.75 * rng.uniform());
   } else if (f.kind == "ties") {
     const auto vals = positive_values(opt_format(f, text));
     for (auto& x : out) {

@@ -1,0 +1,1628 @@
+// fp8ref — the numerical diff: analysis (see include/fp8ref/diff.h for what each section means).
+//
+// One streaming pass per output tensor over fixed chunks (OpenMP, dynamic schedule). Every statistic is either a
+// count, a max with the lowest index breaking ties, a bounded worst-K set under a total order, or a sum taken per
+// chunk and added in chunk order, so the report does not depend on the number of threads. Structure counters
+// (per row, 1x128 group, 128x128 block, attached scale block) are shared arrays updated atomically, on
+// mismatches only. A second pass, over blocks with unexplained mismatches only, looks for blocks off by one
+// common factor.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <cerrno>
+#include <map>
+#include <optional>
+#include <queue>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "diff/internal.h"
+#include "fp8ref/convert.h"
+#include "fp8ref/error.h"
+#include "fp8ref/golden.h"
+
+namespace fp8ref::diff {
+
+// ---- names --------------------------------------------------------------------------------------------------
+
+const char* to_string(ValueClass c) {
+  static const char* const n[] = {"NaN", "+Inf", "-Inf", "+0", "-0", "+max", "-max", "finite"};
+  return n[static_cast<int>(c)];
+}
+const char* to_string(Mismatch m) {
+  static const char* const n[] = {"nan_policy", "overflow",        "scale",        "tie",
+                                  "double_rounding", "subnormal_flush", "accumulation", "wrong"};
+  return n[static_cast<int>(m)];
+}
+const char* to_string(Verdict v) {
+  static const char* const n[] = {"PASS", "MISTRUSTED", "FAIL"};
+  return n[static_cast<int>(v)];
+}
+
+// ---- tolerances ---------------------------------------------------------------------------------------------
+
+std::string Tolerance::to_string() const {
+  switch (kind) {
+    case Kind::exact: return "exact";
+    case Kind::bound: return "bound";
+    case Kind::ulp: return "ulp:" + std::to_string(ulp) + (frac < 1.0 ? ",frac:" + detail::num(frac) : "");
+    case Kind::absrel: return "abs:" + detail::num(abs) + ",rel:" + detail::num(rel);
+  }
+  return "?";
+}
+
+Tolerance parse_tolerance(std::string_view text) {
+  const std::string t(text);
+  auto bad = [&](const std::string& why) {
+    return InputError("--tol '" + t + "': " + why + " (expected exact, ulp:K[,frac:F], abs:A,rel:R or bound)");
+  };
+  Tolerance tol;
+  if (t == "exact") return tol;
+  if (t == "bound") {
+    tol.kind = Tolerance::Kind::bound;
+    return tol;
+  }
+  // key:value pairs separated by commas
+  std::map<std::string, std::string> kv;
+  size_t pos = 0;
+  while (pos <= t.size()) {
+    const size_t comma = t.find(',', pos);
+    const std::string item = t.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == item.size()) throw bad("'" + item + "' is not key:value");
+    const std::string k = item.substr(0, colon), v = item.substr(colon + 1);
+    if (k != "ulp" && k != "frac" && k != "abs" && k != "rel") throw bad("unknown key '" + k + "'");
+    if (kv.count(k)) throw bad("'" + k + "' given twice");
+    kv[k] = v;
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  auto number = [&](const std::string& k) {
+    const std::string& v = kv[k];
+    char* end = nullptr;
+    errno = 0;
+    const double d = std::strtod(v.c_str(), &end);
+    if (end == v.c_str() || *end != '\0' || errno != 0 || !std::isfinite(d) || d < 0)
+      throw bad("'" + k + ":" + v + "' needs a finite number >= 0");
+    return d;
+  };
+  if (kv.count("ulp")) {
+    if (kv.count("abs") || kv.count("rel")) throw bad("ulp and abs/rel do not combine");
+    tol.kind = Tolerance::Kind::ulp;
+    const std::string& v = kv["ulp"];
+    if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 19)
+      throw bad("'ulp:" + v + "' needs a whole number of ULPs");
+    tol.ulp = std::stoull(v);
+    if (kv.count("frac")) {
+      tol.frac = number("frac");
+      if (tol.frac > 1) throw bad("frac is a fraction of the elements, in [0, 1]");
+    }
+    return tol;
+  }
+  if (kv.count("frac")) throw bad("frac goes with ulp:K");
+  tol.kind = Tolerance::Kind::absrel;
+  if (kv.count("abs")) tol.abs = number("abs");
+  if (kv.count("rel")) tol.rel = number("rel");
+  return tol;
+}
+
+namespace detail {
+
+std::string num(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[40];
+  for (int prec : {6, 9, 17}) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+std::string round_up_2(double v) {
+  if (!(v > 0) || !std::isfinite(v)) return num(v);
+  char buf[40];
+  for (int prec = 2; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+    double r = std::strtod(buf, nullptr);
+    if (r >= v) return buf;
+    // bump the last significant digit up
+    const double e = std::floor(std::log10(v)) - (prec - 1);
+    r = (std::floor(v / std::pow(10.0, e)) + 1) * std::pow(10.0, e);
+    std::snprintf(buf, sizeof buf, "%.*g", prec, r);
+    if (std::strtod(buf, nullptr) >= v) return buf;
+  }
+  return num(v);
+}
+
+std::string factor_string(double f) {
+  if (std::isnan(f)) return "×? (undefined)";
+  if (std::isinf(f)) return f > 0 ? "×inf" : "×-inf";
+  int e = 0;
+  const double m = std::frexp(f, &e);
+  if (m == 0.5 && e - 1 != 0) {
+    const int k = e - 1;
+    return "×" + num(f) + " (ue8m0 off by " + (k == 1 || k == -1 ? std::string("one") : std::to_string(std::abs(k))) +
+           ")";
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "×%.6g", f);
+  return buf;
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+std::string index_string(const std::vector<int64_t>& index) { return shape_string(index); }
+
+std::string hex_bits(uint64_t bits, size_t bytes) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%0*llx", static_cast<int>(bytes * 2), static_cast<unsigned long long>(bits));
+  return buf;
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::num;
+
+// ---- element formats ----------------------------------------------------------------------------------------
+
+struct Fmt {
+  io::DType dtype = io::DType::U8;
+  size_t size = 1;
+  enum class Kind : uint8_t { fp, sint, uint } kind = Kind::uint;
+  Format format = Format::e4m3fn;
+  SpecialStyle style = SpecialStyle::ieee;
+  uint64_t sign_mask = 0, exp_mask = 0, man_mask = 0, max_mag = 0;
+  int man_bits = 0;
+  double max_value = 0;
+  double lut[256] = {};      // 1-byte formats: the value of each code
+  uint8_t cls_lut[256] = {};  // 1-byte formats: the ValueClass of each code
+
+  explicit Fmt(io::DType d) : dtype(d), size(io::dtype_size(d)) {
+    if (auto f = io::dtype_format(d)) {
+      kind = Kind::fp;
+      format = *f;
+      const FormatInfo& fi = format_info(format);
+      style = fi.special;
+      man_bits = fi.man_bits;
+      man_mask = (uint64_t{1} << fi.man_bits) - 1;
+      exp_mask = ((uint64_t{1} << fi.exp_bits) - 1) << fi.man_bits;
+      sign_mask = fi.is_signed ? uint64_t{1} << (fi.bits - 1) : 0;
+      max_mag = format == Format::f64 ? 0x7FEFFFFFFFFFFFFFull : fi.max_code;
+      max_value = fi.max_value;
+    } else {
+      kind = (d == io::DType::I8 || d == io::DType::I16 || d == io::DType::I32 || d == io::DType::I64) ? Kind::sint
+                                                                                                        : Kind::uint;
+    }
+    if (size == 1)
+      for (int c = 0; c < 256; ++c) {
+        lut[c] = value_slow(c);
+        cls_lut[c] = static_cast<uint8_t>(classify_slow(c));
+      }
+  }
+
+  bool is_fp8() const { return kind == Kind::fp && size == 1; }
+
+  double value_slow(uint64_t b) const {
+    if (kind == Kind::uint) return static_cast<double>(b);
+    if (kind == Kind::sint) {
+      const int sh = 64 - static_cast<int>(size) * 8;
+      return static_cast<double>(static_cast<int64_t>(b << sh) >> sh);
+    }
+    switch (format) {
+      case Format::f64: {
+        double v;
+        std::memcpy(&v, &b, 8);
+        return v;
+      }
+      case Format::f32: {
+        const uint32_t u = static_cast<uint32_t>(b);
+        float v;
+        std::memcpy(&v, &u, 4);
+        return v;
+      }
+      case Format::bf16: {
+        const uint32_t u = static_cast<uint32_t>(b) << 16;
+        float v;
+        std::memcpy(&v, &u, 4);
+        return v;
+      }
+      case Format::f16: {
+        const int e = static_cast<int>((b >> 10) & 0x1F), m = static_cast<int>(b & 0x3FF);
+        const double s = (b & 0x8000) ? -1.0 : 1.0;
+        if (e == 31) return m ? std::nan("") : s * HUGE_VAL;
+        if (e == 0) return s * std::ldexp(m, -24);
+        return s * std::ldexp(1024 + m, e - 25);
+      }
+      default: return ref::value_of(format, static_cast<uint8_t>(b));
+    }
+  }
+  double value(uint64_t b) const { return size == 1 ? lut[b & 0xFF] : value_slow(b); }
+
+  ValueClass classify_slow(uint64_t b) const {
+    if (kind != Kind::fp) return value_slow(b) == 0 ? ValueClass::pos_zero : ValueClass::finite;
+    const bool neg = (b & sign_mask) != 0;
+    const uint64_t mag = b & ~sign_mask;
+    switch (style) {
+      case SpecialStyle::e8m0:
+        return b == 0xFF ? ValueClass::nan : b == max_mag ? ValueClass::pos_max : ValueClass::finite;
+      case SpecialStyle::fnuz:
+        if (b == 0x80) return ValueClass::nan;
+        break;
+      case SpecialStyle::fn:
+        if (mag == (exp_mask | man_mask)) return ValueClass::nan;
+        break;
+      case SpecialStyle::ieee:
+        if ((mag & exp_mask) == exp_mask)
+          return (mag & man_mask) ? ValueClass::nan : neg ? ValueClass::neg_inf : ValueClass::pos_inf;
+        break;
+    }
+    if (mag == 0) return neg ? ValueClass::neg_zero : ValueClass::pos_zero;
+    if (mag == max_mag) return neg ? ValueClass::neg_max : ValueClass::pos_max;
+    return ValueClass::finite;
+  }
+  ValueClass classify(uint64_t b) const {
+    return size == 1 ? static_cast<ValueClass>(cls_lut[b & 0xFF]) : classify_slow(b);
+  }
+
+  // Position on the ordered finite encodings (-0 and +0 the same point).
+  int64_t ordinal(uint64_t b) const {
+    if (kind == Kind::uint) return static_cast<int64_t>(b);
+    if (kind == Kind::sint) {
+      const int sh = 64 - static_cast<int>(size) * 8;
+      return static_cast<int64_t>(b << sh) >> sh;
+    }
+    const uint64_t mag = b & ~sign_mask;
+    return (b & sign_mask) ? -static_cast<int64_t>(mag) : static_cast<int64_t>(mag);
+  }
+  static uint64_t distance(int64_t x, int64_t y) {
+    return x >= y ? static_cast<uint64_t>(x) - static_cast<uint64_t>(y) : static_cast<uint64_t>(y) - static_cast<uint64_t>(x);
+  }
+  bool is_subnormal(uint64_t b) const {
+    if (kind != Kind::fp || style == SpecialStyle::e8m0) return false;
+    const uint64_t mag = b & ~sign_mask;
+    return mag != 0 && (mag & exp_mask) == 0;
+  }
+  // The spacing of the encodings at b (the larger neighbour gap, for a finite b).
+  double spacing(uint64_t b) const {
+    if (kind != Kind::fp) return 1.0;
+    const uint64_t mag = b & ~sign_mask;
+    const uint64_t other = mag < max_mag ? mag + 1 : mag - 1;
+    return std::fabs(value(other) - value(mag));
+  }
+};
+
+// Round an exact value to the tensor's format with RNE (and nonsat overflow), directly or through F first.
+struct Rounder {
+  bool ok = false;
+  bool fp8 = false;
+  Format target = Format::e4m3fn;
+  ConversionSpec spec;
+  std::vector<Format> via;
+
+  explicit Rounder(const Fmt& f) {
+    if (f.kind != Fmt::Kind::fp) return;
+    target = f.format;
+    if (f.is_fp8() && f.format != Format::ue8m0) {
+      ok = fp8 = true;
+      spec.to = target;
+      spec.rounding = Rounding::rne;
+      spec.overflow = Overflow::nonsat;
+      spec.nan = NanOut::keep_sign;
+      spec.nan_code = format_info(target).special == SpecialStyle::fnuz ? 0x80 : 0x7F;
+      spec.f64_path = F64Path::direct;
+      via = {Format::f32, Format::f16, Format::bf16};
+    } else if (target == Format::bf16 || target == Format::f16) {
+      ok = true;
+      via = {Format::f32};
+    }
+  }
+  uint64_t direct(uint64_t xbits) const {
+    return fp8 ? ref::encode(Format::f64, xbits, spec) : ref::narrow(Format::f64, xbits, target);
+  }
+  uint64_t through(uint64_t xbits, Format F) const {
+    const uint64_t i = ref::narrow(Format::f64, xbits, F);
+    return fp8 ? ref::encode(F, i, spec) : ref::narrow(F, i, target);
+  }
+};
+
+// ---- fp8ref.outputs -----------------------------------------------------------------------------------------
+
+struct OutputInfo {
+  std::string role = "data", format, contract = "exact", of;
+  std::vector<std::string> dims;
+  std::vector<int64_t> block;
+  bool declared = false;
+};
+
+std::map<std::string, OutputInfo> parse_outputs(const io::SafetensorsFile& f, const std::string& what) {
+  std::map<std::string, OutputInfo> out;
+  auto it = f.metadata.find("fp8ref.outputs");
+  if (it == f.metadata.end()) return out;
+  auto bad = [&](const std::string& why) { return InputError(what + ": metadata 'fp8ref.outputs': " + why); };
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(it->second);
+  } catch (const std::exception& e) {
+    throw bad(std::string("not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw bad("not a JSON object");
+  for (auto& [name, v] : j.items()) {
+    if (!v.is_object()) throw bad("entry '" + name + "' is not an object");
+    OutputInfo o;
+    o.declared = true;
+    auto str = [&](const char* k, std::string* dst) {
+      if (!v.contains(k)) return;
+      if (!v[k].is_string()) throw bad("tensor '" + name + "': '" + k + "' is not a string");
+      *dst = v[k].get<std::string>();
+    };
+    str("role", &o.role);
+    str("format", &o.format);
+    str("contract", &o.contract);
+    str("of", &o.of);
+    if (o.role != "data" && o.role != "scale") throw bad("tensor '" + name + "': role '" + o.role + "' is not data or scale");
+    if (o.contract != "exact" && o.contract != "bound")
+      throw bad("tensor '" + name + "': contract '" + o.contract + "' is not exact or bound");
+    if (v.contains("dims")) {
+      if (!v["dims"].is_array()) throw bad("tensor '" + name + "': 'dims' is not a list");
+      for (auto& d : v["dims"]) {
+        if (!d.is_string()) throw bad("tensor '" + name + "': 'dims' holds a non-string");
+        o.dims.push_back(d.get<std::string>());
+      }
+    }
+    if (v.contains("block")) {
+      if (!v["block"].is_array()) throw bad("tensor '" + name + "': 'block' is not a list");
+      for (auto& d : v["block"]) {
+        if (!d.is_number_integer() || d.get<int64_t>() < 1) throw bad("tensor '" + name + "': 'block' entries must be integers >= 1");
+        o.block.push_back(d.get<int64_t>());
+      }
+    }
+    if (o.role == "scale" && (o.of.empty() || o.block.empty()))
+      throw bad("scale tensor '" + name + "' needs 'of' (its data tensor) and 'block'");
+    out[name] = o;
+  }
+  return out;
+}
+
+std::vector<int64_t> unravel(uint64_t flat, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    const uint64_t s = static_cast<uint64_t>(shape[d]);
+    idx[d] = s ? static_cast<int64_t>(flat % s) : 0;
+    flat = s ? flat / s : 0;
+  }
+  return idx;
+}
+
+// ---- worst-K ------------------------------------------------------------------------------------------------
+
+struct Cand {
+  uint8_t tier;  // 1: no ULP distance (NaN/Inf involved), 0: finite pair
+  uint64_t ulp;
+  double abs;
+  uint64_t flat;
+};
+// a is worse than b (a strict total order: the lower index wins ties)
+bool worse(const Cand& a, const Cand& b) {
+  if (a.tier != b.tier) return a.tier > b.tier;
+  if (a.ulp != b.ulp) return a.ulp > b.ulp;
+  if (a.abs != b.abs) return a.abs > b.abs;
+  return a.flat < b.flat;
+}
+struct WorseCmp {
+  bool operator()(const Cand& a, const Cand& b) const { return worse(a, b); }  // top() = the least bad
+};
+
+// ---- per-tensor analysis ------------------------------------------------------------------------------------
+
+int ulp_bucket(uint64_t u) {  // 0, 1, 2, 3-4, 5-8, 9-16, ...
+  if (u <= 2) return static_cast<int>(u);
+  int b = 2;
+  uint64_t hi = 2;
+  while (u > hi && b < 65) {
+    hi = hi > (UINT64_MAX >> 1) ? UINT64_MAX : hi * 2;
+    ++b;
+  }
+  return b;
+}
+std::string bucket_name(int b) {
+  if (b <= 2) return std::to_string(b);
+  const uint64_t hi = b >= 66 ? UINT64_MAX : (uint64_t{1} << (b - 1));
+  const uint64_t lo = (hi >> 1) + 1;
+  return std::to_string(lo) + "-" + std::to_string(hi);
+}
+constexpr int kBuckets = 67;
+
+bool finite_class(ValueClass c) {
+  return c == ValueClass::finite || c == ValueClass::pos_zero || c == ValueClass::neg_zero ||
+         c == ValueClass::pos_max || c == ValueClass::neg_max;
+}
+bool zero_class(ValueClass c) { return c == ValueClass::pos_zero || c == ValueClass::neg_zero; }
+bool max_class(ValueClass c) { return c == ValueClass::pos_max || c == ValueClass::neg_max; }
+bool inf_class(ValueClass c) { return c == ValueClass::pos_inf || c == ValueClass::neg_inf; }
+
+struct AttachedScale {
+  const io::Tensor* e = nullptr;
+  const io::Tensor* a = nullptr;
+  std::optional<Fmt> fmt;
+  std::vector<int64_t> block, sshape, sstride;
+  std::vector<uint8_t> differs;  // per scale element
+  uint64_t n_differ = 0;
+};
+
+uint64_t load(const io::Tensor& t, uint64_t i, size_t size) {
+  uint64_t b = 0;
+  std::memcpy(&b, t.data.data() + i * size, size);
+  return b;
+}
+double load_f64(const io::Tensor& t, uint64_t i) {
+  double v;
+  std::memcpy(&v, t.data.data() + i * 8, 8);
+  return v;
+}
+
+struct Analyzer {
+  const io::Tensor& E;
+  const io::Tensor& A;
+  const io::Tensor* X;      // exact.*
+  const io::Tensor* B;      // bound.*
+  const DiffOptions& opt;
+  Tolerance tol;
+  bool tol_bound_exact = false;  // tol bound without a bound tensor: judged exact
+  bool is_scale_tensor;
+  AttachedScale* sc;
+  Fmt fmt;
+  Rounder rounder;
+  std::vector<int64_t> shape;
+  int rank;
+  int64_t rows = 1, cols = 1, gcols = 1, bcols = 1, brows = 1;
+  uint64_t numel = 0;
+  std::vector<int64_t> dim_off;
+  int64_t dim_total = 0;
+
+  Analyzer(const io::Tensor& e, const io::Tensor& a, const io::Tensor* x, const io::Tensor* b, const DiffOptions& o,
+           Tolerance t, bool scale_tensor, AttachedScale* s)
+      : E(e), A(a), X(x), B(b), opt(o), tol(t), is_scale_tensor(scale_tensor), sc(s), fmt(e.dtype), rounder(fmt),
+        shape(e.shape), rank(static_cast<int>(e.shape.size())) {
+    if (tol.kind == Tolerance::Kind::bound && !B) tol_bound_exact = true;
+    if (fmt.size == 1) setup_classes8();
+    numel = static_cast<uint64_t>(E.numel());
+    if (rank >= 1) {
+      cols = shape.back();
+      rows = 1;
+      for (int d = 0; d + 1 < rank; ++d) rows *= shape[d];
+    }
+    gcols = (cols + 127) / 128;
+    bcols = gcols;
+    brows = (rows + 127) / 128;
+    dim_off.assign(rank, 0);
+    for (int d = 0; d < rank; ++d) {
+      dim_off[d] = dim_total;
+      dim_total += shape[d];
+    }
+  }
+
+  bool has_exact() const { return X != nullptr; }
+
+  int64_t scale_block_of(const std::vector<int64_t>& idx) const {
+    if (!sc) return -1;
+    int64_t sb = 0;
+    for (int d = 0; d < rank; ++d) sb += (idx[d] / sc->block[d]) * sc->sstride[d];
+    return sb;
+  }
+
+  // The mismatch class of a differing element (pure: the post-pass and worst-K call it again).
+  Mismatch classify(uint64_t flat, uint64_t eb, uint64_t ab, ValueClass ce, ValueClass ca, int64_t sb) const {
+    const bool ex = has_exact();
+    const double x = ex ? load_f64(*X, flat) : 0.0;
+    // NaN policy
+    if (ce == ValueClass::nan && ca == ValueClass::nan) return Mismatch::nan_policy;
+    if (ex && std::isnan(x) && (ce == ValueClass::nan || ca == ValueClass::nan)) {
+      const ValueClass o = ce == ValueClass::nan ? ca : ce;
+      if (max_class(o) || inf_class(o)) return Mismatch::nan_policy;
+    }
+    // overflow / saturation policy
+    {
+      const bool em = max_class(ce), am = max_class(ca);
+      if (em != am) {
+        const ValueClass m = em ? ce : ca, o = em ? ca : ce;
+        const bool neg = m == ValueClass::neg_max;
+        const bool other_ok = o == ValueClass::nan || (neg ? o == ValueClass::neg_inf : o == ValueClass::pos_inf);
+        const bool exact_ok = !ex || (!std::isnan(x) && (std::isinf(x) || std::fabs(x) > fmt.max_value));
+        if (other_ok && exact_ok) return Mismatch::overflow;
+      }
+    }
+    if (is_scale_tensor) return Mismatch::scale;
+    const bool fe = finite_class(ce), fa = finite_class(ca);
+    const double ve = fmt.value(eb), va = fmt.value(ab);
+    // the block's scale differs and the dequantized values agree within the rounding of both sides
+    if (sc && sb >= 0 && sc->differs[sb] && fe && fa) {
+      const double se = sc->fmt->value(load(*sc->e, sb, sc->fmt->size));
+      const double sa = sc->fmt->value(load(*sc->a, sb, sc->fmt->size));
+      if (std::isfinite(se) && std::isfinite(sa) && se != 0 && sa != 0) {
+        const double he = fmt.spacing(eb) / 2, ha = fmt.spacing(ab) / 2;
+        const bool mul = std::fabs(va * sa - ve * se) <= ha * std::fabs(sa) + he * std::fabs(se);
+        const bool div = std::fabs(va / sa - ve / se) <= ha / std::fabs(sa) + he / std::fabs(se);
+        if (mul || div) return Mismatch::scale;
+      }
+    }
+    if (ex && fe && fa && std::isfinite(x)) {
+      // rounding tie: neighbours, the exact value their midpoint
+      if (fmt.kind == Fmt::Kind::fp && fmt.format != Format::f64 &&
+          Fmt::distance(fmt.ordinal(eb), fmt.ordinal(ab)) == 1 && x == (ve + va) / 2)
+        return Mismatch::tie;
+      // double rounding: {expected, actual} = {RNE(x), RNE(RNE_F(x))}
+      if (rounder.ok) {
+        uint64_t xb;
+        std::memcpy(&xb, &x, 8);
+        const uint64_t d = rounder.direct(xb);
+        for (Format F : rounder.via) {
+          const uint64_t v = rounder.through(xb, F);
+          if (v != d && ((eb == d && ab == v) || (eb == v && ab == d))) return Mismatch::double_rounding;
+        }
+      }
+    }
+    if (fmt.is_subnormal(eb) && zero_class(ca)) return Mismatch::subnormal_flush;
+    if (B && fe && fa) {
+      const double b = load_f64(*B, flat);
+      if (std::fabs(va - ve) <= b) return Mismatch::accumulation;
+    }
+    return Mismatch::wrong;
+  }
+
+  // ---- per-thread accumulator ----
+  struct Acc {
+    uint64_t equal_cls[kNumValueClasses] = {};
+    uint64_t all_cls[kNumValueClasses + 1] = {};  // 1-byte formats: classes of every expected code (+ dummy)
+    uint64_t ce[kNumValueClasses] = {}, ca[kNumValueClasses] = {};
+    uint64_t conf[kNumValueClasses][kNumValueClasses] = {};
+    uint64_t hist[kBuckets] = {};
+    uint64_t mismatches = 0, no_distance = 0, incompatible = 0, max_ulp = 0;
+    uint64_t finite_pairs = 0, rel_pairs = 0, rel_undefined = 0;
+    double max_abs = -1, max_rel = -1;
+    uint64_t max_abs_flat = 0, max_rel_flat = 0;
+    uint64_t cls[kNumMismatchClasses] = {};
+    uint64_t violations = 0, scale_explained = 0;
+    std::priority_queue<Cand, std::vector<Cand>, WorseCmp> heap;
+    std::vector<uint64_t> heat;
+    std::vector<uint64_t> dims;
+    // the current item's structure counts (flushed with atomics once per item, not once per element)
+    int64_t item_c0 = 0;
+    size_t item_heat_base = 0;
+    uint64_t item_mism = 0;
+    std::vector<uint32_t> grp_local, sb_local;
+    std::vector<uint32_t> blk, sblk;  // per-thread block counts (when small)
+  };
+  static constexpr size_t kLocalMax = size_t{1} << 18;
+
+  void begin_item(Acc& acc, int64_t r, int64_t c0, int64_t c1) const {
+    acc.item_c0 = c0;
+    acc.item_heat_base = static_cast<size_t>(r * H / rows) * static_cast<size_t>(W);
+    acc.item_mism = 0;
+    acc.grp_local.assign(static_cast<size_t>((c1 - 1) / 128 - c0 / 128 + 1), 0);
+    if (sc) {
+      const int64_t bl = sc->block[rank - 1];
+      acc.sb_local.assign(static_cast<size_t>((c1 - 1) / bl - c0 / bl + 1), 0);
+    }
+  }
+  void flush_item(Acc& acc, int64_t r, int64_t sb_base) {
+    if (!acc.item_mism) return;
+    {
+      const uint32_t n = static_cast<uint32_t>(acc.item_mism);
+#pragma omp atomic
+      row_cnt[r] += n;
+    }
+    const int64_t g0 = acc.item_c0 / 128;
+    for (size_t k = 0; k < acc.grp_local.size(); ++k) {
+      const uint32_t n = acc.grp_local[k];
+      if (!n) continue;
+      const int64_t g = g0 + static_cast<int64_t>(k);
+#pragma omp atomic
+      group_cnt[r * gcols + g] += n;
+      const size_t bi = static_cast<size_t>((r / 128) * bcols + g);
+      if (block_cnt.size() <= kLocalMax) {  // small: per thread (threads share 128-row bands), summed in merge()
+        if (acc.blk.empty()) acc.blk.assign(block_cnt.size(), 0);
+        acc.blk[bi] += n;
+      } else {
+#pragma omp atomic
+        block_cnt[bi] += n;
+      }
+    }
+    if (sc) {
+      const int64_t bl = sc->block[rank - 1], b0 = acc.item_c0 / bl;
+      for (size_t k = 0; k < acc.sb_local.size(); ++k) {
+        const uint32_t n = acc.sb_local[k];
+        if (!n) continue;
+        const int64_t sb = sb_base + (b0 + static_cast<int64_t>(k)) * sc->sstride[rank - 1];
+        if (sblock_cnt.size() <= kLocalMax) {
+          if (acc.sblk.empty()) acc.sblk.assign(sblock_cnt.size(), 0);
+          acc.sblk[static_cast<size_t>(sb)] += n;
+        } else {
+#pragma omp atomic
+          sblock_cnt[sb] += n;
+        }
+      }
+    }
+  }
+
+  // One-byte codes: the ValueClass of every expected code is counted in 16-byte vectors. The (up to) four frequent
+  // non-finite codes (+-0, +-max; ue8m0: max and NaN) are counted with byte compares; the rare ones (NaN/Inf
+  // magnitudes above max) are found by one compare per vector and looked up. Slots past the format's codes count
+  // into a dummy bucket (index kNumValueClasses).
+  typedef int8_t v16 __attribute__((vector_size(16)));
+  v16 freq_vec[4] = {};
+  int freq_cls[4] = {kNumValueClasses, kNumValueClasses, kNumValueClasses, kNumValueClasses};
+  bool rare_by_mag = false;  // signed fp formats: a magnitude above max is NaN or Inf
+  int8_t max_mag8 = 0;
+
+  void setup_classes8() {
+    std::vector<std::pair<uint8_t, int>> f;
+    if (fmt.kind == Fmt::Kind::fp && fmt.style != SpecialStyle::e8m0) {
+      for (uint8_t c : {uint8_t{0x00}, uint8_t{0x80}, static_cast<uint8_t>(fmt.max_mag), static_cast<uint8_t>(0x80 | fmt.max_mag)})
+        f.push_back({c, fmt.cls_lut[c]});
+      rare_by_mag = true;
+      max_mag8 = static_cast<int8_t>(fmt.max_mag);
+    } else {
+      for (int c = 0; c < 256; ++c)
+        if (fmt.cls_lut[c] != static_cast<uint8_t>(ValueClass::finite)) f.push_back({static_cast<uint8_t>(c), fmt.cls_lut[c]});
+    }
+    if (f.size() > 4) throw std::logic_error("diff: more than 4 special one-byte codes");
+    for (size_t k = 0; k < f.size(); ++k) {
+      for (int l = 0; l < 16; ++l) freq_vec[k][l] = static_cast<int8_t>(f[k].first);
+      freq_cls[k] = f[k].second;
+    }
+  }
+
+  // Counts the classes of p[0..n) into cls (which has kNumValueClasses + 1 entries) and calls one(i) for every i
+  // where p[i] != q[i].
+  template <typename F>
+  void scan8(const uint8_t* p, const uint8_t* q, size_t n, uint64_t* cls, F&& one) const {
+    uint64_t tot[4] = {}, rare[kNumValueClasses + 1] = {};
+    uint64_t counted = 0;
+    size_t i = 0;
+    const v16 m7f = v16{} + 0x7F, mx = v16{} + max_mag8;
+    while (i + 16 <= n) {
+      v16 acc0 = {}, acc1 = {}, acc2 = {}, acc3 = {};
+      const size_t end = i + std::min<size_t>((n - i) / 16, 255) * 16;
+      for (; i < end; i += 16) {
+        v16 x;
+        std::memcpy(&x, p + i, 16);
+        acc0 -= (x == freq_vec[0]);
+        acc1 -= (x == freq_vec[1]);
+        acc2 -= (x == freq_vec[2]);
+        acc3 -= (x == freq_vec[3]);
+        if (rare_by_mag) {
+          const v16 big = (x & m7f) > mx;
+          uint64_t h0, h1;
+          std::memcpy(&h0, &big, 8);
+          std::memcpy(&h1, reinterpret_cast<const char*>(&big) + 8, 8);
+          if (h0 | h1)
+            for (int l = 0; l < 16; ++l)
+              if (big[l]) rare[fmt.cls_lut[p[i + l]]]++;
+        }
+        uint64_t a0, a1, b0, b1;
+        std::memcpy(&a0, p + i, 8);
+        std::memcpy(&a1, p + i + 8, 8);
+        std::memcpy(&b0, q + i, 8);
+        std::memcpy(&b1, q + i + 8, 8);
+        if (a0 != b0 || a1 != b1)
+          for (size_t l = 0; l < 16; ++l)
+            if (p[i + l] != q[i + l]) one(i + l);
+        counted += 16;
+      }
+      for (int l = 0; l < 16; ++l) {
+        tot[0] += static_cast<uint8_t>(acc0[l]);
+        tot[1] += static_cast<uint8_t>(acc1[l]);
+        tot[2] += static_cast<uint8_t>(acc2[l]);
+        tot[3] += static_cast<uint8_t>(acc3[l]);
+      }
+    }
+    // vector part: frequent codes by compare, rare (NaN/Inf) by lookup, the rest finite
+    uint64_t special = 0;
+    for (int k = 0; k < 4; ++k) {
+      cls[freq_cls[k]] += tot[k];
+      if (freq_cls[k] != kNumValueClasses) special += tot[k];
+    }
+    for (int c = 0; c < kNumValueClasses; ++c) {
+      cls[c] += rare[c];
+      special += rare[c];
+    }
+    cls[static_cast<int>(ValueClass::finite)] += counted - special;
+    // the tail: every class by lookup
+    for (; i < n; ++i) {
+      cls[fmt.cls_lut[p[i]]]++;
+      if (p[i] != q[i]) one(i);
+    }
+  }
+
+  // shared structure counters
+  std::vector<uint32_t> row_cnt, group_cnt, block_cnt, sblock_cnt;
+  std::vector<double> chunk_abs, chunk_rel;
+  Acc total;
+  int H = 0, W = 0;
+  std::vector<uint16_t> heat_col;  // heatmap column of each column
+
+  void mismatch(Acc& acc, uint64_t flat, int64_t r, int64_t c, const std::vector<int64_t>& lead, int64_t sb_base,
+                uint64_t eb, uint64_t ab, double& sum_abs, double& sum_rel) {
+    const ValueClass ce = fmt.classify(eb), ca = fmt.classify(ab);
+    acc.ce[static_cast<int>(ce)]++;
+    acc.ca[static_cast<int>(ca)]++;
+    acc.conf[static_cast<int>(ce)][static_cast<int>(ca)]++;
+    acc.mismatches++;
+    const bool fe = finite_class(ce), fa = finite_class(ca);
+    Cand cand{0, 0, 0.0, flat};
+    bool compatible = true;
+    double abs_err = 0, ve = 0;
+    if (fe && fa) {
+      const uint64_t u = Fmt::distance(fmt.ordinal(eb), fmt.ordinal(ab));
+      acc.hist[ulp_bucket(u)]++;
+      acc.max_ulp = std::max(acc.max_ulp, u);
+      ve = fmt.value(eb);
+      const double va = fmt.value(ab);
+      abs_err = std::fabs(va - ve);
+      acc.finite_pairs++;
+      sum_abs += abs_err;
+      if (abs_err > acc.max_abs || (abs_err == acc.max_abs && flat < acc.max_abs_flat)) {
+        acc.max_abs = abs_err;
+        acc.max_abs_flat = flat;
+      }
+      if (ve != 0) {
+        const double rel = abs_err / std::fabs(ve);
+        acc.rel_pairs++;
+        sum_rel += rel;
+        if (rel > acc.max_rel || (rel == acc.max_rel && flat < acc.max_rel_flat)) {
+          acc.max_rel = rel;
+          acc.max_rel_flat = flat;
+        }
+      } else if (va != 0) {
+        acc.rel_undefined++;
+      }
+      cand = Cand{0, u, abs_err, flat};
+    } else {
+      acc.no_distance++;
+      if (!(ce == ValueClass::nan && ca == ValueClass::nan)) {
+        acc.incompatible++;
+        compatible = false;
+      }
+      cand = Cand{1, 0, 0.0, flat};
+    }
+    // tolerance
+    bool viol = false;
+    switch (tol.kind) {
+      case Tolerance::Kind::exact: viol = true; break;
+      case Tolerance::Kind::ulp: viol = !compatible || cand.ulp > tol.ulp; break;
+      case Tolerance::Kind::absrel: viol = !compatible || (fe && fa && abs_err > tol.abs + tol.rel * std::fabs(ve)); break;
+      case Tolerance::Kind::bound:
+        viol = tol_bound_exact || !compatible || (fe && fa && abs_err > load_f64(*B, flat));
+        break;
+    }
+    if (viol) acc.violations++;
+    // class
+    const int64_t sb = sc ? sb_base + (c / sc->block[rank - 1]) * sc->sstride[rank - 1] : -1;
+    const Mismatch m = classify(flat, eb, ab, ce, ca, sb);
+    acc.cls[static_cast<int>(m)]++;
+    if (m == Mismatch::scale && sc && !is_scale_tensor) acc.scale_explained++;
+    // structure: counted per item here, flushed to the shared arrays by flush_item()
+    acc.item_mism++;
+    acc.grp_local[c / 128 - acc.item_c0 / 128]++;
+    if (sc) acc.sb_local[c / sc->block[rank - 1] - acc.item_c0 / sc->block[rank - 1]]++;
+    (void)r;
+    if (acc.heat.empty()) acc.heat.assign(static_cast<size_t>(H) * W, 0);
+    acc.heat[acc.item_heat_base + heat_col[static_cast<size_t>(c)]]++;
+    if (rank > 0) {
+      if (acc.dims.empty()) acc.dims.assign(static_cast<size_t>(dim_total), 0);
+      for (int d = 0; d + 1 < rank; ++d) acc.dims[dim_off[d] + lead[d]]++;
+      acc.dims[dim_off[rank - 1] + c]++;
+    }
+    // worst-K
+    if (opt.top_k > 0) {
+      if (acc.heap.size() < opt.top_k) {
+        acc.heap.push(cand);
+      } else if (worse(cand, acc.heap.top())) {
+        acc.heap.pop();
+        acc.heap.push(cand);
+      }
+    }
+  }
+
+  template <typename T>
+  void run_pass() {
+    const int64_t kSeg = 65536;
+    const int64_t seg_len = std::min<int64_t>(cols, kSeg);
+    const int64_t nseg = (cols + kSeg - 1) / kSeg;
+    const int64_t items = rows * nseg;
+    const int64_t per_chunk = std::max<int64_t>(1, kSeg / std::max<int64_t>(1, seg_len));
+    const int64_t nchunks = (items + per_chunk - 1) / per_chunk;
+    chunk_abs.assign(nchunks, 0.0);
+    chunk_rel.assign(nchunks, 0.0);
+    const T* e = reinterpret_cast<const T*>(E.data.data());
+    const T* a = reinterpret_cast<const T*>(A.data.data());
+    const int nt = opt.threads > 0 ? opt.threads : omp_get_max_threads();
+    const std::vector<int64_t> lead_shape(shape.begin(), shape.end() - (rank > 0 ? 1 : 0));
+#pragma omp parallel num_threads(nt)
+    {
+      Acc acc;
+      std::vector<int64_t> lead;
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t ch = 0; ch < nchunks; ++ch) {
+        double sum_abs = 0, sum_rel = 0;
+        const int64_t i1 = std::min(items, (ch + 1) * per_chunk);
+        for (int64_t it = ch * per_chunk; it < i1; ++it) {
+          const int64_t r = it / nseg, c0 = (it % nseg) * kSeg, c1 = std::min(cols, c0 + kSeg);
+          bool have_lead = false;
+          int64_t sb_base = 0;
+          const uint64_t base = static_cast<uint64_t>(r) * cols;
+          begin_item(acc, r, c0, c1);
+          auto one = [&](int64_t c) {
+            const uint64_t eb = e[base + c], ab = a[base + c];
+            if (eb == ab) {
+              if (sizeof(T) != 1) acc.equal_cls[static_cast<int>(fmt.classify(eb))]++;
+              return;
+            }
+            if (!have_lead) {
+              lead = unravel(static_cast<uint64_t>(r), lead_shape);
+              if (sc) {
+                sb_base = 0;
+                for (int d = 0; d + 1 < rank; ++d) sb_base += (lead[d] / sc->block[d]) * sc->sstride[d];
+              }
+              have_lead = true;
+            }
+            mismatch(acc, base + c, r, c, lead, sb_base, eb, ab, sum_abs, sum_rel);
+          };
+          if (sizeof(T) == 1) {
+            // one-byte codes: classes of every expected code counted in vectors; equal bytes skipped in 16s
+            scan8(reinterpret_cast<const uint8_t*>(e + base + c0), reinterpret_cast<const uint8_t*>(a + base + c0),
+                  static_cast<size_t>(c1 - c0), acc.all_cls, [&](size_t k) { one(c0 + static_cast<int64_t>(k)); });
+          } else {
+            for (int64_t c = c0; c < c1; ++c) one(c);
+          }
+          flush_item(acc, r, sb_base);
+        }
+        chunk_abs[ch] = sum_abs;
+        chunk_rel[ch] = sum_rel;
+      }
+#pragma omp critical(fp8ref_diff_merge)
+      merge(acc);
+    }
+  }
+
+  void merge(Acc& acc) {
+    Acc& t = total;
+    for (int i = 0; i < kNumValueClasses; ++i) {
+      // 1-byte formats count every expected code; the equal ones are those minus the mismatching ones
+      t.equal_cls[i] += fmt.size == 1 ? acc.all_cls[i] - acc.ce[i] : acc.equal_cls[i];
+      t.ce[i] += acc.ce[i];
+      t.ca[i] += acc.ca[i];
+      for (int j = 0; j < kNumValueClasses; ++j) t.conf[i][j] += acc.conf[i][j];
+    }
+    for (int i = 0; i < kBuckets; ++i) t.hist[i] += acc.hist[i];
+    t.mismatches += acc.mismatches;
+    t.no_distance += acc.no_distance;
+    t.incompatible += acc.incompatible;
+    t.max_ulp = std::max(t.max_ulp, acc.max_ulp);
+    t.finite_pairs += acc.finite_pairs;
+    t.rel_pairs += acc.rel_pairs;
+    t.rel_undefined += acc.rel_undefined;
+    if (acc.max_abs > t.max_abs || (acc.max_abs == t.max_abs && acc.max_abs_flat < t.max_abs_flat)) {
+      t.max_abs = acc.max_abs;
+      t.max_abs_flat = acc.max_abs_flat;
+    }
+    if (acc.max_rel > t.max_rel || (acc.max_rel == t.max_rel && acc.max_rel_flat < t.max_rel_flat)) {
+      t.max_rel = acc.max_rel;
+      t.max_rel_flat = acc.max_rel_flat;
+    }
+    for (int i = 0; i < kNumMismatchClasses; ++i) t.cls[i] += acc.cls[i];
+    t.violations += acc.violations;
+    t.scale_explained += acc.scale_explained;
+    while (!acc.heap.empty()) {
+      const Cand c = acc.heap.top();
+      acc.heap.pop();
+      if (t.heap.size() < opt.top_k) {
+        t.heap.push(c);
+      } else if (worse(c, t.heap.top())) {
+        t.heap.pop();
+        t.heap.push(c);
+      }
+    }
+    for (size_t i = 0; i < acc.blk.size(); ++i) block_cnt[i] += acc.blk[i];
+    for (size_t i = 0; i < acc.sblk.size(); ++i) sblock_cnt[i] += acc.sblk[i];
+    if (!acc.heat.empty()) {
+      if (t.heat.empty()) t.heat.assign(acc.heat.size(), 0);
+      for (size_t i = 0; i < acc.heat.size(); ++i) t.heat[i] += acc.heat[i];
+    }
+    if (!acc.dims.empty()) {
+      if (t.dims.empty()) t.dims.assign(acc.dims.size(), 0);
+      for (size_t i = 0; i < acc.dims.size(); ++i) t.dims[i] += acc.dims[i];
+    }
+  }
+
+  // ---- post-pass: blocks off by one common factor ----
+  struct BlockFactor {
+    uint64_t block;
+    double factor;
+  };
+  std::vector<BlockFactor> factor_blocks;  // sorted by block
+  std::string factor_unit;                 // "scale block" or "group 1x128"
+  std::vector<int64_t> factor_block_shape;
+
+  // Iterates the flats of the box lo..hi (inclusive-exclusive per dim) while fn returns true.
+  template <typename F>
+  void for_box(const std::vector<int64_t>& lo, const std::vector<int64_t>& hi, F&& fn) const {
+    if (rank == 0) {
+      fn(0);
+      return;
+    }
+    for (int d = 0; d < rank; ++d)
+      if (lo[d] >= hi[d]) return;
+    std::vector<int64_t> idx = lo;
+    while (true) {
+      uint64_t flat = 0;
+      for (int d = 0; d < rank; ++d) flat = flat * shape[d] + idx[d];
+      for (int64_t c = lo[rank - 1]; c < hi[rank - 1]; ++c)
+        if (!fn(flat + (c - lo[rank - 1]))) return;
+      int d = rank - 2;
+      for (; d >= 0; --d) {
+        if (++idx[d] < hi[d]) break;
+        idx[d] = lo[d];
+      }
+      if (d < 0) return;
+    }
+  }
+
+  void post_pass() {
+    if (total.cls[static_cast<int>(Mismatch::wrong)] == 0 || is_scale_tensor || fmt.kind != Fmt::Kind::fp ||
+        fmt.format == Format::ue8m0 || rank == 0)
+      return;
+    // the blocks: the attached scale's, else the 1x128 groups
+    const bool use_scale = sc != nullptr;
+    std::vector<int64_t> bshape(rank, 1);
+    if (use_scale) bshape = sc->block;
+    else bshape[rank - 1] = 128;
+    factor_unit = use_scale ? "scale block" : "group 1x128";
+    factor_block_shape = bshape;
+    std::vector<int64_t> nb(rank);
+    for (int d = 0; d < rank; ++d) nb[d] = (shape[d] + bshape[d] - 1) / bshape[d];
+    const std::vector<uint32_t>& cnt = use_scale ? sblock_cnt : group_cnt;
+    std::vector<int64_t> cand;
+    for (size_t b = 0; b < cnt.size(); ++b)
+      if (cnt[b]) cand.push_back(static_cast<int64_t>(b));
+    const double u = std::ldexp(1.0, -(fmt.man_bits + 1));
+    const double band = ((1 + u) / (1 - u)) * ((1 + u) / (1 - u));
+    uint64_t moved = 0;
+    std::vector<BlockFactor> found;
+#pragma omp parallel num_threads(opt.threads > 0 ? opt.threads : omp_get_max_threads())
+    {
+      std::vector<BlockFactor> local;
+      uint64_t local_moved = 0;
+#pragma omp for schedule(dynamic, 16)
+      for (size_t k = 0; k < cand.size(); ++k) {
+        const uint64_t b = static_cast<uint64_t>(cand[k]);
+        const std::vector<int64_t> bi = unravel(b, nb);
+        std::vector<int64_t> lo(rank), hi(rank);
+        for (int d = 0; d < rank; ++d) {
+          lo[d] = bi[d] * bshape[d];
+          hi[d] = std::min(shape[d], lo[d] + bshape[d]);
+        }
+        bool broken = false;
+        uint64_t changed = 0, wrong = 0, nratio = 0;
+        double rmin = HUGE_VAL, rmax = 0;
+        for_box(lo, hi, [&](uint64_t flat) {
+          const uint64_t eb = load(E, flat, fmt.size), ab = load(A, flat, fmt.size);
+          const ValueClass ce = fmt.classify(eb), ca = fmt.classify(ab);
+          if (!finite_class(ce) || !finite_class(ca)) return true;  // specials are classified on their own
+          const bool ze = zero_class(ce), za = zero_class(ca);
+          if (ze && za) return true;
+          if (eb == ab) return !(broken = true);  // a nonzero element the factor left alone
+          ++changed;
+          if (ze || za) {
+            if (!(fmt.is_subnormal(ze ? ab : eb))) broken = true;  // only underflow may cross zero
+          } else if (!fmt.is_subnormal(eb) && !fmt.is_subnormal(ab)) {
+            const double r = fmt.value(ab) / fmt.value(eb);
+            if (!(r > 0)) return !(broken = true);
+            rmin = std::min(rmin, r);
+            rmax = std::max(rmax, r);
+            ++nratio;
+            if (rmax / rmin > band || (rmin <= 1 && rmax >= 1)) broken = true;
+          }
+          return !broken;
+        });
+        if (broken || changed < 2 || nratio == 0) continue;
+        // a common factor: the block's unexplained ("wrong") mismatches become scale errors
+        for_box(lo, hi, [&](uint64_t flat) {
+          const uint64_t eb = load(E, flat, fmt.size), ab = load(A, flat, fmt.size);
+          if (eb == ab) return true;
+          const int64_t sb = use_scale ? static_cast<int64_t>(b) : (sc ? scale_block_of(unravel(flat, shape)) : -1);
+          if (classify(flat, eb, ab, fmt.classify(eb), fmt.classify(ab), sb) == Mismatch::wrong) ++wrong;
+          return true;
+        });
+        if (wrong == 0) continue;
+        double f = std::sqrt(rmin * rmax);
+        // a power of two inside the band is the factor
+        const double p = std::exp2(std::round(std::log2(f)));
+        if (p >= rmin / (1 + u) / (1 + u) && p <= rmax * (1 + u) * (1 + u) && rmax / rmin <= (1 + u) * (1 + u)) f = p;
+        if (rmin == rmax) f = rmin;
+        local.push_back({b, f});
+        local_moved += wrong;
+      }
+#pragma omp critical(fp8ref_diff_post)
+      {
+        found.insert(found.end(), local.begin(), local.end());
+        moved += local_moved;
+      }
+    }
+    std::sort(found.begin(), found.end(), [](const BlockFactor& x, const BlockFactor& y) { return x.block < y.block; });
+    factor_blocks = std::move(found);
+    total.cls[static_cast<int>(Mismatch::wrong)] -= moved;
+    total.cls[static_cast<int>(Mismatch::scale)] += moved;
+  }
+
+  bool in_factor_block(uint64_t flat) const {
+    if (factor_blocks.empty()) return false;
+    const std::vector<int64_t> idx = unravel(flat, shape);
+    uint64_t b = 0;
+    for (int d = 0; d < rank; ++d) {
+      const int64_t nb = (shape[d] + factor_block_shape[d] - 1) / factor_block_shape[d];
+      b = b * nb + idx[d] / factor_block_shape[d];
+    }
+    return std::binary_search(factor_blocks.begin(), factor_blocks.end(), BlockFactor{b, 0},
+                              [](const BlockFactor& x, const BlockFactor& y) { return x.block < y.block; });
+  }
+
+  void run(TensorReport& rep) {
+    H = static_cast<int>(std::min<int64_t>(std::max(1, opt.heatmap_rows), rows));
+    W = static_cast<int>(std::min<int64_t>(std::max(1, opt.heatmap_cols), cols));
+    if (numel > 0) {
+      heat_col.resize(static_cast<size_t>(cols));
+      for (int64_t c = 0; c < cols; ++c) heat_col[c] = static_cast<uint16_t>(c * W / cols);
+      row_cnt.assign(rows, 0);
+      group_cnt.assign(static_cast<size_t>(rows * gcols), 0);
+      block_cnt.assign(static_cast<size_t>(brows * bcols), 0);
+      if (sc) sblock_cnt.assign(sc->differs.size(), 0);
+      switch (fmt.size) {
+        case 1: run_pass<uint8_t>(); break;
+        case 2: run_pass<uint16_t>(); break;
+        case 4: run_pass<uint32_t>(); break;
+        default: run_pass<uint64_t>(); break;
+      }
+      post_pass();
+    }
+    fill(rep);
+  }
+
+  // ---- the report ----
+  Breakdown breakdown(const std::string& name, const uint32_t* cnt, size_t units, uint64_t unit_elements) const {
+    Breakdown b;
+    b.name = name;
+    b.units = units;
+    b.unit_elements = unit_elements;
+    using P = std::pair<uint64_t, uint64_t>;  // (count, unit)
+    auto cmp = [](const P& x, const P& y) { return x.first != y.first ? x.first > y.first : x.second < y.second; };
+    std::priority_queue<P, std::vector<P>, decltype(cmp)> top(cmp);
+    int64_t run_start = -1;
+    for (size_t i = 0; i <= units; ++i) {
+      const uint64_t c = i < units ? cnt[i] : 0;
+      if (c) {
+        b.units_with_mismatch++;
+        top.push({c, i});
+        if (top.size() > 8) top.pop();
+        if (run_start < 0) run_start = static_cast<int64_t>(i);
+      } else if (run_start >= 0) {
+        if (b.ranges.size() < 16) b.ranges.push_back({run_start, static_cast<int64_t>(i) - 1});
+        else b.ranges_truncated = true;
+        run_start = -1;
+      }
+    }
+    while (!top.empty()) {
+      b.top.push_back({top.top().second, top.top().first});
+      top.pop();
+    }
+    std::reverse(b.top.begin(), b.top.end());
+    return b;
+  }
+
+  std::string group_name(uint64_t g) const {
+    const int64_t r = static_cast<int64_t>(g) / gcols, c0 = (static_cast<int64_t>(g) % gcols) * 128;
+    return "row " + std::to_string(r) + ", cols " + std::to_string(c0) + "-" + std::to_string(std::min(cols, c0 + 128) - 1);
+  }
+
+  void fill(TensorReport& rep) {
+    const Acc& t = total;
+    rep.compared = true;
+    // 3. specials
+    SpecialsSection& sp = rep.specials;
+    for (int i = 0; i < kNumValueClasses; ++i) {
+      sp.expected[i] = t.ce[i] + t.equal_cls[i];
+      sp.actual[i] = t.ca[i] + t.equal_cls[i];
+      for (int j = 0; j < kNumValueClasses; ++j) {
+        sp.confusion[i][j] = t.conf[i][j] + (i == j ? t.equal_cls[i] : 0);
+        if (i != j && t.conf[i][j]) sp.differ = true;
+      }
+    }
+    // 4. metrics
+    MetricsSection& m = rep.metrics;
+    m.numel = numel;
+    m.bitwise_equal = numel - t.mismatches;
+    m.no_distance = t.no_distance;
+    m.incompatible = t.incompatible;
+    m.max_ulp = t.max_ulp;
+    uint64_t equal_finite = 0, equal_nonzero = 0;
+    for (int i = 0; i < kNumValueClasses; ++i) {
+      const ValueClass c = static_cast<ValueClass>(i);
+      if (finite_class(c)) equal_finite += t.equal_cls[i];
+      if (finite_class(c) && !zero_class(c)) equal_nonzero += t.equal_cls[i];
+    }
+    uint64_t hist0 = t.hist[0] + m.bitwise_equal;
+    for (int b = 0; b < kBuckets; ++b) {
+      const uint64_t v = b == 0 ? hist0 : t.hist[b];
+      if (v) m.ulp_histogram.push_back({bucket_name(b), v});
+    }
+    if (t.no_distance) m.ulp_histogram.push_back({"n/a", t.no_distance});
+    m.finite_pairs = t.finite_pairs + equal_finite;
+    m.rel_pairs = t.rel_pairs + equal_nonzero;
+    m.rel_undefined = t.rel_undefined;
+    double sa = 0, sr = 0;
+    for (size_t i = 0; i < chunk_abs.size(); ++i) {
+      sa += chunk_abs[i];
+      sr += chunk_rel[i];
+    }
+    m.max_abs = std::max(0.0, t.max_abs);
+    m.max_abs_flat = t.max_abs_flat;
+    m.mean_abs = m.finite_pairs ? sa / static_cast<double>(m.finite_pairs) : 0;
+    m.max_rel = std::max(0.0, t.max_rel);
+    m.max_rel_flat = t.max_rel_flat;
+    m.mean_rel = m.rel_pairs ? sr / static_cast<double>(m.rel_pairs) : 0;
+    {
+      std::vector<Cand> w;
+      auto heap = t.heap;
+      while (!heap.empty()) {
+        w.push_back(heap.top());
+        heap.pop();
+      }
+      std::sort(w.begin(), w.end(), worse);
+      for (const Cand& c : w) {
+        WorstElement we;
+        we.flat = c.flat;
+        we.index = unravel(c.flat, shape);
+        we.expected_bits = load(E, c.flat, fmt.size);
+        we.actual_bits = load(A, c.flat, fmt.size);
+        we.expected = fmt.value(we.expected_bits);
+        we.actual = fmt.value(we.actual_bits);
+        if (X) we.exact = load_f64(*X, c.flat);
+        const ValueClass ce = fmt.classify(we.expected_bits), ca = fmt.classify(we.actual_bits);
+        if (finite_class(ce) && finite_class(ca)) {
+          we.ulp = c.ulp;
+          we.abs_err = std::fabs(we.actual - we.expected);
+          we.rel_err = we.expected != 0 ? we.abs_err / std::fabs(we.expected) : (we.abs_err == 0 ? 0 : HUGE_VAL);
+        } else {
+          we.abs_err = we.rel_err = std::nan("");
+        }
+        we.cls = classify(c.flat, we.expected_bits, we.actual_bits, ce, ca, sc ? scale_block_of(we.index) : -1);
+        if (we.cls == Mismatch::wrong && in_factor_block(c.flat)) we.cls = Mismatch::scale;
+        m.worst.push_back(std::move(we));
+      }
+    }
+    // 5. structure
+    StructureSection& s = rep.structure;
+    s.rows = rows;
+    s.cols = cols;
+    if (t.mismatches) {
+      s.breakdowns.push_back(breakdown("row", row_cnt.data(), row_cnt.size(), static_cast<uint64_t>(cols)));
+      if (!is_scale_tensor) {  // a scale tensor's own 1x128 groups mean nothing
+        s.breakdowns.push_back(breakdown("group 1x128", group_cnt.data(), group_cnt.size(), 0));
+        s.breakdowns.push_back(breakdown("block 128x128", block_cnt.data(), block_cnt.size(), 0));
+      }
+      std::vector<uint32_t> tmp;
+      for (int d = 0; d < rank; ++d) {
+        const std::string name = d < static_cast<int>(rep.dims.size()) ? rep.dims[d] : "d" + std::to_string(d);
+        tmp.assign(static_cast<size_t>(shape[d]), 0);
+        for (int64_t i = 0; i < shape[d]; ++i)
+          tmp[i] = static_cast<uint32_t>(std::min<uint64_t>(UINT32_MAX, t.dims.empty() ? 0 : t.dims[dim_off[d] + i]));
+        Breakdown b = breakdown("dim " + name, tmp.data(), tmp.size(), numel / std::max<int64_t>(1, shape[d]));
+        s.breakdowns.push_back(std::move(b));
+      }
+      // heatmap
+      s.heat_rows = H;
+      s.heat_cols = W;
+      std::vector<uint64_t> rc(H, 0), cc(W, 0);
+      for (int64_t r = 0; r < rows; ++r) rc[r * H / rows]++;
+      for (int64_t c = 0; c < cols; ++c) cc[c * W / cols]++;
+      for (int h = 0; h < H; ++h) {
+        std::string line;
+        for (int w = 0; w < W; ++w) {
+          const uint64_t n = t.heat.empty() ? 0 : t.heat[static_cast<size_t>(h) * W + w];
+          const uint64_t tot = rc[h] * cc[w];
+          char ch = '.';
+          if (n && n >= tot) ch = '#';
+          else if (n) ch = static_cast<char>('0' + std::clamp<int>(static_cast<int>(std::ceil(10.0 * n / tot)), 1, 9));
+          line += ch;
+        }
+        s.heatmap.push_back(line);
+      }
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "each cell %s%lld rows x %s%lld cols", rows % H ? "~" : "",
+                    static_cast<long long>((rows + H - 1) / H), cols % W ? "~" : "",
+                    static_cast<long long>((cols + W - 1) / W));
+      s.cell = buf;
+      // transposed values (square 2-D outputs)
+      if (rank == 2 && rows == cols && rows > 1) {
+        bool eq = true;
+        for (int64_t i = 0; i < rows && eq; ++i)
+          for (int64_t j = 0; j < cols && eq; ++j)
+            eq = std::memcmp(E.data.data() + (i * cols + j) * fmt.size, A.data.data() + (j * cols + i) * fmt.size,
+                             fmt.size) == 0;
+        if (eq) s.notes.push_back("ACTUAL equals EXPECTED transposed (a transposed output)");
+      }
+    }
+    // 6. classes
+    ClassSection& cl = rep.classes;
+    for (int i = 0; i < kNumMismatchClasses; ++i) cl.counts[i] = t.cls[i];
+    cl.exact_available = X != nullptr;
+    cl.bound_available = B != nullptr;
+    cl.scale_blocks = factor_blocks.size();
+    for (size_t i = 0; i < factor_blocks.size() && i < 8; ++i) {
+      const BlockFactor& bf = factor_blocks[i];
+      std::string where;
+      if (factor_unit == "group 1x128") {
+        where = "group " + std::to_string(bf.block) + " (" + group_name(bf.block) + ")";
+      } else {
+        std::vector<int64_t> nb(rank);
+        for (int d = 0; d < rank; ++d) nb[d] = (shape[d] + factor_block_shape[d] - 1) / factor_block_shape[d];
+        const std::vector<int64_t> bi = unravel(bf.block, nb);
+        where = "scale block " + detail::index_string(bi) + " (" + rep.name + "[";
+        for (int d = 0; d < rank; ++d)
+          where += (d ? ", " : "") + std::to_string(bi[d] * factor_block_shape[d]) + ":" +
+                   std::to_string(std::min(shape[d], (bi[d] + 1) * factor_block_shape[d]));
+        where += "])";
+      }
+      cl.scale_block_examples.push_back(where + ": " + detail::factor_string(bf.factor));
+    }
+    if (!factor_blocks.empty())
+      s.notes.push_back(std::to_string(factor_blocks.size()) + " " + factor_unit +
+                        (factor_blocks.size() == 1 ? "" : "s") + " off by one common factor (scale error)");
+    if (sc) rep.scale.data_explained = t.scale_explained;
+    // 7. tolerance
+    rep.tol = tol;
+    if (tol_bound_exact) rep.tol_note = "no derived bound for this output (no bound tensor in EXPECTED): judged exact";
+    rep.tol_violations = t.violations;
+    const uint64_t mism = t.mismatches;
+    switch (tol.kind) {
+      case Tolerance::Kind::exact: rep.tol_pass = mism == 0; break;
+      case Tolerance::Kind::ulp:
+        rep.tol_pass = t.incompatible == 0 && t.max_ulp <= tol.ulp &&
+                       static_cast<double>(mism) <= tol.frac * static_cast<double>(numel);
+        break;
+      default: rep.tol_pass = t.violations == 0; break;
+    }
+    if (mism == 0) {
+      rep.min_tolerance = "exact";
+    } else if (t.incompatible) {
+      rep.min_tolerance = "none (" + std::to_string(t.incompatible) + " element" + (t.incompatible == 1 ? "" : "s") +
+                          " change special-value class)";
+    } else {
+      const double frac = static_cast<double>(mism) / static_cast<double>(numel);
+      rep.min_tolerance = "ulp:" + std::to_string(t.max_ulp) + (frac < 1 ? ",frac:" + detail::round_up_2(frac) : "");
+      if (m.max_abs > 0) rep.min_tolerance_alternatives.push_back("abs:" + detail::round_up_2(m.max_abs) + ",rel:0");
+      if (t.rel_undefined == 0 && m.max_rel > 0) rep.min_tolerance_alternatives.push_back("abs:0,rel:" + detail::round_up_2(m.max_rel));
+    }
+    // 8. trust
+    const double n = static_cast<double>(std::max<uint64_t>(1, numel));
+    const double zeros = (sp.expected[static_cast<int>(ValueClass::pos_zero)] + sp.expected[static_cast<int>(ValueClass::neg_zero)]) / n;
+    const double sat = (sp.expected[static_cast<int>(ValueClass::pos_max)] + sp.expected[static_cast<int>(ValueClass::neg_max)]) / n;
+    const double nan = sp.expected[static_cast<int>(ValueClass::nan)] / n;
+    auto pct = [](double f) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%.1f%%", 100 * f);
+      return std::string(b);
+    };
+    std::vector<std::string> why;
+    if (zeros > 0.9) why.push_back("zeros " + pct(zeros) + " > 90%");
+    if (sat > 0.5) why.push_back("saturated (±max) " + pct(sat) + " > 50%");
+    if (nan > 0.5) why.push_back("NaN " + pct(nan) + " > 50%");
+    rep.mistrusted = !why.empty() && numel > 0;
+    if (rep.mistrusted) {
+      rep.trust_note = "EXPECTED is ";
+      for (size_t i = 0; i < why.size(); ++i) rep.trust_note += (i ? "; " : "") + why[i];
+      rep.trust_note += ": the data cannot show much";
+    } else {
+      rep.trust_note = "zeros " + pct(zeros) + ", saturated " + pct(sat) + ", NaN " + pct(nan);
+    }
+  }
+};
+
+// ---- scale tensors ------------------------------------------------------------------------------------------
+
+void fill_scale_section(TensorReport& rep, const io::Tensor& se, const io::Tensor& sa, const std::vector<int64_t>& block,
+                        const std::string& of, const std::vector<int64_t>* data_shape) {
+  ScaleSection& s = rep.scale;
+  s.present = true;
+  s.is_scale = true;
+  s.tensor = of;
+  s.block = block;
+  const Fmt f(se.dtype);
+  const uint64_t n = static_cast<uint64_t>(se.numel());
+  s.blocks = n;
+  std::unordered_map<uint64_t, uint64_t> first_of;  // expected bits -> first block carrying them
+  first_of.reserve(static_cast<size_t>(std::min<uint64_t>(n, 1 << 20)));
+  for (uint64_t i = 0; i < n; ++i) first_of.emplace(load(se, i, f.size), i);
+  std::map<double, uint64_t> factors;
+  uint64_t nan_factors = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t eb = load(se, i, f.size), ab = load(sa, i, f.size);
+    if (eb == ab) continue;
+    s.blocks_differing++;
+    const double ve = f.value(eb), va = f.value(ab);
+    const double factor = va / ve;
+    if (std::isnan(factor)) nan_factors++;
+    else factors[factor]++;
+    std::optional<uint64_t> other;
+    auto it = first_of.find(ab);
+    if (it != first_of.end() && it->second != i) other = it->second;
+    if (other) s.from_other_block++;
+    if (s.listed.size() < 16) {
+      ScaleBlockDiff d;
+      d.flat = i;
+      d.index = unravel(i, se.shape);
+      if (data_shape && data_shape->size() == block.size())
+        for (size_t k = 0; k < block.size(); ++k)
+          d.covers.push_back({d.index[k] * block[k], std::min((*data_shape)[k], (d.index[k] + 1) * block[k])});
+      d.expected_bits = eb;
+      d.actual_bits = ab;
+      d.expected = ve;
+      d.actual = va;
+      d.factor = factor;
+      d.other_block = other;
+      if (other) d.other_index = unravel(*other, se.shape);
+      s.listed.push_back(std::move(d));
+    }
+  }
+  std::vector<std::pair<double, uint64_t>> fv(factors.begin(), factors.end());
+  if (nan_factors) fv.push_back({std::nan(""), nan_factors});
+  std::stable_sort(fv.begin(), fv.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
+  if (fv.size() > 8) fv.resize(8);
+  s.factors = fv;
+}
+
+std::string dtype_shape(const io::Tensor& t) { return std::string(io::dtype_name(t.dtype)) + " " + detail::shape_string(t.shape); }
+
+void summarize(TensorReport& r, const DiffOptions& o) {
+  char buf[512];
+  std::string s = r.name + "  " + to_string(r.verdict) + "  ";
+  switch (r.presence) {
+    case TensorReport::Presence::missing: r.summary = s + "missing in " + o.actual_name; return;
+    case TensorReport::Presence::extra: r.summary = s + "extra in " + o.actual_name + " (not in " + o.expected_name + ")"; return;
+    case TensorReport::Presence::dtype_mismatch:
+    case TensorReport::Presence::shape_mismatch:
+    case TensorReport::Presence::transposed: r.summary = s + r.presence_note; return;
+    case TensorReport::Presence::ok: break;
+  }
+  const MetricsSection& m = r.metrics;
+  const uint64_t diff = m.numel - m.bitwise_equal;
+  std::snprintf(buf, sizeof buf, "%s %s  bitwise %.4g%% (%llu of %llu differ)", r.format.c_str(),
+                detail::shape_string(r.expected_shape).c_str(),
+                m.numel ? 100.0 * static_cast<double>(m.bitwise_equal) / static_cast<double>(m.numel) : 100.0,
+                static_cast<unsigned long long>(diff), static_cast<unsigned long long>(m.numel));
+  s += buf;
+  if (diff) {
+    s += "  max " + std::to_string(m.max_ulp) + " ULP";
+    std::string cls;
+    for (int i = 0; i < kNumMismatchClasses; ++i)
+      if (r.classes.counts[i]) cls += (cls.empty() ? "" : ", ") + std::string(to_string(static_cast<Mismatch>(i))) + " " + std::to_string(r.classes.counts[i]);
+    s += "  classes: " + cls;
+  }
+  if (r.scale.is_scale && r.scale.blocks_differing) s += "  scale blocks differing: " + std::to_string(r.scale.blocks_differing);
+  s += "  tol " + r.tol.to_string();
+  if (r.mistrusted) s += "  (" + r.trust_note + ")";
+  r.summary = s;
+}
+
+}  // namespace
+
+// ---- the whole file -----------------------------------------------------------------------------------------
+
+DiffReport diff_files(const io::SafetensorsFile& expected, const io::SafetensorsFile& actual, const DiffOptions& opt) {
+  DiffReport rep;
+  rep.expected_name = opt.expected_name;
+  rep.actual_name = opt.actual_name;
+  auto md = [](const io::SafetensorsFile& f, const char* k) {
+    auto it = f.metadata.find(k);
+    return it == f.metadata.end() ? std::string() : it->second;
+  };
+  rep.descriptor = md(expected, "fp8ref.descriptor");
+  rep.expected_backend = md(expected, "fp8ref.backend");
+  rep.actual_backend = md(actual, "fp8ref.backend");
+  if (!rep.descriptor.empty()) {
+    try {
+      rep.repro = golden::repro_command(golden::parse_descriptor(rep.descriptor));
+    } catch (const InputError&) {
+      rep.repro = "fp8ref golden --case '" + rep.descriptor + "' --out DIR";
+    }
+  }
+  const std::map<std::string, OutputInfo> infos = parse_outputs(expected, opt.expected_name);
+  auto is_output = [](const std::string& n) { return n.rfind("output.", 0) == 0; };
+  auto info_of = [&](const io::Tensor& t) {
+    auto it = infos.find(t.name);
+    OutputInfo o = it != infos.end() ? it->second : OutputInfo{};
+    if (auto f = io::dtype_format(t.dtype)) {
+      if (o.format.empty()) o.format = format_name(*f);
+      Format declared;
+      if (o.declared && (!parse_format(o.format, &declared) || declared != *f))
+        throw InputError(opt.expected_name + ": tensor '" + t.name + "': fp8ref.outputs says format '" + o.format +
+                         "' but the tensor is " + io::dtype_name(t.dtype));
+    } else if (o.format.empty()) {
+      o.format = io::dtype_name(t.dtype);
+    }
+    if (o.dims.empty() && t.shape.size() == 2) o.dims = {"row", "col"};
+    if (!o.dims.empty() && o.dims.size() != t.shape.size())
+      throw InputError(opt.expected_name + ": tensor '" + t.name + "': fp8ref.outputs 'dims' has " +
+                       std::to_string(o.dims.size()) + " names for a rank-" + std::to_string(t.shape.size()) + " tensor");
+    return o;
+  };
+
+  // Order: scale tensors, then data tensors, EXPECTED's file order; then extras in ACTUAL.
+  std::vector<const io::Tensor*> order;
+  for (int pass = 0; pass < 2; ++pass)
+    for (const io::Tensor& t : expected.tensors) {
+      if (!is_output(t.name)) continue;
+      auto it = infos.find(t.name);
+      const bool scale = it != infos.end() && it->second.role == "scale";
+      if (scale == (pass == 0)) order.push_back(&t);
+    }
+
+  // Validate auxiliary tensors and scale geometry up front (bad input: exit 2, no partial report).
+  auto aux = [&](const io::Tensor& out, const char* prefix) -> const io::Tensor* {
+    const std::string name = prefix + out.name.substr(7);
+    const io::Tensor* x = expected.find(name);
+    if (!x) return nullptr;
+    if (x->dtype != io::DType::F64 || x->shape != out.shape)
+      throw InputError(opt.expected_name + ": tensor '" + name + "' is " + dtype_shape(*x) + ", expected F64 " +
+                       detail::shape_string(out.shape) + " (the shape of '" + out.name + "')");
+    return x;
+  };
+  for (const io::Tensor* t : order) {
+    const OutputInfo o = info_of(*t);
+    aux(*t, "exact.");
+    aux(*t, "bound.");
+    if (o.role == "scale") {
+      const io::Tensor* data = expected.find(o.of);
+      if (!data) throw InputError(opt.expected_name + ": scale tensor '" + t->name + "' is 'of' '" + o.of + "', which is not in the file");
+      if (o.block.size() != data->shape.size() || t->shape.size() != data->shape.size())
+        throw InputError(opt.expected_name + ": scale tensor '" + t->name + "' " + detail::shape_string(t->shape) + " with block " +
+                         detail::shape_string(o.block) + " does not fit data '" + o.of + "' " + detail::shape_string(data->shape));
+      for (size_t d = 0; d < o.block.size(); ++d)
+        if (t->shape[d] != (data->shape[d] + o.block[d] - 1) / o.block[d])
+          throw InputError(opt.expected_name + ": scale tensor '" + t->name + "' " + detail::shape_string(t->shape) + " with block " +
+                           detail::shape_string(o.block) + " does not fit data '" + o.of + "' " + detail::shape_string(data->shape));
+    }
+  }
+
+  std::map<std::string, AttachedScale> attached;  // data tensor name -> its scale
+  for (const io::Tensor* t : order) {
+    const OutputInfo o = info_of(*t);
+    TensorReport r;
+    r.name = t->name;
+    r.role = o.role;
+    r.format = o.format;
+    r.contract = o.contract;
+    r.dims = o.dims;
+    r.expected_dtype = io::dtype_name(t->dtype);
+    r.expected_shape = t->shape;
+    const io::Tensor* a = actual.find(t->name);
+    if (!a) {
+      r.presence = TensorReport::Presence::missing;
+      r.presence_note = "missing in " + opt.actual_name;
+    } else {
+      r.actual_dtype = io::dtype_name(a->dtype);
+      r.actual_shape = a->shape;
+      if (a->dtype != t->dtype) {
+        r.presence = TensorReport::Presence::dtype_mismatch;
+        r.presence_note = "dtype differs: " + opt.expected_name + " " + dtype_shape(*t) + ", " + opt.actual_name + " " + dtype_shape(*a);
+      } else if (a->shape != t->shape) {
+        std::vector<int64_t> rev(t->shape.rbegin(), t->shape.rend());
+        if (a->numel() == t->numel() && a->shape == rev) {
+          r.presence = TensorReport::Presence::transposed;
+          r.presence_note = "transposed: " + opt.expected_name + " " + detail::shape_string(t->shape) + ", " + opt.actual_name + " " +
+                            detail::shape_string(a->shape) + " (shape reversed)";
+          if (t->shape.size() == 2) {
+            const int64_t R = t->shape[0], C = t->shape[1];
+            const size_t sz = io::dtype_size(t->dtype);
+            bool eq = true;
+            for (int64_t i = 0; i < R && eq; ++i)
+              for (int64_t j = 0; j < C && eq; ++j)
+                eq = std::memcmp(t->data.data() + (i * C + j) * sz, a->data.data() + (j * R + i) * sz, sz) == 0;
+            r.presence_note += eq ? "; its values are EXPECTED transposed, bit for bit" : "; its values are not EXPECTED transposed either";
+          }
+        } else {
+          r.presence = TensorReport::Presence::shape_mismatch;
+          r.presence_note = "shape differs: " + opt.expected_name + " " + detail::shape_string(t->shape) + ", " + opt.actual_name +
+                            " " + detail::shape_string(a->shape) + (a->numel() == t->numel() ? " (same element count: reshaped)" : "");
+        }
+      }
+    }
+    if (r.presence == TensorReport::Presence::ok) {
+      AttachedScale* sc = nullptr;
+      if (o.role == "scale") {
+        const io::Tensor* data = expected.find(o.of);
+        fill_scale_section(r, *t, *a, o.block, o.of, data ? &data->shape : nullptr);
+        // attach to the data tensor
+        AttachedScale& as = attached[o.of];
+        as.e = t;
+        as.a = a;
+        as.fmt.emplace(t->dtype);
+        as.block = o.block;
+        as.sshape = t->shape;
+        as.sstride.assign(t->shape.size(), 1);
+        for (int d = static_cast<int>(t->shape.size()) - 2; d >= 0; --d) as.sstride[d] = as.sstride[d + 1] * t->shape[d + 1];
+        const uint64_t n = static_cast<uint64_t>(t->numel());
+        as.differs.assign(n, 0);
+        for (uint64_t i = 0; i < n; ++i)
+          if (load(*t, i, as.fmt->size) != load(*a, i, as.fmt->size)) {
+            as.differs[i] = 1;
+            as.n_differ++;
+          }
+      } else {
+        auto it = attached.find(t->name);
+        if (it != attached.end()) {
+          sc = &it->second;
+          ScaleSection& s = r.scale;
+          s.present = true;
+          s.tensor = sc->e->name;
+          s.block = sc->block;
+          s.blocks = sc->differs.size();
+          s.blocks_differing = sc->n_differ;
+          uint64_t per_block = 1;
+          for (int64_t b : sc->block) per_block *= static_cast<uint64_t>(b);
+          // elements in differing blocks (edge blocks counted exactly)
+          for (uint64_t i = 0; i < sc->differs.size(); ++i) {
+            if (!sc->differs[i]) continue;
+            const std::vector<int64_t> bi = unravel(i, sc->sshape);
+            uint64_t cnt = 1;
+            for (size_t d = 0; d < bi.size(); ++d)
+              cnt *= static_cast<uint64_t>(std::min(t->shape[d], (bi[d] + 1) * sc->block[d]) - bi[d] * sc->block[d]);
+            s.data_in_differing_blocks += cnt;
+          }
+          (void)per_block;
+        }
+      }
+      Tolerance tol = opt.tol ? *opt.tol : (o.contract == "bound" ? Tolerance{Tolerance::Kind::bound} : Tolerance{});
+      Analyzer an(*t, *a, aux(*t, "exact."), aux(*t, "bound."), opt, tol, o.role == "scale", sc);
+      an.run(r);
+    } else {
+      r.tol = opt.tol ? *opt.tol : (o.contract == "bound" ? Tolerance{Tolerance::Kind::bound} : Tolerance{});
+      r.tol_pass = false;
+    }
+    r.verdict = r.presence != TensorReport::Presence::ok || !r.tol_pass ? Verdict::fail
+                : r.mistrusted                                         ? Verdict::mistrusted
+                                                                       : Verdict::pass;
+    summarize(r, opt);
+    rep.tensors.push_back(std::move(r));
+  }
+  for (const io::Tensor& t : actual.tensors) {
+    if (!is_output(t.name) || expected.find(t.name)) continue;
+    TensorReport r;
+    r.name = t.name;
+    r.presence = TensorReport::Presence::extra;
+    r.actual_dtype = io::dtype_name(t.dtype);
+    r.actual_shape = t.shape;
+    r.presence_note = "extra in " + opt.actual_name + " (" + dtype_shape(t) + "), not in " + opt.expected_name;
+    r.tol_pass = false;
+    r.verdict = Verdict::fail;
+    summarize(r, opt);
+    rep.tensors.push_back(std::move(r));
+  }
+  if (rep.tensors.empty())
+    throw InputError(opt.expected_name + ": no output.* tensors to compare (and none in " + opt.actual_name + ")");
+  rep.verdict = Verdict::pass;
+  for (const TensorReport& r : rep.tensors)
+    if (static_cast<int>(r.verdict) > static_cast<int>(rep.verdict)) rep.verdict = r.verdict;
+  return rep;
+}
+
+}  // namespace fp8ref::diff

@@ -1,0 +1,91 @@
+// fp8ref diff — judges a result file against a golden file (include/fp8ref/diff.h has the details).
+//
+// Both files are read and the whole diff computed before anything is printed or written, so bad input (exit 2)
+// leaves no partial report and no --json file.
+#include <cstdio>
+#include <string>
+
+#include "cli.h"
+#include "fp8ref/diff.h"
+#include "fp8ref/error.h"
+#include "fp8ref/io.h"
+
+namespace fp8ref::cli {
+namespace {
+
+const char* kHelp =
+    "Usage: fp8ref diff EXPECTED ACTUAL [--tol T] [--json FILE] [--top K] [--quiet] [--threads N]\n"
+    "\n"
+    "Compares every output.* tensor of ACTUAL (a result file) with EXPECTED (a golden file), in this order:\n"
+    "  1. presence, dtype and shape (a reversed shape is named 'transposed');\n"
+    "  2. scale tensors first, bitwise: each differing block, the data it covers, the factor actual/expected;\n"
+    "  3. special values by class (NaN, +-Inf, +-0, saturated +-max) and their confusion table;\n"
+    "  4. metrics: bitwise-equal fraction, ULP distance on the format's ordered encodings and its histogram,\n"
+    "     max/mean abs and rel error, the worst K elements with index, bits, values and exact value;\n"
+    "  5. structure: mismatches per row, 1x128 group, 128x128 block and named dimension, with a heatmap;\n"
+    "  6. a class per mismatch: nan_policy, overflow, scale, tie, double_rounding, subnormal_flush,\n"
+    "     accumulation, wrong (EXPECTED's exact.* tensors make tie and double rounding visible);\n"
+    "  7. the smallest tolerance that would have passed, and the verdict under --tol;\n"
+    "  8. trust: MISTRUSTED when EXPECTED is > 90% zeros, > 50% saturated or > 50% NaN.\n"
+    "A failing diff prints the case's repro line (from EXPECTED's fp8ref.descriptor).\n"
+    "\n"
+    "Options:\n"
+    "  --tol T          exact (default for contract exact) | ulp:K[,frac:F] (within K ULP, at most a fraction F\n"
+    "                   not bitwise equal) | abs:A,rel:R (|a-e| <= A + R|e|) | bound (the op's derived bound;\n"
+    "                   default for contract bound). Applies to every output tensor.\n"
+    "  --json FILE      also write the whole report as JSON to FILE ('-': JSON on stdout instead of the text)\n"
+    "  --top K          worst elements listed per tensor (default 10)\n"
+    "  --quiet          print only the per-tensor summary lines, the verdict and the repro\n"
+    "  --threads N      worker threads (default: OpenMP's)\n"
+    "  -h, --help       this help\n"
+    "\n"
+    "Exit codes: 0 PASS or MISTRUSTED (printed as such), 1 FAIL, 2 bad usage or bad input (nothing written).\n";
+
+int parse_count(const std::string& flag, const std::string& v, long long lo, long long hi) {
+  char* end = nullptr;
+  const long long n = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || n < lo || n > hi)
+    throw UsageError(flag + " needs a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + v + "'");
+  return static_cast<int>(n);
+}
+
+int diff_main(int argc, char** argv) {
+  Args args(argc, argv,
+            {{"--tol"}, {"--json"}, {"--top"}, {"--quiet", Kind::flag}, {"--threads"}});
+  args.expect_positionals({"EXPECTED", "ACTUAL"});
+  const std::string exp_path = args.positionals()[0], act_path = args.positionals()[1];
+  diff::DiffOptions opt;
+  if (auto t = args.get("--tol")) {
+    try {
+      opt.tol = diff::parse_tolerance(*t);
+    } catch (const InputError& e) {
+      throw UsageError(e.what());
+    }
+  }
+  if (auto k = args.get("--top")) opt.top_k = static_cast<size_t>(parse_count("--top", *k, 0, 100000));
+  if (auto n = args.get("--threads")) opt.threads = parse_count("--threads", *n, 1, 4096);
+  opt.expected_name = exp_path;
+  opt.actual_name = act_path;
+  const io::SafetensorsFile expected = io::read_safetensors(exp_path);
+  const io::SafetensorsFile actual = io::read_safetensors(act_path);
+  const diff::DiffReport rep = diff::diff_files(expected, actual, opt);
+  const auto json_path = args.get("--json");
+  if (json_path && *json_path == "-") {
+    std::fputs(diff::render_json(rep).c_str(), stdout);
+  } else {
+    if (json_path) {
+      const std::string j = diff::render_json(rep);
+      io::write_file_atomic(*json_path, reinterpret_cast<const uint8_t*>(j.data()), j.size());
+    }
+    std::fputs(diff::render_text(rep, args.has("--quiet")).c_str(), stdout);
+  }
+  std::fflush(stdout);
+  return rep.exit_code();
+}
+
+}  // namespace
+
+const Command kCmd_diff = {"diff", "judge a result file against a golden file: classes, metrics, structure, verdict",
+                           &diff_main, kHelp};
+
+}  // namespace fp8ref::cli
