@@ -124,6 +124,10 @@ std::string num(double v) {
 
 std::string round_up_2(double v) {
   if (!(v > 0) || !std::isfinite(v)) return num(v);
+  {
+    const std::string exact = num(v);  // short and exact (544, 0.125): as it is
+    if (exact.size() <= 7 && exact.find('e') == std::string::npos) return exact;
+  }
   char buf[40];
   for (int prec = 2; prec <= 17; ++prec) {
     std::snprintf(buf, sizeof buf, "%.*g", prec, v);
@@ -459,9 +463,25 @@ struct AttachedScale {
 };
 
 uint64_t load(const io::Tensor& t, uint64_t i, size_t size) {
-  uint64_t b = 0;
-  std::memcpy(&b, t.data.data() + i * size, size);
-  return b;
+  const uint8_t* p = t.data.data() + i * size;
+  switch (size) {  // constant-size copies: inlined
+    case 1: return *p;
+    case 2: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return v;
+    }
+    case 4: {
+      uint32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    default: {
+      uint64_t v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+  }
 }
 double load_f64(const io::Tensor& t, uint64_t i) {
   double v;
@@ -683,7 +703,7 @@ struct Analyzer {
 
   // Counts the classes of p[0..n) into cls (which has kNumValueClasses + 1 entries) and calls one(i) for every i
   // where p[i] != q[i].
-  template <typename F>
+  template <bool Rare, typename F>
   void scan8(const uint8_t* p, const uint8_t* q, size_t n, uint64_t* cls, F&& one) const {
     uint64_t tot[4] = {}, rare[kNumValueClasses + 1] = {};
     uint64_t counted = 0;
@@ -699,7 +719,7 @@ struct Analyzer {
         acc1 -= (x == freq_vec[1]);
         acc2 -= (x == freq_vec[2]);
         acc3 -= (x == freq_vec[3]);
-        if (rare_by_mag) {
+        if (Rare) {
           const v16 big = (x & m7f) > mx;
           uint64_t h0, h1;
           std::memcpy(&h0, &big, 8);
@@ -879,8 +899,11 @@ struct Analyzer {
           };
           if (sizeof(T) == 1) {
             // one-byte codes: classes of every expected code counted in vectors; equal bytes skipped in 16s
-            scan8(reinterpret_cast<const uint8_t*>(e + base + c0), reinterpret_cast<const uint8_t*>(a + base + c0),
-                  static_cast<size_t>(c1 - c0), acc.all_cls, [&](size_t k) { one(c0 + static_cast<int64_t>(k)); });
+            const uint8_t* pe = reinterpret_cast<const uint8_t*>(e + base + c0);
+            const uint8_t* pa = reinterpret_cast<const uint8_t*>(a + base + c0);
+            auto on_diff = [&](size_t k) { one(c0 + static_cast<int64_t>(k)); };
+            if (rare_by_mag) scan8<true>(pe, pa, static_cast<size_t>(c1 - c0), acc.all_cls, on_diff);
+            else scan8<false>(pe, pa, static_cast<size_t>(c1 - c0), acc.all_cls, on_diff);
           } else {
             for (int64_t c = c0; c < c1; ++c) one(c);
           }
@@ -955,14 +978,14 @@ struct Analyzer {
 
   // Iterates the flats of the box lo..hi (inclusive-exclusive per dim) while fn returns true.
   template <typename F>
-  void for_box(const std::vector<int64_t>& lo, const std::vector<int64_t>& hi, F&& fn) const {
+  void for_box(const std::vector<int64_t>& lo, const std::vector<int64_t>& hi, std::vector<int64_t>& idx, F&& fn) const {
     if (rank == 0) {
       fn(0);
       return;
     }
     for (int d = 0; d < rank; ++d)
       if (lo[d] >= hi[d]) return;
-    std::vector<int64_t> idx = lo;
+    idx = lo;
     while (true) {
       uint64_t flat = 0;
       for (int d = 0; d < rank; ++d) flat = flat * shape[d] + idx[d];
@@ -991,9 +1014,6 @@ struct Analyzer {
     std::vector<int64_t> nb(rank);
     for (int d = 0; d < rank; ++d) nb[d] = (shape[d] + bshape[d] - 1) / bshape[d];
     const std::vector<uint32_t>& cnt = use_scale ? sblock_cnt : group_cnt;
-    std::vector<int64_t> cand;
-    for (size_t b = 0; b < cnt.size(); ++b)
-      if (cnt[b]) cand.push_back(static_cast<int64_t>(b));
     const double u = std::ldexp(1.0, -(fmt.man_bits + 1));
     const double band = ((1 + u) / (1 - u)) * ((1 + u) / (1 - u));
     uint64_t moved = 0;
@@ -1002,11 +1022,18 @@ struct Analyzer {
     {
       std::vector<BlockFactor> local;
       uint64_t local_moved = 0;
-#pragma omp for schedule(dynamic, 16)
-      for (size_t k = 0; k < cand.size(); ++k) {
-        const uint64_t b = static_cast<uint64_t>(cand[k]);
-        const std::vector<int64_t> bi = unravel(b, nb);
-        std::vector<int64_t> lo(rank), hi(rank);
+      std::vector<int64_t> bi(rank), lo(rank), hi(rank), idx(rank);  // reused: no allocation per block
+#pragma omp for schedule(dynamic, 4096)
+      for (size_t k = 0; k < cnt.size(); ++k) {
+        if (!cnt[k]) continue;  // only blocks with mismatches
+        const uint64_t b = static_cast<uint64_t>(k);
+        {
+          uint64_t f = b;
+          for (int d = rank - 1; d >= 0; --d) {
+            bi[d] = static_cast<int64_t>(f % static_cast<uint64_t>(nb[d]));
+            f /= static_cast<uint64_t>(nb[d]);
+          }
+        }
         for (int d = 0; d < rank; ++d) {
           lo[d] = bi[d] * bshape[d];
           hi[d] = std::min(shape[d], lo[d] + bshape[d]);
@@ -1014,7 +1041,7 @@ struct Analyzer {
         bool broken = false;
         uint64_t changed = 0, wrong = 0, nratio = 0;
         double rmin = HUGE_VAL, rmax = 0;
-        for_box(lo, hi, [&](uint64_t flat) {
+        for_box(lo, hi, idx, [&](uint64_t flat) {
           const uint64_t eb = load(E, flat, fmt.size), ab = load(A, flat, fmt.size);
           const ValueClass ce = fmt.classify(eb), ca = fmt.classify(ab);
           if (!finite_class(ce) || !finite_class(ca)) return true;  // specials are classified on their own
@@ -1036,7 +1063,7 @@ struct Analyzer {
         });
         if (broken || changed < 2 || nratio == 0) continue;
         // a common factor: the block's unexplained ("wrong") mismatches become scale errors
-        for_box(lo, hi, [&](uint64_t flat) {
+        for_box(lo, hi, idx, [&](uint64_t flat) {
           const uint64_t eb = load(E, flat, fmt.size), ab = load(A, flat, fmt.size);
           if (eb == ab) return true;
           const int64_t sb = use_scale ? static_cast<int64_t>(b) : (sc ? scale_block_of(unravel(flat, shape)) : -1);
@@ -1111,8 +1138,12 @@ struct Analyzer {
       const uint64_t c = i < units ? cnt[i] : 0;
       if (c) {
         b.units_with_mismatch++;
-        top.push({c, i});
-        if (top.size() > 8) top.pop();
+        if (top.size() < 8) {
+          top.push({c, i});
+        } else if (cmp(P{c, i}, top.top())) {  // better than the worst kept
+          top.pop();
+          top.push({c, i});
+        }
         if (run_start < 0) run_start = static_cast<int64_t>(i);
       } else if (run_start >= 0) {
         if (b.ranges.size() < 16) b.ranges.push_back({run_start, static_cast<int64_t>(i) - 1});
