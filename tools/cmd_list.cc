@@ -1,4 +1,7 @@
 // fp8ref list — what this build knows: formats, conventions, conversion modes, backends.
+#include <dirent.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -9,6 +12,7 @@
 #include "cli.h"
 #include "fp8ref/convert.h"
 #include "fp8ref/format.h"
+#include "fp8ref/golden.h"
 
 namespace fp8ref::cli {
 namespace {
@@ -82,6 +86,19 @@ std::string max_text(const FormatInfo& f) {
   return buf;
 }
 
+std::vector<std::string> suite_names() {
+  std::vector<std::string> out;
+  if (DIR* d = opendir(golden::suites_dir().c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string n = e->d_name;
+      if (n.size() > 5 && n.substr(n.size() - 5) == ".json") out.push_back(n.substr(0, n.size() - 5));
+    }
+    closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 int print_json() {
   nlohmann::ordered_json j;
   j["version"] = kVersion;
@@ -121,11 +138,26 @@ int print_json() {
   j["nan"] = m.nan;
   j["f64_path"] = m.f64_path;
   j["backends"] = nlohmann::ordered_json::array();
-  j["backends"].push_back({{"name", "reference"},
-                           {"description", "scalar reference (reference/convert_ref.cc), integer code from the spec"}});
-  j["backends"].push_back({{"name", "cpu"},
-                           {"description", "bulk conversion, Highway dynamic dispatch + OpenMP"},
-                           {"simd_target", cpu::simd_target()}});
+  for (const std::string& b : golden::backends()) {
+    nlohmann::ordered_json e;
+    e["name"] = b;
+    if (b == "cpu") e["simd_target"] = cpu::simd_target();
+    j["backends"].push_back(e);
+  }
+  j["ops"] = nlohmann::ordered_json::array();
+  for (const golden::OpInfo& op : golden::ops()) {
+    nlohmann::ordered_json e;
+    e["name"] = op.name;
+    e["summary"] = op.summary;
+    e["keys"] = nlohmann::ordered_json::array();
+    for (const golden::Param& p : op.params)
+      e["keys"].push_back({{"key", p.key}, {"default", p.default_value}, {"help", p.help}});
+    e["kernels"] = nlohmann::ordered_json::array();
+    for (const golden::Kernel& k : golden::kernels())
+      if (std::string(k.op) == op.name) e["kernels"].push_back({{"backend", k.backend}, {"name", k.name}});
+    j["ops"].push_back(e);
+  }
+  j["suites"] = suite_names();
   std::printf("%s\n", j.dump(2).c_str());
   return 0;
 }
@@ -152,9 +184,15 @@ int print_text() {
   std::printf("  --nan        %s\n", join(m.nan, " | ").c_str());
   std::printf("  --f64-path   %s\n", join(m.f64_path, " | ").c_str());
   std::printf("  --nan-code 0xNN, --seed S (stochastic), --exp-clamp LO:HI (ue8m0)\n");
-  std::printf("\nBackends:\n");
-  std::printf("  %-10s %s\n", "reference", "scalar reference (reference/convert_ref.cc), integer code from the spec");
-  std::printf("  %-10s %s (SIMD target %s)\n", "cpu", "Highway dynamic dispatch + OpenMP", cpu::simd_target());
+  std::printf("\nOps (descriptor keys with defaults; fp8ref golden --case \"OP key=value ...\"):\n");
+  for (const golden::OpInfo& op : golden::ops()) {
+    std::printf("  %s — %s\n", op.name, op.summary);
+    for (const golden::Param& p : op.params) std::printf("      %-12s %-18s %s\n", p.key, p.default_value, p.help);
+    for (const golden::Kernel& k : golden::kernels())
+      if (std::string(k.op) == op.name) std::printf("      kernel  %-10s %s\n", k.backend, k.name);
+  }
+  std::printf("\nBackends: %s (cpu SIMD target %s)\n", join(golden::backends()).c_str(), cpu::simd_target());
+  std::printf("Suites (%s): %s\n", golden::suites_dir().c_str(), join(suite_names()).c_str());
   return 0;
 }
 
