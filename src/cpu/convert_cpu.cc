@@ -442,21 +442,12 @@ void decode_f64(Format from, const uint8_t* src, double* dst, size_t n, const De
 
 uint64_t encode_f32_range(uint64_t begin, uint64_t end, const ConversionSpec& spec, uint8_t* out) {
   const auto p = make_params(spec);
-  const size_t n = static_cast<size_t>(end - begin);
   uint64_t total = 0;
-  if (n < (size_t{1} << 20)) return HWY_DYNAMIC_DISPATCH(EncodeRange)(p, begin, end, out) & 0xFFFFFFFFu;
-#pragma omp parallel reduction(+ : total)
-  {
-    const size_t t = static_cast<size_t>(omp_get_thread_num());
-    const size_t nt = static_cast<size_t>(omp_get_num_threads());
-    size_t per = (n + nt - 1) / nt;
-    per = (per + 63) / 64 * 64;
-    const size_t b = t * per;
-    if (b < n) {
-      const size_t c = (n - b < per) ? n - b : per;
-      total += HWY_DYNAMIC_DISPATCH(EncodeRange)(p, begin + b, begin + b + c, out ? out + b : nullptr);
-    }
-  }
+  parallel_chunks(static_cast<size_t>(end - begin), [&](size_t b, size_t c) {
+    const uint64_t sum = HWY_DYNAMIC_DISPATCH(EncodeRange)(p, begin + b, begin + b + c, out ? out + b : nullptr);
+#pragma omp atomic
+    total += sum;
+  });
   return total & 0xFFFFFFFFu;
 }
 
