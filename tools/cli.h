@@ -35,6 +35,8 @@ struct Command {
 #define FP8REF_COMMANDS(X) \
   X(list)                  \
   X(convert)               \
+  X(quantize)              \
+  X(dequantize)            \
   X(golden)                \
   X(run)                   \
   X(diff)                  \

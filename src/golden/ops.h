@@ -12,4 +12,9 @@ namespace fp8ref::golden {
 OpInfo convert_op();
 std::vector<Kernel> convert_kernels();
 
+// op_quantize.cc: `quantize` and `dequantize`; quantize_kernels() holds the kernels of both.
+OpInfo quantize_op();
+OpInfo dequantize_op();
+std::vector<Kernel> quantize_kernels();
+
 }  // namespace fp8ref::golden

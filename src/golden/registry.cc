@@ -7,14 +7,17 @@
 namespace fp8ref::golden {
 
 const std::vector<OpInfo>& ops() {
-  static const std::vector<OpInfo> all = {convert_op()};
+  static const std::vector<OpInfo> all = {convert_op(),
+                                           quantize_op(), dequantize_op()};
   return all;
 }
 
 const std::vector<Kernel>& kernels() {
   static const std::vector<Kernel> all = [] {
     std::vector<Kernel> k;
-    for (auto&& v : {convert_kernels()}) k.insert(k.end(), v.begin(), v.end());
+    for (auto&& v : {convert_kernels(),
+                     quantize_kernels()})
+      k.insert(k.end(), v.begin(), v.end());
     return k;
   }();
   return all;
