@@ -1,10 +1,12 @@
 // Tests for src/diff: the diff must catch and correctly classify injected faults on golden files of the convert op
 // and on hand-made quantized tensors with scales.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -547,6 +549,30 @@ TEST_CASE("results do not depend on the thread count") {
   const std::string j1 = diff::render_json(diff::diff_files(g, af, o1));
   const std::string j4 = diff::render_json(diff::diff_files(g, af, o4));
   CHECK(j1 == j4);
+}
+
+TEST_CASE("memory-mapped files give the same report as files read into memory") {
+  const auto g = golden_of("convert from=f32 to=e4m3fn shape=300x1000 convention=torch-2.11 fill=normal:amax=448+special:rate=0.01 seed=9");
+  auto af = outputs_of(g);
+  io::Tensor& y = tensor(af, "output.y");
+  for (size_t i = 0; i < y.data.size(); i += 89) y.data[i] ^= 0x05;
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("fp8ref_diff_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string ep = (dir / "e.safetensors").string(), ap = (dir / "a.safetensors").string();
+  io::write_safetensors(ep, g.tensors, g.metadata);
+  io::write_safetensors(ap, af.tensors, af.metadata);
+  for (int threads : {1, 3}) {
+    diff::DiffOptions o;
+    o.threads = threads;
+    o.top_k = 25;
+    const std::string read = diff::render_json(diff::diff_files(io::read_safetensors(ep), io::read_safetensors(ap), o));
+    const io::MappedSafetensors em(ep), am(ap);
+    const diff::DiffReport mapped = diff::diff_files(em, am, o);
+    CHECK(mapped.verdict == Verdict::fail);
+    CHECK(diff::render_json(mapped) == read);
+    CHECK(diff::render_json(diff::diff_files(g, af, o)) == read);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("odd shapes and integer outputs") {

@@ -387,6 +387,29 @@ TEST_CASE("safetensors: round trip of every dtype, in order, with metadata") {
   CHECK(f.find("scalar")->numel() == 1);
   CHECK(f.find("nope") == nullptr);
 
+  // The memory-mapped reader: the same tensors, as views into the mapping (no copy).
+  {
+    const MappedSafetensors m(path);
+    CHECK(m.metadata() == meta);
+    REQUIRE(m.tensors().size() == ts.size());
+    for (size_t k = 0; k < ts.size(); ++k) {
+      CAPTURE(ts[k].name);
+      const TensorView& v = m.tensors()[k];
+      CHECK(v.name == ts[k].name);
+      CHECK(v.dtype == ts[k].dtype);
+      CHECK(v.shape == ts[k].shape);
+      REQUIRE(v.nbytes() == ts[k].data.size());
+      CHECK(std::equal(v.bytes, v.bytes + v.size, ts[k].data.begin()));
+      CHECK((v.size == 0 || (v.bytes >= m.file_data() && v.bytes + v.size <= m.file_data() + m.file_size())));
+    }
+    CHECK(m.file_size() == raw.size());
+    REQUIRE(m.find("scalar") != nullptr);
+    CHECK(m.find("scalar")->numel() == 1);
+    CHECK(m.find("nope") == nullptr);
+    const TensorView tv = view_of(ts[0]);
+    CHECK((tv.bytes == ts[0].data.data() && tv.size == ts[0].data.size() && tv.name == ts[0].name));
+  }
+
   // No tensors, no metadata: still a valid file.
   write_safetensors(path, {});
   SafetensorsFile e = read_safetensors(path);
@@ -421,6 +444,19 @@ TEST_CASE("safetensors: malformed files throw InputError naming the file and ten
     std::vector<std::string> all = needles;
     all.push_back("bad_file.safetensors");
     expect_input_error([&] { read_safetensors(path); }, all);
+    // the mapped reader validates with the same code: the same message
+    std::string copied, mapped;
+    try {
+      read_safetensors(path);
+    } catch (const InputError& e) {
+      copied = e.what();
+    }
+    try {
+      MappedSafetensors m(path);
+    } catch (const InputError& e) {
+      mapped = e.what();
+    }
+    CHECK(mapped == copied);
   };
   const std::string one = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   // Sanity: the hand-written helper makes a valid file.
@@ -456,6 +492,8 @@ TEST_CASE("safetensors: malformed files throw InputError naming the file and ten
          {"tensor 'a'", "too large"});
   expect_input_error([&] { read_safetensors(dir / "missing.safetensors"); }, {"missing.safetensors", "cannot open"});
   expect_input_error([&] { read_safetensors(dir.path.string()); }, {"not a regular file"});
+  expect_input_error([&] { MappedSafetensors m(dir / "missing.safetensors"); }, {"missing.safetensors", "cannot open"});
+  expect_input_error([&] { MappedSafetensors m(dir.path.string()); }, {"not a regular file"});
 }
 
 TEST_CASE("safetensors: header padding with spaces and null metadata are accepted") {

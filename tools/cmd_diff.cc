@@ -66,8 +66,9 @@ int diff_main(int argc, char** argv) {
   if (auto n = args.get("--threads")) opt.threads = parse_count("--threads", *n, 1, 4096);
   opt.expected_name = exp_path;
   opt.actual_name = act_path;
-  const io::SafetensorsFile expected = io::read_safetensors(exp_path);
-  const io::SafetensorsFile actual = io::read_safetensors(act_path);
+  // memory-mapped, zero-copy: the tensors are read in place
+  const io::MappedSafetensors expected(exp_path);
+  const io::MappedSafetensors actual(act_path);
   const diff::DiffReport rep = diff::diff_files(expected, actual, opt);
   const auto json_path = args.get("--json");
   if (json_path && *json_path == "-") {

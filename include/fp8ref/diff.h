@@ -40,6 +40,8 @@
 //
 // Computation: one streaming pass per tensor, OpenMP-parallel over fixed chunks (results do not depend on the
 // thread count), memory beyond the inputs O(numel/32 bytes) for the per-group counts plus O(K) for worst-K.
+// The inputs are read in place: the MappedSafetensors overload diffs two memory-mapped files without copying a
+// byte of tensor data (what `fp8ref diff` uses); the SafetensorsFile overload reads the vectors it is given.
 #pragma once
 
 #include <cstdint>
@@ -214,6 +216,9 @@ struct DiffReport {
 // Compares every output.* tensor. Throws InputError for malformed metadata (fp8ref.outputs), an exact.* or
 // bound.* tensor that does not match its output, or a scale tensor whose shape does not fit its block.
 DiffReport diff_files(const io::SafetensorsFile& expected, const io::SafetensorsFile& actual,
+                      const DiffOptions& options = {});
+// The same on two memory-mapped files (zero-copy; the report is identical to the one for the files read).
+DiffReport diff_files(const io::MappedSafetensors& expected, const io::MappedSafetensors& actual,
                       const DiffOptions& options = {});
 
 // The human-readable report (sections 1-8 per tensor, one summary line per tensor, verdict, repro on failure).

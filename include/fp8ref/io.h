@@ -11,13 +11,16 @@
 //                 no FP8 or bf16: F8_* are written as '|u1', BF16 as '<u2' (the raw codes).
 //   safetensors   read: memory-mapped; header length, JSON, dtypes, shapes, offsets (inside the
 //                 buffer, no overlap, no holes, as the format requires) all checked. Tensors come
-//                 back in file (offset) order. write: tensors in the given order, header padded
-//                 with spaces so the data starts 8-byte aligned.
+//                 back in file (offset) order. read_safetensors copies the tensors out;
+//                 MappedSafetensors keeps the mapping and hands out views into it (zero-copy; the
+//                 same checks and errors). write: tensors in the given order, header padded with
+//                 spaces so the data starts 8-byte aligned.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -51,6 +54,21 @@ struct Tensor {
   size_t nbytes() const { return data.size(); }
 };
 
+// A tensor whose bytes live elsewhere (a memory map, or a Tensor that outlives the view): the same fields as
+// Tensor, with `bytes`/`size` (little-endian, C order, numel()·dtype_size() bytes) in place of `data`.
+struct TensorView {
+  std::string name;
+  DType dtype = DType::U8;
+  std::vector<int64_t> shape;  // empty = scalar (one element)
+  const uint8_t* bytes = nullptr;
+  size_t size = 0;
+
+  int64_t numel() const;       // product of shape (1 for a scalar)
+  size_t nbytes() const { return size; }
+};
+// A view of t's bytes (valid while t lives and its data is not resized).
+TensorView view_of(const Tensor& t);
+
 // A zero-filled tensor of the right size.
 Tensor make_tensor(std::string name, DType dtype, std::vector<int64_t> shape);
 
@@ -70,6 +88,33 @@ struct SafetensorsFile {
 };
 
 SafetensorsFile read_safetensors(const std::string& path);  // mmap, validate, copy out
+
+namespace detail {
+class MappedFile;
+}
+// A safetensors file mapped read-only and validated exactly as read_safetensors does (same InputErrors); its
+// tensors are views into the mapping, valid as long as this object lives. Nothing is copied: the only memory
+// beyond the mapping (page cache, shared) is the parsed header. Move-only.
+class MappedSafetensors {
+ public:
+  explicit MappedSafetensors(const std::string& path);
+  ~MappedSafetensors();
+  MappedSafetensors(MappedSafetensors&&) noexcept;
+  MappedSafetensors& operator=(MappedSafetensors&&) noexcept;
+
+  const std::vector<TensorView>& tensors() const { return tensors_; }   // in file order
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }  // "__metadata__"
+  const TensorView* find(std::string_view name) const;  // the tensor called `name`, or nullptr
+  // The whole mapped file.
+  const uint8_t* file_data() const;
+  size_t file_size() const;
+
+ private:
+  std::unique_ptr<detail::MappedFile> map_;
+  std::vector<TensorView> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
 void write_safetensors(const std::string& path, const std::vector<Tensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});  // atomic
 SafetensorsFile decode_safetensors(const uint8_t* bytes, size_t size, const std::string& what);

@@ -7,6 +7,7 @@
 // mismatches only. A second pass, over blocks with unexplained mismatches only, looks for blocks off by one
 // common factor.
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
@@ -347,10 +348,10 @@ struct OutputInfo {
   bool declared = false;
 };
 
-std::map<std::string, OutputInfo> parse_outputs(const io::SafetensorsFile& f, const std::string& what) {
+std::map<std::string, OutputInfo> parse_outputs(const std::map<std::string, std::string>& metadata, const std::string& what) {
   std::map<std::string, OutputInfo> out;
-  auto it = f.metadata.find("fp8ref.outputs");
-  if (it == f.metadata.end()) return out;
+  auto it = metadata.find("fp8ref.outputs");
+  if (it == metadata.end()) return out;
   auto bad = [&](const std::string& why) { return InputError(what + ": metadata 'fp8ref.outputs': " + why); };
   nlohmann::json j;
   try {
@@ -427,15 +428,9 @@ struct WorseCmp {
 
 // ---- per-tensor analysis ------------------------------------------------------------------------------------
 
-int ulp_bucket(uint64_t u) {  // 0, 1, 2, 3-4, 5-8, 9-16, ...
+int ulp_bucket(uint64_t u) {  // 0, 1, 2, 3-4, 5-8, 9-16, ..., (2^63, 2^64) -> 65
   if (u <= 2) return static_cast<int>(u);
-  int b = 2;
-  uint64_t hi = 2;
-  while (u > hi && b < 65) {
-    hi = hi > (UINT64_MAX >> 1) ? UINT64_MAX : hi * 2;
-    ++b;
-  }
-  return b;
+  return 65 - __builtin_clzll(u - 1);  // the smallest b with u <= 2^(b-1)
 }
 std::string bucket_name(int b) {
   if (b <= 2) return std::to_string(b);
@@ -453,17 +448,61 @@ bool zero_class(ValueClass c) { return c == ValueClass::pos_zero || c == ValueCl
 bool max_class(ValueClass c) { return c == ValueClass::pos_max || c == ValueClass::neg_max; }
 bool inf_class(ValueClass c) { return c == ValueClass::pos_inf || c == ValueClass::neg_inf; }
 
+// Counters that start at zero: large arrays are fresh anonymous mappings (zero pages), so only the pages that get a
+// count are ever touched — two identical 1 GiB tensors never fault in their 32 MiB of 1x128-group counts.
+class ZeroCounts {
+ public:
+  ZeroCounts() = default;
+  ZeroCounts(const ZeroCounts&) = delete;
+  ZeroCounts& operator=(const ZeroCounts&) = delete;
+  ~ZeroCounts() { release(); }
+  void assign(size_t n, uint32_t zero) {
+    if (zero != 0) throw std::logic_error("ZeroCounts: zero only");
+    release();
+    n_ = n;
+    const size_t bytes = n * sizeof(uint32_t);
+    if (bytes >= kMapBytes) {
+      void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw std::bad_alloc();
+      p_ = static_cast<uint32_t*>(p);
+      mapped_ = true;
+    } else {
+      small_.assign(n, 0);
+      p_ = small_.data();
+    }
+  }
+  size_t size() const { return n_; }
+  uint32_t* data() { return p_; }
+  const uint32_t* data() const { return p_; }
+  uint32_t& operator[](size_t i) { return p_[i]; }
+  uint32_t operator[](size_t i) const { return p_[i]; }
+
+ private:
+  static constexpr size_t kMapBytes = size_t{1} << 20;
+  void release() {
+    if (mapped_) ::munmap(p_, n_ * sizeof(uint32_t));
+    mapped_ = false;
+    p_ = nullptr;
+    n_ = 0;
+    small_.clear();
+  }
+  uint32_t* p_ = nullptr;
+  size_t n_ = 0;
+  bool mapped_ = false;
+  std::vector<uint32_t> small_;
+};
+
 struct AttachedScale {
-  const io::Tensor* e = nullptr;
-  const io::Tensor* a = nullptr;
+  const io::TensorView* e = nullptr;
+  const io::TensorView* a = nullptr;
   std::optional<Fmt> fmt;
   std::vector<int64_t> block, sshape, sstride;
   std::vector<uint8_t> differs;  // per scale element
   uint64_t n_differ = 0;
 };
 
-uint64_t load(const io::Tensor& t, uint64_t i, size_t size) {
-  const uint8_t* p = t.data.data() + i * size;
+uint64_t load(const io::TensorView& t, uint64_t i, size_t size) {
+  const uint8_t* p = t.bytes + i * size;
   switch (size) {  // constant-size copies: inlined
     case 1: return *p;
     case 2: {
@@ -483,17 +522,17 @@ uint64_t load(const io::Tensor& t, uint64_t i, size_t size) {
     }
   }
 }
-double load_f64(const io::Tensor& t, uint64_t i) {
+double load_f64(const io::TensorView& t, uint64_t i) {
   double v;
-  std::memcpy(&v, t.data.data() + i * 8, 8);
+  std::memcpy(&v, t.bytes + i * 8, 8);
   return v;
 }
 
 struct Analyzer {
-  const io::Tensor& E;
-  const io::Tensor& A;
-  const io::Tensor* X;      // exact.*
-  const io::Tensor* B;      // bound.*
+  const io::TensorView& E;
+  const io::TensorView& A;
+  const io::TensorView* X;      // exact.*
+  const io::TensorView* B;      // bound.*
   const DiffOptions& opt;
   Tolerance tol;
   bool tol_bound_exact = false;  // tol bound without a bound tensor: judged exact
@@ -508,7 +547,7 @@ struct Analyzer {
   std::vector<int64_t> dim_off;
   int64_t dim_total = 0;
 
-  Analyzer(const io::Tensor& e, const io::Tensor& a, const io::Tensor* x, const io::Tensor* b, const DiffOptions& o,
+  Analyzer(const io::TensorView& e, const io::TensorView& a, const io::TensorView* x, const io::TensorView* b, const DiffOptions& o,
            Tolerance t, bool scale_tensor, AttachedScale* s)
       : E(e), A(a), X(x), B(b), opt(o), tol(t), is_scale_tensor(scale_tensor), sc(s), fmt(e.dtype), rounder(fmt),
         shape(e.shape), rank(static_cast<int>(e.shape.size())) {
@@ -620,7 +659,10 @@ struct Analyzer {
     uint64_t item_mism = 0;
     std::vector<uint32_t> grp_local, sb_local;
     std::vector<uint32_t> blk, sblk;  // per-thread block counts (when small)
+    std::vector<uint8_t> cls_memo;    // see pure_classes(): the class of each (expected, actual) code pair, 0xFF unknown
   };
+  // classify() depends on the two codes alone: no exact or bound tensor, no scales (one-byte formats only).
+  bool pure_classes() const { return fmt.size == 1 && !X && !B && !sc && !is_scale_tensor; }
   static constexpr size_t kLocalMax = size_t{1} << 18;
 
   void begin_item(Acc& acc, int64_t r, int64_t c0, int64_t c1) const {
@@ -645,8 +687,7 @@ struct Analyzer {
       const uint32_t n = acc.grp_local[k];
       if (!n) continue;
       const int64_t g = g0 + static_cast<int64_t>(k);
-#pragma omp atomic
-      group_cnt[r * gcols + g] += n;
+      group_cnt[r * gcols + g] += n;  // a 1x128 group lies in one item (kSeg is a multiple of 128): no other thread
       const size_t bi = static_cast<size_t>((r / 128) * bcols + g);
       if (block_cnt.size() <= kLocalMax) {  // small: per thread (threads share 128-row bands), summed in merge()
         if (acc.blk.empty()) acc.blk.assign(block_cnt.size(), 0);
@@ -673,98 +714,66 @@ struct Analyzer {
     }
   }
 
-  // One-byte codes: the ValueClass of every expected code is counted in 16-byte vectors. The (up to) four frequent
-  // non-finite codes (+-0, +-max; ue8m0: max and NaN) are counted with byte compares; the rare ones (NaN/Inf
-  // magnitudes above max) are found by one compare per vector and looked up. Slots past the format's codes count
-  // into a dummy bucket (index kNumValueClasses).
-  typedef int8_t v16 __attribute__((vector_size(16)));
-  v16 freq_vec[4] = {};
+  // One-byte codes: the ValueClass of every expected code is counted by the SIMD kernel (detail::scan8). The (up
+  // to) four frequent non-finite codes (+-0, +-max; ue8m0: max and NaN) are counted with byte compares; the rare
+  // ones (NaN/Inf magnitudes above max) come back as positions and are looked up. Slots past the format's codes
+  // count into a dummy bucket (index kNumValueClasses).
+  detail::Scan8Params scan_prm;
   int freq_cls[4] = {kNumValueClasses, kNumValueClasses, kNumValueClasses, kNumValueClasses};
-  bool rare_by_mag = false;  // signed fp formats: a magnitude above max is NaN or Inf
-  int8_t max_mag8 = 0;
 
   void setup_classes8() {
     std::vector<std::pair<uint8_t, int>> f;
     if (fmt.kind == Fmt::Kind::fp && fmt.style != SpecialStyle::e8m0) {
       for (uint8_t c : {uint8_t{0x00}, uint8_t{0x80}, static_cast<uint8_t>(fmt.max_mag), static_cast<uint8_t>(0x80 | fmt.max_mag)})
         f.push_back({c, fmt.cls_lut[c]});
-      rare_by_mag = true;
-      max_mag8 = static_cast<int8_t>(fmt.max_mag);
+      scan_prm.rare_by_mag = true;
+      scan_prm.max_mag = static_cast<uint8_t>(fmt.max_mag);
     } else {
       for (int c = 0; c < 256; ++c)
         if (fmt.cls_lut[c] != static_cast<uint8_t>(ValueClass::finite)) f.push_back({static_cast<uint8_t>(c), fmt.cls_lut[c]});
     }
     if (f.size() > 4) throw std::logic_error("diff: more than 4 special one-byte codes");
     for (size_t k = 0; k < f.size(); ++k) {
-      for (int l = 0; l < 16; ++l) freq_vec[k][l] = static_cast<int8_t>(f[k].first);
+      scan_prm.freq[k] = f[k].first;
       freq_cls[k] = f[k].second;
     }
   }
 
   // Counts the classes of p[0..n) into cls (which has kNumValueClasses + 1 entries) and calls one(i) for every i
-  // where p[i] != q[i].
-  template <bool Rare, typename F>
-  void scan8(const uint8_t* p, const uint8_t* q, size_t n, uint64_t* cls, F&& one) const {
-    uint64_t tot[4] = {}, rare[kNumValueClasses + 1] = {};
-    uint64_t counted = 0;
-    size_t i = 0;
-    const v16 m7f = v16{} + 0x7F, mx = v16{} + max_mag8;
-    while (i + 16 <= n) {
-      v16 acc0 = {}, acc1 = {}, acc2 = {}, acc3 = {};
-      const size_t end = i + std::min<size_t>((n - i) / 16, 255) * 16;
-      for (; i < end; i += 16) {
-        v16 x;
-        std::memcpy(&x, p + i, 16);
-        acc0 -= (x == freq_vec[0]);
-        acc1 -= (x == freq_vec[1]);
-        acc2 -= (x == freq_vec[2]);
-        acc3 -= (x == freq_vec[3]);
-        if (Rare) {
-          const v16 big = (x & m7f) > mx;
-          uint64_t h0, h1;
-          std::memcpy(&h0, &big, 8);
-          std::memcpy(&h1, reinterpret_cast<const char*>(&big) + 8, 8);
-          if (h0 | h1)
-            for (int l = 0; l < 16; ++l)
-              if (big[l]) rare[fmt.cls_lut[p[i + l]]]++;
-        }
-        uint64_t a0, a1, b0, b1;
-        std::memcpy(&a0, p + i, 8);
-        std::memcpy(&a1, p + i + 8, 8);
-        std::memcpy(&b0, q + i, 8);
-        std::memcpy(&b1, q + i + 8, 8);
-        if (a0 != b0 || a1 != b1)
-          for (size_t l = 0; l < 16; ++l)
-            if (p[i + l] != q[i + l]) one(i + l);
-        counted += 16;
+  // where p[i] != q[i], in increasing i; ahead(i) some mismatches earlier (to prefetch what one(i) will touch).
+  // rare_pos/diff_pos: scratch of kScan8Block entries each.
+  template <typename F, typename P>
+  void scan8(const uint8_t* p, const uint8_t* q, size_t n, uint64_t* cls, uint16_t* rare_pos, uint16_t* diff_pos,
+             F&& one, P&& ahead) const {
+    for (size_t b = 0; b < n; b += detail::kScan8Block) {
+      const size_t m = std::min(detail::kScan8Block, n - b);
+      detail::Scan8Result res;
+      detail::scan8(scan_prm, p + b, q + b, m, rare_pos, diff_pos, &res);
+      // frequent codes by compare, rare (NaN/Inf) by lookup, the rest finite
+      uint64_t special = 0;
+      for (int k = 0; k < 4; ++k) {
+        cls[freq_cls[k]] += res.freq[k];
+        if (freq_cls[k] != kNumValueClasses) special += res.freq[k];
       }
-      for (int l = 0; l < 16; ++l) {
-        tot[0] += static_cast<uint8_t>(acc0[l]);
-        tot[1] += static_cast<uint8_t>(acc1[l]);
-        tot[2] += static_cast<uint8_t>(acc2[l]);
-        tot[3] += static_cast<uint8_t>(acc3[l]);
+      for (size_t k = 0; k < res.n_rare; ++k) {
+        const int c = fmt.cls_lut[p[b + rare_pos[k]]];
+        cls[c]++;
+        if (c != kNumValueClasses) special++;
       }
-    }
-    // vector part: frequent codes by compare, rare (NaN/Inf) by lookup, the rest finite
-    uint64_t special = 0;
-    for (int k = 0; k < 4; ++k) {
-      cls[freq_cls[k]] += tot[k];
-      if (freq_cls[k] != kNumValueClasses) special += tot[k];
-    }
-    for (int c = 0; c < kNumValueClasses; ++c) {
-      cls[c] += rare[c];
-      special += rare[c];
-    }
-    cls[static_cast<int>(ValueClass::finite)] += counted - special;
-    // the tail: every class by lookup
-    for (; i < n; ++i) {
-      cls[fmt.cls_lut[p[i]]]++;
-      if (p[i] != q[i]) one(i);
+      cls[static_cast<int>(ValueClass::finite)] += m - special;
+      // Mismatches at random positions touch per-column counters that the streaming inputs keep evicting from
+      // the caches: fetch them a few mismatches ahead.
+      constexpr size_t kAhead = 8;
+      for (size_t k = 0; k < std::min(kAhead, res.n_diff); ++k) ahead(b + diff_pos[k]);
+      for (size_t k = 0; k < res.n_diff; ++k) {
+        if (k + kAhead < res.n_diff) ahead(b + diff_pos[k + kAhead]);
+        one(b + diff_pos[k]);
+      }
     }
   }
 
   // shared structure counters
-  std::vector<uint32_t> row_cnt, group_cnt, block_cnt, sblock_cnt;
+  ZeroCounts row_cnt, group_cnt, block_cnt, sblock_cnt;
   std::vector<double> chunk_abs, chunk_rel;
   Acc total;
   int H = 0, W = 0;
@@ -827,7 +836,14 @@ struct Analyzer {
     if (viol) acc.violations++;
     // class
     const int64_t sb = sc ? sb_base + (c / sc->block[rank - 1]) * sc->sstride[rank - 1] : -1;
-    const Mismatch m = classify(flat, eb, ab, ce, ca, sb);
+    Mismatch m;
+    if (!acc.cls_memo.empty()) {  // one-byte codes, class a function of the two codes alone: memoised
+      uint8_t& k = acc.cls_memo[(eb << 8) | ab];
+      if (k == 0xFF) k = static_cast<uint8_t>(classify(flat, eb, ab, ce, ca, sb));
+      m = static_cast<Mismatch>(k);
+    } else {
+      m = classify(flat, eb, ab, ce, ca, sb);
+    }
     acc.cls[static_cast<int>(m)]++;
     if (m == Mismatch::scale && sc && !is_scale_tensor) acc.scale_explained++;
     // structure: counted per item here, flushed to the shared arrays by flush_item()
@@ -863,14 +879,16 @@ struct Analyzer {
     const int64_t nchunks = (items + per_chunk - 1) / per_chunk;
     chunk_abs.assign(nchunks, 0.0);
     chunk_rel.assign(nchunks, 0.0);
-    const T* e = reinterpret_cast<const T*>(E.data.data());
-    const T* a = reinterpret_cast<const T*>(A.data.data());
+    const T* e = reinterpret_cast<const T*>(E.bytes);
+    const T* a = reinterpret_cast<const T*>(A.bytes);
     const int nt = opt.threads > 0 ? opt.threads : omp_get_max_threads();
     const std::vector<int64_t> lead_shape(shape.begin(), shape.end() - (rank > 0 ? 1 : 0));
 #pragma omp parallel num_threads(nt)
     {
       Acc acc;
+      if (pure_classes()) acc.cls_memo.assign(size_t{1} << 16, 0xFF);
       std::vector<int64_t> lead;
+      std::vector<uint16_t> rare_pos(sizeof(T) == 1 ? detail::kScan8Block : 0), diff_pos(rare_pos.size());
 #pragma omp for schedule(dynamic, 1)
       for (int64_t ch = 0; ch < nchunks; ++ch) {
         double sum_abs = 0, sum_rel = 0;
@@ -902,8 +920,12 @@ struct Analyzer {
             const uint8_t* pe = reinterpret_cast<const uint8_t*>(e + base + c0);
             const uint8_t* pa = reinterpret_cast<const uint8_t*>(a + base + c0);
             auto on_diff = [&](size_t k) { one(c0 + static_cast<int64_t>(k)); };
-            if (rare_by_mag) scan8<true>(pe, pa, static_cast<size_t>(c1 - c0), acc.all_cls, on_diff);
-            else scan8<false>(pe, pa, static_cast<size_t>(c1 - c0), acc.all_cls, on_diff);
+            auto ahead = [&](size_t k) {
+              const size_t c = static_cast<size_t>(c0) + k;
+              __builtin_prefetch(&heat_col[c]);
+              if (!acc.dims.empty()) __builtin_prefetch(&acc.dims[static_cast<size_t>(dim_off[rank - 1]) + c], 1);
+            };
+            scan8(pe, pa, static_cast<size_t>(c1 - c0), acc.all_cls, rare_pos.data(), diff_pos.data(), on_diff, ahead);
           } else {
             for (int64_t c = c0; c < c1; ++c) one(c);
           }
@@ -1013,7 +1035,7 @@ struct Analyzer {
     factor_block_shape = bshape;
     std::vector<int64_t> nb(rank);
     for (int d = 0; d < rank; ++d) nb[d] = (shape[d] + bshape[d] - 1) / bshape[d];
-    const std::vector<uint32_t>& cnt = use_scale ? sblock_cnt : group_cnt;
+    const ZeroCounts& cnt = use_scale ? sblock_cnt : group_cnt;
     const double u = std::ldexp(1.0, -(fmt.man_bits + 1));
     const double band = ((1 + u) / (1 - u)) * ((1 + u) / (1 - u));
     uint64_t moved = 0;
@@ -1023,9 +1045,30 @@ struct Analyzer {
       std::vector<BlockFactor> local;
       uint64_t local_moved = 0;
       std::vector<int64_t> bi(rank), lo(rank), hi(rank), idx(rank);  // reused: no allocation per block
-#pragma omp for schedule(dynamic, 4096)
-      for (size_t k = 0; k < cnt.size(); ++k) {
-        if (!cnt[k]) continue;  // only blocks with mismatches
+      // The candidates of each run of kChunk blocks first, then the blocks, each one's first element fetched a few
+      // candidates ahead (they are scattered over the inputs).
+      constexpr size_t kChunk = 4096, kAhead = 4;
+      const size_t nchunks = (cnt.size() + kChunk - 1) / kChunk;
+      std::vector<size_t> cand;
+      auto prefetch_block = [&](size_t k) {
+        uint64_t f = k, flat = 0, stride = 1;
+        for (int d = rank - 1; d >= 0; --d) {
+          flat += (f % static_cast<uint64_t>(nb[d])) * static_cast<uint64_t>(bshape[d]) * stride;
+          f /= static_cast<uint64_t>(nb[d]);
+          stride *= static_cast<uint64_t>(shape[d]);
+        }
+        __builtin_prefetch(E.bytes + flat * fmt.size);
+        __builtin_prefetch(A.bytes + flat * fmt.size);
+      };
+#pragma omp for schedule(dynamic, 1)
+      for (size_t j = 0; j < nchunks; ++j) {
+        cand.clear();
+        for (size_t k = j * kChunk; k < std::min(cnt.size(), (j + 1) * kChunk); ++k)
+          if (cnt[k] >= 2) cand.push_back(k);  // a common factor needs >= 2 changed elements; changed <= mismatches
+        for (size_t ci = 0; ci < std::min(kAhead, cand.size()); ++ci) prefetch_block(cand[ci]);
+        for (size_t ci = 0; ci < cand.size(); ++ci) {
+        if (ci + kAhead < cand.size()) prefetch_block(cand[ci + kAhead]);
+        const size_t k = cand[ci];
         const uint64_t b = static_cast<uint64_t>(k);
         {
           uint64_t f = b;
@@ -1078,6 +1121,7 @@ struct Analyzer {
         if (rmin == rmax) f = rmin;
         local.push_back({b, f});
         local_moved += wrong;
+        }
       }
 #pragma omp critical(fp8ref_diff_post)
       {
@@ -1125,37 +1169,75 @@ struct Analyzer {
   }
 
   // ---- the report ----
-  Breakdown breakdown(const std::string& name, const uint32_t* cnt, size_t units, uint64_t unit_elements) const {
-    Breakdown b;
-    b.name = name;
-    b.units = units;
-    b.unit_elements = unit_elements;
-    using P = std::pair<uint64_t, uint64_t>;  // (count, unit)
-    auto cmp = [](const P& x, const P& y) { return x.first != y.first ? x.first > y.first : x.second < y.second; };
-    std::priority_queue<P, std::vector<P>, decltype(cmp)> top(cmp);
+  // A breakdown scans one counter per unit: the units with mismatches, the top 8 (most mismatches first, lower unit
+  // first on ties) and the first 16 runs of consecutive affected units. Large arrays (millions of 1x128 groups) are
+  // scanned in slices in parallel and merged; the result is the same.
+  using UnitCount = std::pair<uint64_t, uint64_t>;  // (count, unit)
+  static bool better(const UnitCount& x, const UnitCount& y) { return x.first != y.first ? x.first > y.first : x.second < y.second; }
+  struct UnitScan {
+    uint64_t nonzero = 0;
+    std::vector<UnitCount> top;                       // best first, at most 8
+    std::vector<std::pair<int64_t, int64_t>> runs;    // inclusive; a run reaching the slice's end is closed there
+    bool more_runs = false;                           // more than kMaxRuns runs in the slice
+  };
+  static constexpr size_t kMaxRuns = 18;  // > 16 even if the first one joins the previous slice's last
+  static constexpr size_t kParallelUnits = size_t{1} << 20;
+
+  static void scan_units(const uint32_t* cnt, size_t lo, size_t hi, UnitScan& s) {
+    auto cmp = [](const UnitCount& x, const UnitCount& y) { return better(x, y); };
+    std::priority_queue<UnitCount, std::vector<UnitCount>, decltype(cmp)> top(cmp);  // top(): the worst kept
+    auto close = [&](int64_t a, int64_t e) {
+      if (s.runs.size() < kMaxRuns) s.runs.push_back({a, e});
+      else s.more_runs = true;
+    };
     int64_t run_start = -1;
-    for (size_t i = 0; i <= units; ++i) {
-      const uint64_t c = i < units ? cnt[i] : 0;
+    for (size_t i = lo; i < hi; ++i) {
+      const uint64_t c = cnt[i];
       if (c) {
-        b.units_with_mismatch++;
+        s.nonzero++;
         if (top.size() < 8) {
           top.push({c, i});
-        } else if (cmp(P{c, i}, top.top())) {  // better than the worst kept
+        } else if (better(UnitCount{c, i}, top.top())) {
           top.pop();
           top.push({c, i});
         }
         if (run_start < 0) run_start = static_cast<int64_t>(i);
       } else if (run_start >= 0) {
-        if (b.ranges.size() < 16) b.ranges.push_back({run_start, static_cast<int64_t>(i) - 1});
-        else b.ranges_truncated = true;
+        close(run_start, static_cast<int64_t>(i) - 1);
         run_start = -1;
       }
     }
-    while (!top.empty()) {
-      b.top.push_back({top.top().second, top.top().first});
-      top.pop();
+    if (run_start >= 0) close(run_start, static_cast<int64_t>(hi) - 1);
+    for (; !top.empty(); top.pop()) s.top.push_back(top.top());
+    std::reverse(s.top.begin(), s.top.end());
+  }
+
+  Breakdown breakdown(const std::string& name, const uint32_t* cnt, size_t units, uint64_t unit_elements) const {
+    Breakdown b;
+    b.name = name;
+    b.units = units;
+    b.unit_elements = unit_elements;
+    const int nt = opt.threads > 0 ? opt.threads : omp_get_max_threads();
+    const size_t nslices = units >= kParallelUnits && nt > 1 ? static_cast<size_t>(nt) * 4 : 1;
+    std::vector<UnitScan> sl(nslices);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nslices > 1)
+    for (size_t k = 0; k < nslices; ++k) scan_units(cnt, units * k / nslices, units * (k + 1) / nslices, sl[k]);
+    std::vector<UnitCount> top;
+    std::vector<std::pair<int64_t, int64_t>> runs;
+    bool overflow = false;
+    for (const UnitScan& s : sl) {
+      b.units_with_mismatch += s.nonzero;
+      top.insert(top.end(), s.top.begin(), s.top.end());
+      for (const auto& r : s.runs) {
+        if (!runs.empty() && runs.back().second + 1 == r.first) runs.back().second = r.second;  // across slices
+        else runs.push_back(r);
+      }
+      overflow = overflow || s.more_runs;
     }
-    std::reverse(b.top.begin(), b.top.end());
+    std::sort(top.begin(), top.end(), better);
+    for (size_t i = 0; i < top.size() && i < 8; ++i) b.top.push_back({top[i].second, top[i].first});
+    b.ranges.assign(runs.begin(), runs.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(runs.size(), 16)));
+    b.ranges_truncated = runs.size() > 16 || overflow;
     return b;
   }
 
@@ -1287,7 +1369,7 @@ struct Analyzer {
         bool eq = true;
         for (int64_t i = 0; i < rows && eq; ++i)
           for (int64_t j = 0; j < cols && eq; ++j)
-            eq = std::memcmp(E.data.data() + (i * cols + j) * fmt.size, A.data.data() + (j * cols + i) * fmt.size,
+            eq = std::memcmp(E.bytes + (i * cols + j) * fmt.size, A.bytes + (j * cols + i) * fmt.size,
                              fmt.size) == 0;
         if (eq) s.notes.push_back("ACTUAL equals EXPECTED transposed (a transposed output)");
       }
@@ -1370,7 +1452,7 @@ struct Analyzer {
 
 // ---- scale tensors ------------------------------------------------------------------------------------------
 
-void fill_scale_section(TensorReport& rep, const io::Tensor& se, const io::Tensor& sa, const std::vector<int64_t>& block,
+void fill_scale_section(TensorReport& rep, const io::TensorView& se, const io::TensorView& sa, const std::vector<int64_t>& block,
                         const std::string& of, const std::vector<int64_t>* data_shape) {
   ScaleSection& s = rep.scale;
   s.present = true;
@@ -1421,7 +1503,7 @@ void fill_scale_section(TensorReport& rep, const io::Tensor& se, const io::Tenso
   s.factors = fv;
 }
 
-std::string dtype_shape(const io::Tensor& t) { return std::string(io::dtype_name(t.dtype)) + " " + detail::shape_string(t.shape); }
+std::string dtype_shape(const io::TensorView& t) { return std::string(io::dtype_name(t.dtype)) + " " + detail::shape_string(t.shape); }
 
 void summarize(TensorReport& r, const DiffOptions& o) {
   char buf[512];
@@ -1458,11 +1540,25 @@ void summarize(TensorReport& r, const DiffOptions& o) {
 
 // ---- the whole file -----------------------------------------------------------------------------------------
 
-DiffReport diff_files(const io::SafetensorsFile& expected, const io::SafetensorsFile& actual, const DiffOptions& opt) {
+namespace {
+
+// A file as the diff sees it: views of its tensors (into a mapping, or into a SafetensorsFile's vectors) and its
+// metadata. Nothing is copied.
+struct FileView {
+  const std::vector<io::TensorView>& tensors;
+  const std::map<std::string, std::string>& metadata;
+  const io::TensorView* find(std::string_view name) const {
+    for (const io::TensorView& t : tensors)
+      if (t.name == name) return &t;
+    return nullptr;
+  }
+};
+
+DiffReport diff_views(const FileView& expected, const FileView& actual, const DiffOptions& opt) {
   DiffReport rep;
   rep.expected_name = opt.expected_name;
   rep.actual_name = opt.actual_name;
-  auto md = [](const io::SafetensorsFile& f, const char* k) {
+  auto md = [](const FileView& f, const char* k) {
     auto it = f.metadata.find(k);
     return it == f.metadata.end() ? std::string() : it->second;
   };
@@ -1476,9 +1572,9 @@ DiffReport diff_files(const io::SafetensorsFile& expected, const io::Safetensors
       rep.repro = "fp8ref golden --case '" + rep.descriptor + "' --out DIR";
     }
   }
-  const std::map<std::string, OutputInfo> infos = parse_outputs(expected, opt.expected_name);
+  const std::map<std::string, OutputInfo> infos = parse_outputs(expected.metadata, opt.expected_name);
   auto is_output = [](const std::string& n) { return n.rfind("output.", 0) == 0; };
-  auto info_of = [&](const io::Tensor& t) {
+  auto info_of = [&](const io::TensorView& t) {
     auto it = infos.find(t.name);
     OutputInfo o = it != infos.end() ? it->second : OutputInfo{};
     if (auto f = io::dtype_format(t.dtype)) {
@@ -1498,9 +1594,9 @@ DiffReport diff_files(const io::SafetensorsFile& expected, const io::Safetensors
   };
 
   // Order: scale tensors, then data tensors, EXPECTED's file order; then extras in ACTUAL.
-  std::vector<const io::Tensor*> order;
+  std::vector<const io::TensorView*> order;
   for (int pass = 0; pass < 2; ++pass)
-    for (const io::Tensor& t : expected.tensors) {
+    for (const io::TensorView& t : expected.tensors) {
       if (!is_output(t.name)) continue;
       auto it = infos.find(t.name);
       const bool scale = it != infos.end() && it->second.role == "scale";
@@ -1508,21 +1604,21 @@ DiffReport diff_files(const io::SafetensorsFile& expected, const io::Safetensors
     }
 
   // Validate auxiliary tensors and scale geometry up front (bad input: exit 2, no partial report).
-  auto aux = [&](const io::Tensor& out, const char* prefix) -> const io::Tensor* {
+  auto aux = [&](const io::TensorView& out, const char* prefix) -> const io::TensorView* {
     const std::string name = prefix + out.name.substr(7);
-    const io::Tensor* x = expected.find(name);
+    const io::TensorView* x = expected.find(name);
     if (!x) return nullptr;
     if (x->dtype != io::DType::F64 || x->shape != out.shape)
       throw InputError(opt.expected_name + ": tensor '" + name + "' is " + dtype_shape(*x) + ", expected F64 " +
                        detail::shape_string(out.shape) + " (the shape of '" + out.name + "')");
     return x;
   };
-  for (const io::Tensor* t : order) {
+  for (const io::TensorView* t : order) {
     const OutputInfo o = info_of(*t);
     aux(*t, "exact.");
     aux(*t, "bound.");
     if (o.role == "scale") {
-      const io::Tensor* data = expected.find(o.of);
+      const io::TensorView* data = expected.find(o.of);
       if (!data) throw InputError(opt.expected_name + ": scale tensor '" + t->name + "' is 'of' '" + o.of + "', which is not in the file");
       if (o.block.size() != data->shape.size() || t->shape.size() != data->shape.size())
         throw InputError(opt.expected_name + ": scale tensor '" + t->name + "' " + detail::shape_string(t->shape) + " with block " +
@@ -1535,7 +1631,7 @@ DiffReport diff_files(const io::SafetensorsFile& expected, const io::Safetensors
   }
 
   std::map<std::string, AttachedScale> attached;  // data tensor name -> its scale
-  for (const io::Tensor* t : order) {
+  for (const io::TensorView* t : order) {
     const OutputInfo o = info_of(*t);
     TensorReport r;
     r.name = t->name;
@@ -1545,7 +1641,7 @@ DiffReport diff_files(const io::SafetensorsFile& expected, const io::Safetensors
     r.dims = o.dims;
     r.expected_dtype = io::dtype_name(t->dtype);
     r.expected_shape = t->shape;
-    const io::Tensor* a = actual.find(t->name);
+    const io::TensorView* a = actual.find(t->name);
     if (!a) {
       r.presence = TensorReport::Presence::missing;
       r.presence_note = "missing in " + opt.actual_name;
@@ -1567,7 +1663,7 @@ DiffReport diff_files(const io::SafetensorsFile& expected, const io::Safetensors
             bool eq = true;
             for (int64_t i = 0; i < R && eq; ++i)
               for (int64_t j = 0; j < C && eq; ++j)
-                eq = std::memcmp(t->data.data() + (i * C + j) * sz, a->data.data() + (j * R + i) * sz, sz) == 0;
+                eq = std::memcmp(t->bytes + (i * C + j) * sz, a->bytes + (j * R + i) * sz, sz) == 0;
             r.presence_note += eq ? "; its values are EXPECTED transposed, bit for bit" : "; its values are not EXPECTED transposed either";
           }
         } else {
@@ -1580,7 +1676,7 @@ DiffReport diff_files(const io::SafetensorsFile& expected, const io::Safetensors
     if (r.presence == TensorReport::Presence::ok) {
       AttachedScale* sc = nullptr;
       if (o.role == "scale") {
-        const io::Tensor* data = expected.find(o.of);
+        const io::TensorView* data = expected.find(o.of);
         fill_scale_section(r, *t, *a, o.block, o.of, data ? &data->shape : nullptr);
         // attach to the data tensor
         AttachedScale& as = attached[o.of];
@@ -1635,7 +1731,7 @@ DiffReport diff_files(const io::SafetensorsFile& expected, const io::Safetensors
     summarize(r, opt);
     rep.tensors.push_back(std::move(r));
   }
-  for (const io::Tensor& t : actual.tensors) {
+  for (const io::TensorView& t : actual.tensors) {
     if (!is_output(t.name) || expected.find(t.name)) continue;
     TensorReport r;
     r.name = t.name;
@@ -1654,6 +1750,24 @@ DiffReport diff_files(const io::SafetensorsFile& expected, const io::Safetensors
   for (const TensorReport& r : rep.tensors)
     if (static_cast<int>(r.verdict) > static_cast<int>(rep.verdict)) rep.verdict = r.verdict;
   return rep;
+}
+
+std::vector<io::TensorView> views_of(const io::SafetensorsFile& f) {
+  std::vector<io::TensorView> v;
+  v.reserve(f.tensors.size());
+  for (const io::Tensor& t : f.tensors) v.push_back(io::view_of(t));
+  return v;
+}
+
+}  // namespace
+
+DiffReport diff_files(const io::SafetensorsFile& expected, const io::SafetensorsFile& actual, const DiffOptions& opt) {
+  const std::vector<io::TensorView> ev = views_of(expected), av = views_of(actual);
+  return diff_views(FileView{ev, expected.metadata}, FileView{av, actual.metadata}, opt);
+}
+
+DiffReport diff_files(const io::MappedSafetensors& expected, const io::MappedSafetensors& actual, const DiffOptions& opt) {
+  return diff_views(FileView{expected.tensors(), expected.metadata()}, FileView{actual.tensors(), actual.metadata()}, opt);
 }
 
 }  // namespace fp8ref::diff

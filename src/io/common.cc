@@ -93,6 +93,22 @@ int64_t Tensor::numel() const {
   return n;
 }
 
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+TensorView view_of(const Tensor& t) {
+  TensorView v;
+  v.name = t.name;
+  v.dtype = t.dtype;
+  v.shape = t.shape;
+  v.bytes = t.data.data();
+  v.size = t.data.size();
+  return v;
+}
+
 Tensor make_tensor(std::string name, DType dtype, std::vector<int64_t> shape) {
   Tensor t;
   t.name = std::move(name);

@@ -287,10 +287,10 @@ Tensor decode_npy(const uint8_t* bytes, size_t size, const std::string& what) {
   for (const auto& d : shape->items) {
     if (d.kind != PyValue::kInt || d.integer < 0)
       throw InputError(what + ": malformed .npy header: shape entries must be non-negative integers");
-    if (detail::mul_overflow(nbytes, static_cast<uint64_t>(d.integer), &nbytes))
-      throw InputError(what + ": malformed .npy header: shape too large");
     t.shape.push_back(d.integer);
   }
+  if (!detail::shape_nbytes(t.shape, nbytes, &nbytes))
+    throw InputError(what + ": malformed .npy header: shape too large");
   uint64_t have = size - data_start;
   if (have < nbytes)
     throw InputError(what + ": truncated: header says " + std::to_string(nbytes) + " bytes of data, file has " +

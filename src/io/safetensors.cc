@@ -75,9 +75,9 @@ Entry parse_entry(const std::string& what, const std::string& name, const nlohma
     uint64_t x;
     if (!as_u64(d, &x) || x > uint64_t(INT64_MAX))
       throw InputError(who + ": 'shape' entries must be non-negative integers");
-    if (detail::mul_overflow(nbytes, x, &nbytes)) throw InputError(who + ": shape too large");
     e.shape.push_back(static_cast<int64_t>(x));
   }
+  if (!detail::shape_nbytes(e.shape, nbytes, &nbytes)) throw InputError(who + ": shape too large");
 
   const auto& off = v["data_offsets"];
   if (!off.is_array() || off.size() != 2 || !as_u64(off[0], &e.begin) || !as_u64(off[1], &e.end))
@@ -101,7 +101,15 @@ const Tensor* SafetensorsFile::find(std::string_view name) const {
   return nullptr;
 }
 
-SafetensorsFile decode_safetensors(const uint8_t* bytes, size_t size, const std::string& what) {
+namespace {
+
+// Parses and validates a whole safetensors image; the tensors are views into `bytes`.
+struct Parsed {
+  std::vector<TensorView> tensors;  // in file order
+  std::map<std::string, std::string> metadata;
+};
+
+Parsed parse_safetensors(const uint8_t* bytes, size_t size, const std::string& what) {
   if (size < 8)
     throw InputError(what + ": not a safetensors file (" + std::to_string(size) + " bytes, too small for a header)");
   uint64_t hlen = 0;
@@ -123,7 +131,7 @@ SafetensorsFile decode_safetensors(const uint8_t* bytes, size_t size, const std:
 
   const uint64_t buffer_size = size - 8 - hlen;
   const uint8_t* buffer = bytes + 8 + hlen;
-  SafetensorsFile out;
+  Parsed out;
   std::vector<Entry> entries;
   for (const auto& item : header.items()) {
     if (item.key() == kMetadataKey) {
@@ -161,11 +169,30 @@ SafetensorsFile decode_safetensors(const uint8_t* bytes, size_t size, const std:
 
   out.tensors.reserve(entries.size());
   for (auto& e : entries) {
-    Tensor t;
+    TensorView t;
     t.name = std::move(e.name);
     t.dtype = e.dtype;
     t.shape = std::move(e.shape);
-    t.data.assign(buffer + e.begin, buffer + e.end);
+    t.bytes = buffer + e.begin;
+    t.size = static_cast<size_t>(e.end - e.begin);
+    out.tensors.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace
+
+SafetensorsFile decode_safetensors(const uint8_t* bytes, size_t size, const std::string& what) {
+  Parsed p = parse_safetensors(bytes, size, what);
+  SafetensorsFile out;
+  out.metadata = std::move(p.metadata);
+  out.tensors.reserve(p.tensors.size());
+  for (TensorView& v : p.tensors) {
+    Tensor t;
+    t.name = std::move(v.name);
+    t.dtype = v.dtype;
+    t.shape = std::move(v.shape);
+    t.data.assign(v.bytes, v.bytes + v.size);
     out.tensors.push_back(std::move(t));
   }
   return out;
@@ -220,6 +247,23 @@ SafetensorsFile read_safetensors(const std::string& path) {
   detail::MappedFile f(path);
   return decode_safetensors(f.data(), f.size(), path);
 }
+
+MappedSafetensors::MappedSafetensors(const std::string& path) : map_(std::make_unique<detail::MappedFile>(path)) {
+  Parsed p = parse_safetensors(map_->data(), map_->size(), path);
+  tensors_ = std::move(p.tensors);
+  metadata_ = std::move(p.metadata);
+}
+MappedSafetensors::~MappedSafetensors() = default;
+MappedSafetensors::MappedSafetensors(MappedSafetensors&&) noexcept = default;
+MappedSafetensors& MappedSafetensors::operator=(MappedSafetensors&&) noexcept = default;
+
+const TensorView* MappedSafetensors::find(std::string_view name) const {
+  for (const auto& t : tensors_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+const uint8_t* MappedSafetensors::file_data() const { return map_ ? map_->data() : nullptr; }
+size_t MappedSafetensors::file_size() const { return map_ ? map_->size() : 0; }
 
 void write_safetensors(const std::string& path, const std::vector<Tensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
