@@ -4,7 +4,9 @@
 //   * copy      : memcpy of the 1 GiB f32 source into a 1 GiB destination (glibc; non-temporal stores at this
 //                 size), and a STREAM-style copy loop (ordinary stores) — both on the bench's thread count;
 //   * same shape: a trivial pass with the conversion's exact traffic (read 4 bytes, write 1: the byte sum of
-//                 each u32; and read 2, write 1 for the 16-bit sources), ordinary stores, like the kernel;
+//                 each u32; and read 2, write 1 for the 16-bit sources), one sequential stream per thread with
+//                 ordinary stores; and the f32 one with the library's loop structure (4 interleaved streams per
+//                 thread, non-temporal 64-byte stores), the ceiling for this traffic shape;
 //   * ml_dtypes : `x.astype(ml_dtypes.float8_e4m3fn)` on the same array, measured by bench/anchor_ml_dtypes.py
 //                 and passed in with --ml-dtypes-gbs (bench/run_convert.sh does both and prints one table).
 // Bandwidth is counted as bytes read + bytes written per second (no write-allocate traffic counted, as STREAM).
@@ -16,6 +18,9 @@
 
 #include <omp.h>
 #include <sys/mman.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -111,6 +116,29 @@ __attribute__((noinline, target_clones("arch=skylake-avx512", "avx2", "default")
     const uint16_t x = s[i];
     d[i] = static_cast<uint8_t>(x + (x >> 8));
   }
+}
+// The same pass in the library's loop structure: the chunk as 4 quarters advanced in lockstep, 64 codes per
+// block written with non-temporal stores (n a multiple of 256 here; dst 64-byte aligned).
+__attribute__((noinline, target_clones("arch=skylake-avx512", "avx2", "default"))) void sum4_pass_4nt(
+    const uint32_t* __restrict s, uint8_t* __restrict d, size_t n) {
+  const size_t q = n / 4 / 64 * 64;
+  for (size_t i = 0; i < q; i += 64) {
+    for (size_t k = 0; k < 4; ++k) {
+      alignas(64) uint8_t blk[64];
+      const uint32_t* p = s + k * q + i;
+      for (size_t j = 0; j < 64; ++j) blk[j] = static_cast<uint8_t>(p[j] + (p[j] >> 8) + (p[j] >> 16) + (p[j] >> 24));
+#if defined(__x86_64__)
+      for (size_t j = 0; j < 64; j += 16)
+        _mm_stream_si128(reinterpret_cast<__m128i*>(d + k * q + i + j), _mm_load_si128(reinterpret_cast<const __m128i*>(blk + j)));
+#else
+      std::memcpy(d + k * q + i, blk, 64);
+#endif
+    }
+  }
+#if defined(__x86_64__)
+  _mm_sfence();
+#endif
+  sum4_pass(s + 4 * q, d + 4 * q, n - 4 * q);
 }
 // STREAM's "Copy" (c[j] = a[j]) with ordinary stores: kept a loop (no memcpy substitution).
 __attribute__((noinline, optimize("no-tree-loop-distribute-patterns"),
@@ -260,6 +288,7 @@ int main(int argc, char** argv) {
   const std::string kStream = "copy: STREAM loop " + size_str(4 * n) + " -> " + size_str(4 * n);
   const std::string kShape32 = "shape: read " + size_str(4 * n) + " + write " + size_str(n);
   const std::string kShape16 = "shape: read " + size_str(2 * n) + " + write " + size_str(n);
+  const std::string kShape32nt = kShape32 + ", 4 streams, NT stores";
   for (int t : thread_counts) {
     B.add(kCopy, t, 8.0 * n, [&] { split(n, [&](size_t b, size_t c) { std::memcpy(copy_dst + b, src + b, c * 4); }); });
     B.add(kStream, t, 8.0 * n, [&] {
@@ -268,6 +297,7 @@ int main(int argc, char** argv) {
       });
     });
     B.add(kShape32, t, f32_bytes, [&] { split(n, [&](size_t b, size_t c) { sum4_pass(src + b, codes + b, c); }); });
+    B.add(kShape32nt, t, f32_bytes, [&] { split(n, [&](size_t b, size_t c) { sum4_pass_4nt(src + b, codes + b, c); }); });
     B.add("f32->e4m3fn cuda-satfinite", t, f32_bytes, [&] { fp8ref::cpu::encode_f32(fsrc, codes, n, sat); });
     B.add("f32->e4m3fn torch-2.11", t, f32_bytes, [&] { fp8ref::cpu::encode_f32(fsrc, codes, n, torch); });
     B.add("f32->e4m3fn ml_dtypes", t, f32_bytes, [&] { fp8ref::cpu::encode_f32(fsrc, codes, n, mld); });
@@ -282,6 +312,28 @@ int main(int argc, char** argv) {
   uint64_t out_sum = 0;
   for (size_t i = 0; i < n; i += 4099) out_sum += codes[i];
   std::fprintf(stderr, "  (sampled output sum %llu)\n", static_cast<unsigned long long>(out_sum));
+  // Every conversion once more, its codes checked against the scalar reference at every 4099th element.
+  if (B.only.empty()) {
+    omp_set_num_threads(max_threads);
+    struct Check {
+      const char* name;
+      Format from;
+      const fp8ref::ConversionSpec* spec;
+    };
+    const Check checks[] = {{"f32->e4m3fn cuda-satfinite", Format::f32, &sat}, {"f32->e4m3fn torch-2.11", Format::f32, &torch},
+                            {"f32->e4m3fn ml_dtypes", Format::f32, &mld},       {"f32->ue8m0 pow2-ceil", Format::f32, &ue},
+                            {"bf16->e4m3fn cuda-satfinite", Format::bf16, &bf_sat}, {"f16->e4m3fn cuda-satfinite", Format::f16, &f16_sat}};
+    for (const Check& c : checks) {
+      if (c.from == Format::f32) fp8ref::cpu::encode_f32(fsrc, codes, n, *c.spec);
+      else fp8ref::cpu::encode_bits16(c.from, c.from == Format::bf16 ? bf16 : f16, codes, n, *c.spec);
+      size_t checked = 0, bad = 0;
+      for (size_t i = 0; i < n; i += 4099, ++checked) {
+        const uint64_t bits = c.from == Format::f32 ? src[i] : c.from == Format::bf16 ? bf16[i] : f16[i];
+        bad += codes[i] != fp8ref::ref::encode(c.from, bits, *c.spec, i);
+      }
+      std::fprintf(stderr, "  check %s: %zu sampled codes vs ref::encode, %zu mismatches\n", c.name, checked, bad);
+    }
+  }
 
   // ---- The markdown table ----------------------------------------------------------------------------------
   const Row* copy2 = B.find(kCopy, max_threads);
@@ -291,7 +343,9 @@ int main(int argc, char** argv) {
   std::printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const auto& r : B.rows) {
     const bool b16 = r.name.find("bf16") == 0 || r.name.find("f16") == 0 || r.name == kShape16;
-    const Row* shape = (r.name.rfind("copy", 0) == 0) ? nullptr : B.find(b16 ? kShape16 : kShape32, r.threads);
+    const Row* shape = (r.name.rfind("copy", 0) == 0 || r.name.rfind("shape", 0) == 0)
+                           ? nullptr
+                           : B.find(b16 ? kShape16 : kShape32, r.threads);
     std::string ml = "—";
     if (r.name.rfind("f32->e4m3fn", 0) == 0) ml = ratio(r.gbs(), ml_gbs);
     if (r.name.rfind("bf16->e4m3fn", 0) == 0) ml = ratio(r.gbs(), ml_bf16_gbs);

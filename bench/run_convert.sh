@@ -84,4 +84,4 @@ echo "- ml_dtypes $("$PYTHON" -c 'import ml_dtypes; print(ml_dtypes.__version__)
 echo
 echo "$tables"
 echo
-grep -E 'checksum' "$BUILD/bench_convert.log" | sed 's/^ */    /' || true
+grep -E 'checksum|^  check ' "$BUILD/bench_convert.log" | sed 's/^ */    /' || true

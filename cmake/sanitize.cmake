@@ -44,18 +44,35 @@ if(FP8REF_SANITIZE OR FP8REF_FUZZ)
     add_compile_options(-fsanitize=fuzzer-no-link)
   endif()
   add_compile_options(-g1)  # line tables: file:line in the reports
-  # Highway's portable fallback target (EMU128) emulates each vector op lane by lane; under ASan+UBSan the
-  # instrumented, unrolled lane loops take minutes to compile per kernel file. No x86 CPU that runs this build
-  # dispatches to it, so sanitized x86 builds assume x86-64-v2 (SSE4.2, no FMA: the numerics do not change),
-  # which leaves EMU128 out of the compiled targets; SSE4, AVX2 and AVX3 are still compiled and dispatched.
-  if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
-    add_compile_options(-march=x86-64-v2)
+  # Optimization: -O1 (the usual ASan setting) for everything, whatever the build type, except the Highway kernel
+  # files (the sources that include hwy/foreach_target.h, compiled once per SIMD target, EMU128 included): with
+  # ASan+UBSan, -O1 takes several minutes per such file (the unrolled, instrumented lane loops), -O0 ~20 s.
+  set(FP8REF_SANITIZE_OPT -O1 CACHE STRING "Optimization flag of sanitized builds (empty: the build type's)")
+  set(FP8REF_SANITIZE_SIMD_OPT -O0 CACHE STRING "Optimization flag of Highway kernel files in sanitized builds")
+  if(FP8REF_SANITIZE_OPT)
+    add_compile_options(${FP8REF_SANITIZE_OPT})
   endif()
 
-  function(_fp8ref_sanitize_export)
+  function(_fp8ref_sanitize_finish)
+    # A consumer of the (static, instrumented) libraries must link the sanitizer runtimes.
     set_property(TARGET fp8ref_core APPEND PROPERTY INTERFACE_LINK_OPTIONS ${FP8REF_SANITIZE_FLAGS})
+    # The exhaustive sweeps run in the normal build only: not built here unless asked for by name.
+    if(TARGET fp8ref_exhaustive)
+      set_property(TARGET fp8ref_exhaustive PROPERTY EXCLUDE_FROM_ALL ON)
+    endif()
+    if(FP8REF_SANITIZE_SIMD_OPT)
+      foreach(target fp8ref fp8ref_core fp8ref_reference)
+        get_target_property(sources ${target} SOURCES)
+        foreach(src IN LISTS sources)
+          file(STRINGS "${src}" hwy LIMIT_COUNT 1 REGEX "#include <hwy/foreach_target.h>")
+          if(hwy)
+            set_property(SOURCE "${src}" APPEND PROPERTY COMPILE_OPTIONS ${FP8REF_SANITIZE_SIMD_OPT})
+          endif()
+        endforeach()
+      endforeach()
+    endif()
   endfunction()
-  cmake_language(DEFER CALL _fp8ref_sanitize_export)  # at the end of the top-level directory: the target exists
+  cmake_language(DEFER CALL _fp8ref_sanitize_finish)  # at the end of the top-level directory: the targets exist
 
   message(STATUS "fp8ref: sanitizers on: ${FP8REF_SANITIZE_FLAGS}")
 endif()

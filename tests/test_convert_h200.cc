@@ -145,7 +145,7 @@ TEST_SUITE("h200") {
       const Producer* prod = nullptr;
       for (const Producer& q : kProducers)
         if (col.substr(0, us) == q.name) prod = &q;
-      Format to;
+      Format to = Format::e4m3fn;
       REQUIRE_MESSAGE((prod && parse_format(col.substr(us + 1), &to)), "unknown column ", col);
       const ConversionSpec spec = spec_for(*prod, Format::f64, to);
       std::vector<double> xs(rows.size());

@@ -582,10 +582,12 @@ TEST_CASE("odd shapes and integer outputs") {
     for (size_t i = 0; i < f.tensors[0].data.size(); ++i) f.tensors[0].data[i] = static_cast<uint8_t>(i * 7 + 1);
     return f;
   };
-  for (auto [d, shape] : std::vector<std::pair<io::DType, std::vector<int64_t>>>{
+  for (const auto& ds : std::vector<std::pair<io::DType, std::vector<int64_t>>>{
            {io::DType::F8_E4M3, {}}, {io::DType::F8_E4M3, {1000}}, {io::DType::F8_E4M3, {0, 128}},
            {io::DType::BF16, {2, 3, 300}}, {io::DType::I32, {17, 5}}, {io::DType::U8, {3, 129}},
            {io::DType::F8_E8M0, {4, 2}}, {io::DType::F64, {9}}, {io::DType::F16, {1, 1, 1, 130}}}) {
+    const io::DType d = ds.first;
+    const std::vector<int64_t>& shape = ds.second;
     CAPTURE(io::dtype_name(d));
     CAPTURE(shape.size());
     const auto e = one("output.t", d, shape);

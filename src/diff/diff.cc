@@ -360,7 +360,10 @@ std::map<std::string, OutputInfo> parse_outputs(const std::map<std::string, std:
     throw bad(std::string("not valid JSON: ") + e.what());
   }
   if (!j.is_object()) throw bad("not a JSON object");
-  for (auto& [name, v] : j.items()) {
+  for (auto& item : j.items()) {
+    // Named copies, not structured bindings: C++17 lambdas (str below) cannot capture those (clang rejects it).
+    const std::string name = item.key();
+    nlohmann::json& v = item.value();
     if (!v.is_object()) throw bad("entry '" + name + "' is not an object");
     OutputInfo o;
     o.declared = true;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <exception>
 
+#include "fp8ref/error.h"
 #include "fp8ref/io.h"
 
 namespace fp8ref::fuzz {
@@ -16,8 +17,8 @@ namespace fp8ref::fuzz {
   std::abort();
 }
 
-#define FP8REF_FUZZ_CHECK(cond) \
-  do {                          \
+#define FP8REF_FUZZ_CHECK(cond)                                \
+  do {                                                         \
     if (!(cond)) ::fp8ref::fuzz::fail("check failed", #cond); \
   } while (0)
 
@@ -31,16 +32,20 @@ inline bool same(const io::Tensor& a, const io::Tensor& b) {
   return a.name == b.name && a.dtype == b.dtype && a.shape == b.shape && a.data == b.data;
 }
 
+// Runs `body` on one input. fp8ref::InputError (bad input) is the expected outcome and ends the run quietly; any
+// other exception escaping is a bug. Returns 0, for LLVMFuzzerTestOneInput.
+template <typename F>
+int run_one(F&& body) {
+  try {
+    body();
+  } catch (const InputError&) {
+  } catch (const std::exception& e) {
+    fail("an exception other than fp8ref::InputError escaped", e.what());
+  } catch (...) {
+    fail("a non-std exception escaped");
+  }
+  return 0;
+}
+
 }  // namespace fp8ref::fuzz
 
-// Runs `body`; fp8ref::InputError (bad input) is the expected outcome and ends the run quietly. Any other exception
-// escaping is a bug.
-#define FP8REF_FUZZ_BODY(body)                                                  \
-  try {                                                                         \
-    body                                                                        \
-  } catch (const ::fp8ref::InputError&) {                                       \
-  } catch (const std::exception& e) {                                           \
-    ::fp8ref::fuzz::fail("an exception other than fp8ref::InputError", e.what()); \
-  } catch (...) {                                                               \
-    ::fp8ref::fuzz::fail("a non-std exception");                                \
-  }

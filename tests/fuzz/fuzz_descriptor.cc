@@ -13,7 +13,7 @@ using namespace fp8ref;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view line(reinterpret_cast<const char*>(data), size);
-  FP8REF_FUZZ_BODY({
+  return fuzz::run_one([&] {
     const golden::Descriptor d = golden::parse_descriptor(line);
     const std::string s = golden::to_string(d);
     golden::Descriptor again;
@@ -30,6 +30,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const auto shape = golden::parse_shape(d.get("shape"));
       for (int64_t x : shape) FP8REF_FUZZ_CHECK(x >= 0);
     }
-  })
-  return 0;
+  });
 }

@@ -2,6 +2,7 @@
 // A file it accepts must also survive encode -> decode unchanged (after its own normalization: C order, little-endian).
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "fp8ref/error.h"
 #include "fp8ref/io.h"
@@ -10,7 +11,7 @@
 using namespace fp8ref;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  FP8REF_FUZZ_BODY({
+  return fuzz::run_one([&] {
     const io::Tensor t = io::decode_npy(data, size, "fuzz.npy");
     fuzz::check_tensor(t);
     std::vector<uint8_t> bytes;
@@ -26,6 +27,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       fuzz::fail("decode_npy rejects what encode_npy wrote", e.what());
     }
     FP8REF_FUZZ_CHECK(fuzz::same(t, again));
-  })
-  return 0;
+  });
 }

@@ -2,6 +2,7 @@
 // A file it accepts must also survive encode -> decode unchanged (tensors in file order, metadata).
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "fp8ref/error.h"
 #include "fp8ref/io.h"
@@ -10,7 +11,7 @@
 using namespace fp8ref;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  FP8REF_FUZZ_BODY({
+  return fuzz::run_one([&] {
     const io::SafetensorsFile f = io::decode_safetensors(data, size, "fuzz.safetensors");
     for (const io::Tensor& t : f.tensors) {
       fuzz::check_tensor(t);
@@ -31,6 +32,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FP8REF_FUZZ_CHECK(again.metadata == f.metadata);
     FP8REF_FUZZ_CHECK(again.tensors.size() == f.tensors.size());
     for (size_t i = 0; i < f.tensors.size(); ++i) FP8REF_FUZZ_CHECK(fuzz::same(f.tensors[i], again.tensors[i]));
-  })
-  return 0;
+  });
 }
