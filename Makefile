@@ -11,7 +11,7 @@ BUILD     ?= build
 ASAN_BUILD ?= build-asan
 JOBS      ?= $(shell nproc)
 PYTHON    ?= python3
-APT_PKGS  := cmake g++ make pkg-config libhwy-dev libeigen3-dev libdnnl-dev doctest-dev nlohmann-json3-dev python3 python3-pip \
+APT_PKGS  := cmake g++ make pkg-config libhwy-dev libeigen3-dev libdnnl-dev doctest-dev nlohmann-json3-dev zlib1g-dev python3 python3-pip \
              clang libclang-rt-14-dev libomp-dev
 PIP_PKGS  := numpy ml_dtypes pytest safetensors
 SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -17,19 +17,29 @@
 //   1. amax = max |x|; s = fmaxf(RN32(amax / max), RN32(1 / RN32(max · 512)))
 //   2. v = RN32(x / s); clamp fmaxf(-max, fminf(v, max))      (NaN -> +max)
 //   3. q = RNE satfinite(v)
-// deepseek-act-quant (research §3.6; Triton division taken as IEEE in this slice)
-//   1. amax = fmaxf(max |x|, RN32(1e-4)); s = RN32(amax / 448)     [ue8m0: 2^ceil(log2 s), exact]
-//   2. v = RN32(x / s), no clamp
+// deepseek-act-quant (research §3.6; ⊘ = Triton's division, div=triton-nv: include/fp8ref/triton_div.h)
+//   1. amax = fmaxf(max |x|, RN32(1e-4)); s = amax ⊘ 448               [ue8m0: 2^ceil(log2 s), exact]
+//   2. v = x ⊘ s, no clamp
 //   3. q = RNE satfinite(v)   (Triton cast: Inf -> 448, NaN -> NaN)
 // deepgemm (research §3.7, corrected: CUDA tensor / Python scalar multiplies by the reciprocal)
 //   1. amax = max |x| (NaN propagates); amax = max(amax, RN32(1e-4)) (NaN kept)
 //   2. s = RN32(amax · RN32(1/448))                            [ue8m0: 2^clamp(ceil, 1, 254), exact]
 //   3. v = RN32(x · RN32(1 / s)), no clamp
 //   4. q = torch-2.11 cast of v (RNE; |v| > 464 -> NaN)
-// sglang-triton (research §3.1; Triton division taken as IEEE in this slice)
-//   1. amax = fmaxf(max |x|, 1e-10); s = RN32(amax / max)      [ue8m0: 2^ceil(log2 s), exact]
-//   2. v = RN32(x · RN32(1 / s)); tl.clamp(v, -max, max)        (NaN -> -max, measured on the H200)
+// sglang-triton (research §3.1; ⊘ = Triton's division)
+//   1. amax = fmaxf(max |x|, 1e-10); s = amax ⊘ max             [ue8m0: 2^ceil(log2 s), exact]
+//   2. v = RN32(x · (1 ⊘ s)); tl.clamp(v, -max, max)            (NaN -> -max, measured on the H200)
 //   3. q = RNE satfinite(v)
+// sglang-triton-colmajor (research §3.2): as sglang-triton, but v = x ⊘ s (no reciprocal); scales tma-aligned
+// sgl-kernel (research §3.3)
+//   1. amax = fmaxf(1e-10, max |x|); s = RN32(amax · RN32(1/448))
+//      [ue8m0: c = exp(s) + (mant(s) != 0), no clamp; R = bits (254 - c) << 23, i.e. 2^(127-c), -Inf for c = 255]
+//   2. v = RN32(x · RN32(448 / amax))                           [ue8m0: v = RN32(x · R)]
+//   3. q = RNE satfinite(v), no clamp
+// sglang-jit (research §3.4)
+//   1. amax as sgl-kernel (the 16-bit max is exact); s = RN32(amax · RN32(1/448))   [ue8m0: c, R as sgl-kernel]
+//   2. v = RN32(x · RN32(448 · RN32(1/amax)))                   [ue8m0: v = RN16(x · RN16(R)) in the input's type]
+//   3. q = RNE satfinite(v), no clamp
 // mx (OCP MX v1.0 §6.3)
 //   1. X = 2^(floor(log2 amax) - emax_elem) (exact; NaN/Inf in the block -> NaN)
 //   2. q = RNE(x / X) from the exact quotient, saturating to ±max
@@ -42,6 +52,7 @@
 
 #include "fp8ref/error.h"
 #include "fp8ref/quant.h"
+#include "fp8ref/triton_div.h"
 
 namespace fp8ref::ref {
 
@@ -65,6 +76,10 @@ uint32_t bits_of(float f) {
 float gpu(float r) { return std::isnan(r) ? f32_from_bits(kCanonicalNan) : r; }
 float div32(float a, float b) { return gpu(a / b); }
 float mul32(float a, float b) { return gpu(a * b); }
+// The `/` of the spec: IEEE, or Triton's div.full.f32 on NVIDIA (include/fp8ref/triton_div.h).
+float divide(const QuantSpec& spec, float a, float b) {
+  return spec.div == Division::triton_nv ? triton_nv_div(a, b) : div32(a, b);
+}
 
 // CUDA fmaxf / fminf (C99 fmax/fmin): a NaN operand loses to the other.
 float fmax_nan_loses(float a, float b) {
@@ -273,8 +288,8 @@ Scale group_scale(const QuantSpec& spec, float amax) {
     }
   }
   // IEEE f32 scale.
-  float s = spec.scale_formula == ScaleFormula::div ? div32(amax, spec.fp8_max)
-                                                    : mul32(amax, div32(1.0f, spec.fp8_max));
+  float s = spec.scale_formula == ScaleFormula::div ? divide(spec, amax, spec.fp8_max)
+                                                    : mul32(amax, divide(spec, 1.0f, spec.fp8_max));
   if (spec.min_scale) s = guard_max(spec, s, *spec.min_scale);
   switch (spec.scale_dtype) {
     case ScaleDtype::f32: return from_f32(s);
@@ -295,7 +310,19 @@ struct Quantized {
   double exact;
 };
 
-Quantized quantize_one(const QuantSpec& spec, float y, float sv, float amax) {
+// The E8M0 code of a ue8m0 scale from its stored value: the f32 exponent field (native 2^(c-127) -> c, 2^-127 -> 0,
+// NaN -> 0xFF; f32-held c << 23 -> c, 0.0 -> 0, Inf/NaN -> 0xFF) — what the kernels' `bits >> 23` reads.
+uint32_t ue8m0_code(float sv) { return (bits_of(sv) >> 23) & 0xFF; }
+
+// `x*rcp-bits(s)`: R = the f32 with bits (254 - c) << 23 (unsigned arithmetic: c = 255 gives 0xFF800000 = -Inf).
+float rcp_bits(float sv) { return f32_from_bits((254u - ue8m0_code(sv)) << 23); }
+
+// RN of an f32 value to bf16/f16 and back (exact widening).
+float round_to(Format f, float v) {
+  return f32_from_bits(static_cast<uint32_t>(narrow(f, narrow(Format::f32, bits_of(v), f), Format::f32)));
+}
+
+Quantized quantize_one(const QuantSpec& spec, Format from, float y, float sv, float amax) {
   const float mx = spec.fp8_max;
   Quantized out;
   const bool zero_by_zero = y == 0 && sv == 0;
@@ -322,10 +349,21 @@ Quantized quantize_one(const QuantSpec& spec, float y, float sv, float amax) {
   }
   float v = 0;
   switch (spec.formula) {
-    case QuantFormula::div: v = div32(y, sv); break;
-    case QuantFormula::mul_rcp: v = mul32(y, div32(1.0f, sv)); break;
-    case QuantFormula::max_div_amax: v = mul32(y, div32(mx, amax)); break;
-    case QuantFormula::max_mul_rcp_amax: v = mul32(y, mul32(mx, div32(1.0f, amax))); break;
+    case QuantFormula::div: v = divide(spec, y, sv); break;
+    case QuantFormula::mul_rcp: v = mul32(y, divide(spec, 1.0f, sv)); break;
+    case QuantFormula::max_div_amax: v = mul32(y, divide(spec, mx, amax)); break;
+    case QuantFormula::max_mul_rcp_amax: v = mul32(y, mul32(mx, div32(1.0f, amax))); break;  // __frcp_rn: IEEE
+    case QuantFormula::mul_rcp_bits: v = mul32(y, rcp_bits(sv)); break;
+    case QuantFormula::mul_rcp_bits_in:
+      if (from == Format::f32) {
+        v = mul32(y, rcp_bits(sv));
+      } else {
+        // __hmul2(x, T2(R)): R rounded to the 16-bit type (f16: 2^16 and above overflow to Inf), the product (exact
+        // in f32: y has <= 11 significant bits, R is 0, ±Inf or a power of two) rounded once to the 16-bit type.
+        const float p = mul32(y, round_to(from, rcp_bits(sv)));
+        v = std::isnan(p) ? p : round_to(from, p);
+      }
+      break;
     case QuantFormula::exact: break;
   }
   switch (spec.clamp) {
@@ -352,7 +390,7 @@ void quantize_elements(const QuantSpec& spec, Format from, const void* x, const 
     for (int64_t m = 0; m < L.M; ++m)
       for (int64_t k = 0; k < L.K; ++k, ++i) {
         const int64_t g = G.of(b, m, k);
-        const Quantized r = quantize_one(spec, load_source(from, x, static_cast<size_t>(i)), sv[g], amax.empty() ? 0.0f : amax[g]);
+        const Quantized r = quantize_one(spec, from, load_source(from, x, static_cast<size_t>(i)), sv[g], amax.empty() ? 0.0f : amax[g]);
         q[i] = r.code;
         if (exact_q) exact_q[i] = r.exact;
       }

@@ -15,6 +15,7 @@
 #include "fp8ref/error.h"
 #include "fp8ref/golden.h"
 #include "fp8ref/quant.h"
+#include "fp8ref/triton_div.h"
 
 using namespace fp8ref;
 
@@ -402,12 +403,14 @@ TEST_SUITE("quant") {
     CHECK(r.q[7] == 0x7E);
   }
 
-  TEST_CASE("sglang-triton: x·RN(1/s), tl.clamp with runtime bounds turns NaN into -max (H200 capture)") {
+  TEST_CASE("sglang-triton: x·(1 ⊘ s) with Triton's division, tl.clamp with runtime bounds turns NaN into -max (H200)") {
     const QuantSpec spec = spec_for("sglang-triton", Format::e4m3fn, std::nullopt, {{"granularity", "group:8"}});
     const float nan = std::numeric_limits<float>::quiet_NaN();
     std::vector<float> x = {3.0f, 1.0f, nan, -0.7f, 0.3f, 2.9f, -1.1f, 0.01f};
     const Result r = run(spec, x, {8});
-    const float s = 3.0f / 448.0f, inv = 1.0f / s;
+    // Triton's `/` (div.full.f32, include/fp8ref/triton_div.h): here 3/448 is one ulp off the IEEE quotient
+    const float s = ref::triton_nv_div(3.0f, 448.0f), inv = ref::triton_nv_div(1.0f, s);
+    CHECK(s != 3.0f / 448.0f);
     CHECK(scale_at(spec, r, 0) == s);
     const ConversionSpec sat = *resolve_convention("cuda-satfinite", Format::f32, Format::e4m3fn, nullptr);
     for (size_t i = 0; i < x.size(); ++i) {
@@ -614,7 +617,7 @@ TEST_SUITE("quant") {
         }
       }
     }
-    CHECK(find_kernel("quantize", "cpu").name == std::string("cpu: reference loop, not yet vectorised"));
+    CHECK(std::string(find_kernel("quantize", "cpu").name).find("cpu::quantize") != std::string::npos);
     CHECK_THROWS_WITH_AS(make_golden(parse_descriptor("quantize shape=8x300 convention=vllm-group")),
                          doctest::Contains("tail=partial"), InputError);
     CHECK_THROWS_WITH_AS(make_golden(parse_descriptor("quantize convention=vllm")), doctest::Contains("unknown quant convention"),

@@ -37,10 +37,16 @@ struct Command {
   X(convert)               \
   X(quantize)              \
   X(dequantize)            \
+  X(rmsnorm_quant)         \
+  X(scaled_mm)             \
+  X(scaled_bmm)            \
+  X(kv_cache_write)        \
+  X(paged_attention)       \
   X(golden)                \
   X(run)                   \
   X(diff)                  \
   X(validate)              \
+  X(mma)                   \
   X(demo)
 
 #define FP8REF_DECLARE_COMMAND(name) extern const Command kCmd_##name;

@@ -32,15 +32,21 @@ const char* kQuantizeHelp =
     "the same shape. SCALES has the scales' logical shape (data [..., M, K] with group:G -> [..., M, ceil(K/G)];\n"
     "row -> [..., M, 1]; col -> [1, ..., K]; tensor -> [1, ..., 1]; block:BmxBk -> [..., ceil(M/Bm), ceil(K/Bk)])\n"
     "and holds float32 values (bf16/f16/ue8m0 scales exactly widened), or uint8 E8M0 codes with\n"
-    "--scale-dtype ue8m0 --scale-codes. Only row-major scale layouts exist so far.\n"
+    "--scale-dtype ue8m0 --scale-codes. --scale-layout stores them transformed: col-major [..., C, R] for logical\n"
+    "[..., R, C]; tma-aligned [..., C, Ra] with R padded to 16 bytes of the scale dtype (4 f32, 8 bf16/f16, 16\n"
+    "E8M0), pads 0; packed-ue8m0: an int32 array [..., ceil(C/4), align4(R)], byte j of word [p, r] = the E8M0 code\n"
+    "of scale [r, 4p+j] (DeepGEMM/sglang). A --static file is read in the same layout.\n"
     "\n"
     "Conventions (the default granularity in brackets):\n"
     "  exact               scale = amax/max rounded once, q = x/s rounded once [group:128]\n"
     "  vllm-group          vLLM per_token_group_quant_fp8 (CUDA) [group:128]\n"
     "  vllm-per-token      vLLM dynamic per-token scaled_fp8_quant [row]\n"
-    "  deepseek-act-quant  DeepSeek-V3 act_quant (Triton; IEEE division) [group:128]\n"
+    "  deepseek-act-quant  DeepSeek-V3 act_quant (Triton) [group:128]\n"
     "  deepgemm            DeepGEMM per_token_cast_to_fp8 (torch on CUDA) [group:128]\n"
-    "  sglang-triton       sglang per_token_group_quant_fp8, Triton, row-major (IEEE division) [group:128]\n"
+    "  sglang-triton       sglang per_token_group_quant_fp8, Triton, row-major [group:128]\n"
+    "  sglang-triton-colmajor  sglang Triton colmajor kernel, x/s, tma-aligned scales [group:128]\n"
+    "  sgl-kernel          sglang sgl-kernel CUDA per_token_group_quant_8bit (ue8m0: packed-ue8m0) [group:128]\n"
+    "  sglang-jit          sglang JIT CUDA per_token_group_quant (ue8m0: packed-ue8m0) [group:128]\n"
     "  mx                  OCP MX v1.0 (E8M0 scales, floor rule) [mx:32]\n"
     "\n"
     "Options:\n"
@@ -63,7 +69,9 @@ const char* kQuantizeHelp =
     "  --scale-formula 'amax/max'|'amax*(1/max)'|exact\n"
     "  --scale-round rne|pow2-ceil|pow2-ceil-clamp|mx-floor\n"
     "  --scale-store native|f32                 ue8m0 held as E8M0 codes or as f32 powers of two\n"
-    "  --formula 'x/s'|'x*(1/s)'|'x*(max/amax)'|'x*(max*rcp(amax))'|exact\n"
+    "  --formula 'x/s'|'x*(1/s)'|'x*(max/amax)'|'x*(max*rcp(amax))'|exact|'x*rcp-bits(s)'|'x*rcp-bits(s)@in'\n"
+    "  --div ieee|triton-nv                     every `/`: IEEE, or Triton's div.full.f32 on NVIDIA (bit-exact)\n"
+    "  --scale-layout row-major|col-major|tma-aligned|packed-ue8m0   how SCALES is stored (see Files)\n"
     "  --clamp none|nan-to-max|nan-to-min|nan-kept\n"
     "  --fp8-max V|finfo                        e.g. 224 for e4m3fnuz as vLLM and sglang use\n"
     "  --cast CONVENTION                        the final cast (fp8ref convert's conventions)\n"
@@ -92,6 +100,7 @@ const char* kDequantizeHelp =
     "  --scale-codes         ue8m0 scales given as uint8 codes\n"
     "  --scale-store S       ue8m0: native (code 0 = 2^-127, default) or f32 (code 0 = 0.0, as f32-held scales)\n"
     "  --tail error|partial  allow a last group shorter than G\n"
+    "  --scale-layout L      row-major (default), col-major, tma-aligned, packed-ue8m0 (see fp8ref quantize --help)\n"
     "  --to T                f32 (default), bf16, f16\n"
     "  --backend B           cpu (default) or reference\n"
     "  -h, --help            this help\n"
@@ -99,7 +108,7 @@ const char* kDequantizeHelp =
     "Exit codes: 0 success, 2 bad usage or bad input (nothing is written).\n";
 
 const char* const kOverrides[] = {"tail", "amax-nan", "guard", "scale-formula", "scale-round", "scale-store",
-                                  "formula", "clamp", "fp8-max", "cast"};
+                                  "formula", "clamp", "fp8-max", "cast", "div", "scale-layout"};
 
 bool ends_with(const std::string& s, const char* suffix) {
   const size_t n = std::strlen(suffix);
@@ -144,16 +153,32 @@ float f32_of(uint32_t b) {
   return f;
 }
 
-// Reads scales (logical shape) into their storage bytes (scale_storage(spec)), checking every value fits.
-std::vector<uint8_t> read_scales(const std::string& path, const QuantSpec& spec, bool codes,
-                                 const std::vector<int64_t>& shape) {
+// Reads scales (in spec.scale_layout) into their logical storage bytes (scale_storage(spec)), checking every value
+// fits.
+std::vector<uint8_t> read_scales(const std::string& path, const QuantSpec& spec, bool codes, const QuantLayout& L) {
   const Format st = scale_storage(spec);
   const bool ue8m0 = spec.scale_dtype == ScaleDtype::ue8m0;
+  const StoredScaleShape stored = stored_scales(spec, L);
+  const std::string layout = to_string(spec.scale_layout);
+  auto shape_error = [&](const io::Tensor& t) {
+    return InputError(path + ": shape " + shape_text(t.shape) + ", but granularity " + to_string(spec.granularity) +
+                      " with scale-layout " + layout + " needs scales of shape " + shape_text(stored.shape) +
+                      (spec.scale_layout == ScaleLayout::row_major ? std::string()
+                                                                    : " (logical " + shape_text(L.scale_shape) + ")"));
+  };
+  if (stored.packed) {  // int32 words of 4 E8M0 codes: every byte is a code
+    const io::Tensor t = read_typed(path, io::DType::I32, "(packed-ue8m0: int32 words of 4 E8M0 codes)");
+    if (t.shape != stored.shape) throw shape_error(t);
+    return unlayout_scales(spec, L, t.data.data());
+  }
   io::Tensor t = read_typed(path, codes ? io::DType::U8 : io::DType::F32,
                             codes ? "(E8M0 codes, --scale-codes)" : "(scale values)");
-  if (t.shape != shape)
-    throw InputError(path + ": shape " + shape_text(t.shape) + ", but granularity " + to_string(spec.granularity) +
-                     " needs scales of shape " + shape_text(shape));
+  if (t.shape != stored.shape) throw shape_error(t);
+  if (spec.scale_layout != ScaleLayout::row_major) {  // to the logical order (the file may hold wider elements)
+    t.data = from_scale_layout(spec.scale_layout, L.scale_shape, io::dtype_size(t.dtype), ue8m0, t.data.data(),
+                               static_cast<size_t>(format_info(st).bits / 8));
+    t.shape = L.scale_shape;
+  }
   const size_t n = static_cast<size_t>(t.numel());
   std::vector<uint8_t> out(n * static_cast<size_t>(format_info(st).bits / 8));
   for (size_t i = 0; i < n; ++i) {
@@ -228,6 +253,24 @@ io::Tensor scales_file(const QuantSpec& spec, bool codes, const std::vector<uint
   return t;
 }
 
+// The scales file in spec.scale_layout: packed-ue8m0 -> int32 words; other layouts transform the values/codes file
+// (padded as the real storage dtype is).
+io::Tensor stored_scales_file(const QuantSpec& spec, bool codes, const std::vector<uint8_t>& storage, const QuantLayout& L) {
+  const StoredScaleShape stored = stored_scales(spec, L);
+  if (stored.packed) {
+    io::Tensor t = io::make_tensor("", io::DType::I32, stored.shape);
+    t.data = layout_scales(spec, L, storage.data());
+    return t;
+  }
+  io::Tensor t = scales_file(spec, codes, storage, L.scale_shape);
+  if (spec.scale_layout == ScaleLayout::row_major) return t;
+  io::Tensor out = io::make_tensor("", t.dtype, stored.shape);
+  out.data = to_scale_layout(spec.scale_layout, L.scale_shape, io::dtype_size(t.dtype),
+                             spec.scale_dtype == ScaleDtype::ue8m0, t.data.data(),
+                             static_cast<size_t>(format_info(scale_storage(spec)).bits / 8));
+  return out;
+}
+
 std::string backend_of(const Args& args) {
   const std::string b = args.get("--backend").value_or("cpu");
   if (b != "cpu" && b != "reference") throw UsageError("unknown backend '" + b + "' for --backend (cpu, reference)");
@@ -239,7 +282,7 @@ int quantize_main(int argc, char** argv) {
             {{"--from"}, {"--to"}, {"--convention"}, {"--granularity"}, {"--scale-dtype"}, {"--scale-codes", Kind::flag},
              {"--static"}, {"--exact"}, {"--backend"}, {"--verbose", Kind::flag}, {"--tail"}, {"--amax-nan"}, {"--guard"},
              {"--scale-formula"}, {"--scale-round"}, {"--scale-store"}, {"--formula"}, {"--clamp"}, {"--fp8-max"},
-             {"--cast"}});
+             {"--cast"}, {"--div"}, {"--scale-layout"}});
   const std::string from_name = args.require("--from"), to_name = args.require("--to");
   const std::string convention = args.require("--convention");
   const std::optional<std::string> static_path = args.get("--static"), exact_path = args.get("--exact");
@@ -277,6 +320,8 @@ int quantize_main(int argc, char** argv) {
     if (auto v = args.get(std::string("--") + f))
       if (!apply_quant_override(f, *v, &*spec, &err)) throw InputError("--" + std::string(f) + ": " + err);
   finalize_quant_spec(&*spec, dynamic);
+  if (codes && spec->scale_layout == ScaleLayout::packed_ue8m0)
+    throw InputError("--scale-codes: packed-ue8m0 scales are written as int32 words of 4 E8M0 codes already");
   if (codes && spec->scale_dtype != ScaleDtype::ue8m0)
     throw InputError(std::string("--scale-codes writes E8M0 codes: it needs ue8m0 scales, not ") + to_string(spec->scale_dtype));
 
@@ -285,30 +330,33 @@ int quantize_main(int argc, char** argv) {
   const QuantLayout L = quant_layout(*spec, in.shape);
   const size_t scale_bytes = static_cast<size_t>(L.n_scales) * static_cast<size_t>(format_info(scale_storage(*spec)).bits / 8);
   std::vector<uint8_t> storage(scale_bytes);
-  if (!dynamic) storage = read_scales(scales_path, *spec, codes, L.scale_shape);
+  if (!dynamic) storage = read_scales(scales_path, *spec, codes, L);
 
   io::Tensor q = io::make_tensor("", io::DType::U8, in.shape);
   io::Tensor exact = io::make_tensor("", io::DType::F64, exact_path ? in.shape : std::vector<int64_t>{0});
   double* ex = exact_path ? reinterpret_cast<double*>(exact.data.data()) : nullptr;
-  // Both backends run the reference loop in this slice (the cpu kernel is not vectorised yet).
-  if (dynamic) ref::quantize(*spec, from, in.data.data(), in.shape, q.data.data(), storage.data(), ex);
+  // cpu: src/cpu/quant_cpu.cc (Highway + OpenMP; it runs the reference itself for the specs it does not vectorise)
+  const bool cpu_backend = backend == "cpu";
+  if (dynamic && cpu_backend) cpu::quantize(*spec, from, in.data.data(), in.shape, q.data.data(), storage.data(), ex);
+  else if (dynamic) ref::quantize(*spec, from, in.data.data(), in.shape, q.data.data(), storage.data(), ex);
+  else if (cpu_backend) cpu::quantize_static(*spec, from, in.data.data(), in.shape, storage.data(), q.data.data(), ex);
   else ref::quantize_static(*spec, from, in.data.data(), in.shape, storage.data(), q.data.data(), ex);
 
-  const io::Tensor s_out = dynamic ? scales_file(*spec, codes, storage, L.scale_shape) : io::Tensor{};
+  const io::Tensor s_out = dynamic ? stored_scales_file(*spec, codes, storage, L) : io::Tensor{};
   io::write_npy(q_path, q);
   if (dynamic) io::write_npy(scales_path, s_out);
   if (exact_path) io::write_npy(*exact_path, exact);
   if (args.has("--verbose"))
     std::printf("quantize from=%s %s mode=%s shape=%s scales=%s backend=%s\n", format_name(from), spec->describe().c_str(),
                 dynamic ? "dynamic" : "static", shape_text(in.shape).c_str(), shape_text(L.scale_shape).c_str(),
-                backend == "cpu" ? "cpu (reference loop, not yet vectorised)" : "reference");
+                cpu_backend ? ("cpu: " + cpu::quant_path(*spec, dynamic, ex != nullptr)).c_str() : "reference");
   return 0;
 }
 
 int dequantize_main(int argc, char** argv) {
   Args args(argc, argv,
             {{"--from"}, {"--to"}, {"--granularity"}, {"--scale-dtype"}, {"--scale-codes", Kind::flag},
-             {"--scale-store"}, {"--tail"}, {"--backend"}});
+             {"--scale-store"}, {"--tail"}, {"--backend"}, {"--scale-layout"}});
   const std::string from_name = args.require("--from");
   const std::string gran = args.require("--granularity");
   args.expect_positionals({"Q", "SCALES", "OUT"});
@@ -319,7 +367,7 @@ int dequantize_main(int argc, char** argv) {
   for (size_t a = 0; a < paths.size(); ++a)
     for (size_t b = a + 1; b < paths.size(); ++b)
       if (*paths[a] == *paths[b]) throw UsageError("the same file '" + *paths[a] + "' is given twice");
-  backend_of(args);
+  const bool cpu_backend = backend_of(args) == "cpu";
   const bool codes = args.has("--scale-codes");
 
   QuantSpec spec;
@@ -333,19 +381,22 @@ int dequantize_main(int argc, char** argv) {
     if (!parse_scale_dtype(*v, &spec.scale_dtype)) throw InputError("unknown --scale-dtype '" + *v + "' (f32, bf16, f16, ue8m0)");
   std::string err;
   if (!apply_quant_override("granularity", gran, &spec, &err)) throw InputError(err);
-  for (const char* f : {"tail", "scale-store"})
+  for (const char* f : {"tail", "scale-store", "scale-layout"})
     if (auto v = args.get(std::string("--") + f))
       if (!apply_quant_override(f, *v, &spec, &err)) throw InputError("--" + std::string(f) + ": " + err);
   if (spec.scale_dtype != ScaleDtype::ue8m0 && (codes || spec.scale_store != ScaleStore::native))
     throw InputError("--scale-codes and --scale-store apply to --scale-dtype ue8m0");
+  if (codes && spec.scale_layout == ScaleLayout::packed_ue8m0)
+    throw InputError("--scale-codes: packed-ue8m0 scales are read as int32 words of 4 E8M0 codes already");
   if (spec.granularity.kind == GranularityKind::mx && spec.scale_dtype != ScaleDtype::ue8m0)
     throw InputError("granularity mx:32 has ue8m0 scales: pass --scale-dtype ue8m0");
 
   const io::Tensor q = read_typed(q_path, io::DType::U8, std::string("(") + format_name(spec.to) + " codes)");
   const QuantLayout L = quant_layout(spec, q.shape);
-  const std::vector<uint8_t> storage = read_scales(s_path, spec, codes, L.scale_shape);
+  const std::vector<uint8_t> storage = read_scales(s_path, spec, codes, L);
   io::Tensor out = io::make_tensor("", out_format == Format::bf16 ? io::DType::U16 : io::format_dtype(out_format), q.shape);
-  ref::dequantize(spec, q.data.data(), q.shape, storage.data(), out_format, out.data.data());
+  if (cpu_backend) cpu::dequantize(spec, q.data.data(), q.shape, storage.data(), out_format, out.data.data());
+  else ref::dequantize(spec, q.data.data(), q.shape, storage.data(), out_format, out.data.data());
   io::write_npy(out_path, out);
   return 0;
 }

@@ -39,7 +39,10 @@
 //                   (default for contract "bound")
 //
 // Computation: one streaming pass per tensor, OpenMP-parallel over fixed chunks (results do not depend on the
-// thread count), memory beyond the inputs O(numel/32 bytes) for the per-group counts plus O(K) for worst-K.
+// thread count). Memory beyond the inputs: the counts per row, per index of each dimension and per 128x128 block;
+// for the 1x128 groups, no count per group but a summary of at most ~0.5 KB per chunk of 64 Ki elements, plus 4
+// bytes per group with >= 2 mismatches and no bitwise-equal nonzero element (the post-pass's candidates); O(K) for
+// worst-K. Two 1 GiB one-byte tensors: ~20 MiB with 0.1% of the elements differing at random.
 // The inputs are read in place: the MappedSafetensors overload diffs two memory-mapped files without copying a
 // byte of tensor data (what `fp8ref diff` uses); the SafetensorsFile overload reads the vectors it is given.
 #pragma once

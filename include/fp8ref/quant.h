@@ -8,9 +8,10 @@
 //
 // ---- The data and the scales ------------------------------------------------------------------------------------
 // x has rank r >= 1 and is viewed as [B, M, K]: K = the last dimension, M = the one before it (1 for rank 1), B = the
-// product of the others. Every scale covers one *group* of elements; the scales form a row-major tensor of rank r
-// (their *logical shape*; only the row-major layout exists in this slice — column-major, TMA-aligned and packed
-// ue8m0 layouts are not done yet):
+// product of the others. Every scale covers one *group* of elements; the scales form a row-major tensor of rank r,
+// their *logical shape* (below). How they are stored is the field scale-layout: row-major (the logical tensor),
+// col-major, tma-aligned or packed-ue8m0 (include/fp8ref/scale_layout.h: the transforms, their sources, the pads);
+// every computation uses the logical scales, the layout applies to the scales written and read:
 //   granularity   one scale per                                  scale shape (data [..., M, K])
 //   tensor        the whole tensor                               [1, ..., 1]
 //   row           (b, m): one token / row                        [..., M, 1]
@@ -33,8 +34,9 @@
 // ---- Dynamic quantization of one group (the contract; each step a field of QuantSpec) ----------------------------
 // Arithmetic is IEEE binary32 with round-to-nearest-even (the CUDA C++ non-fast-math and torch model) and the GPU
 // NaN model: every arithmetic result that is NaN is the canonical +NaN 0x7FFFFFFF (NVIDIA's f32 ops drop
-// payloads and sign). Triton's approximate division (div.full.f32) is NOT modelled in this slice: conventions
-// that use Triton `/` divide exactly-rounded here, and say so.
+// payloads and sign). Every `/` below is the division of the field div: `ieee` RN(a/b) (CUDA C++, torch), or
+// `triton-nv` Triton's div.full.f32 on NVIDIA, RN(a · MUFU.RCP(b)) with range scaling (include/fp8ref/triton_div.h:
+// bit-exact from a reciprocal table captured on the H200).
 //   1. y = f32(x) (exact widening of bf16/f16/f32).
 //   2. amax = max |y| over the group, from +0. amax-nan=ignore: NaN elements are skipped (CUDA fmaxf; Triton
 //      tl.max = maxnum, seen on the H200); propagate: any NaN makes amax NaN (torch .amax()).
@@ -58,7 +60,11 @@
 //   7. per element, formula: `x/s` v = RN(y / sv); `x*(1/s)` v = RN(y · RN(1/sv)); `x*(max/amax)`
 //      v = RN(y · RN(max / amax)); `x*(max*rcp(amax))` v = RN(y · RN(max · RN(1/amax))) (the last two use the
 //      guarded amax and need f32 scales); `exact`: v = y/sv exactly (no f32 rounding), except that y = ±0 with
-//      sv = 0 (an all-zero group without guard) gives ±0.
+//      sv = 0 (an all-zero group without guard) gives ±0. With ue8m0 scales of code c (the E8M0 code, or the
+//      exponent field of an f32-held one): `x*rcp-bits(s)` v = RN(y · R), R = the f32 with bits (254 − c) << 23
+//      (2^(127−c) for c <= 253; c = 254 -> +0; c = 255 -> −Inf: sgl-kernel fast_pow2(-e), sglang JIT
+//      inv_scale_ue8m0); `x*rcp-bits(s)@in` the same multiply done in the 16-bit source type: v = RN_in(y ·
+//      RN_in(R)) (sglang JIT __hmul2; for f16 sources R overflows to Inf when c < 112, i.e. s < 2^-15).
 //   8. clamp to ±max: none | nan-to-max (fmaxf(-max, fminf(v, max)): NaN -> +max) | nan-to-min
 //      (fminf(fmaxf(v, -max), max): NaN -> -max; also Triton's tl.clamp with runtime bounds, measured on the H200)
 //      | nan-kept (torch.clamp: NaN stays NaN).
@@ -69,8 +75,9 @@
 // every formula; `x*(1/s)`-style formulas can differ from it by their own f32 roundings before the cast.
 //
 // ---- Static quantization ------------------------------------------------------------------------------------
-// The scales are given (logical shape, storage dtype of scale-dtype / scale-store); steps 7–9 run with sv = the
-// given value. The amax-based formulas need amax and are refused.
+// The scales are given (storage dtype of scale-dtype / scale-store; in files, in scale-layout — the functions below
+// take the logical row-major bytes, unlayout_scales converts); steps 7–9 run with sv = the given value. The
+// amax-based formulas need amax and are refused.
 //
 // ---- Dequantization -------------------------------------------------------------------------------------------
 // x[i] = RN_out( RN_f32( value(q[i]) · value(s[group(i)]) ) ): the product of the code's value and the scale's
@@ -95,6 +102,7 @@
 
 #include "fp8ref/convert.h"
 #include "fp8ref/format.h"
+#include "fp8ref/scale_layout.h"
 
 namespace fp8ref {
 
@@ -117,8 +125,10 @@ enum class ScaleDtype : uint8_t { f32, bf16, f16, ue8m0 };
 enum class ScaleRound : uint8_t { rne, pow2_ceil, pow2_ceil_clamp, mx_floor };
 enum class ScaleStore : uint8_t { native, f32 };
 // "x/s", "x*(1/s)", "x*(max/amax)", "x*(max*rcp(amax))", "exact"
-enum class QuantFormula : uint8_t { div, mul_rcp, max_div_amax, max_mul_rcp_amax, exact };
+// "x*rcp-bits(s)", "x*rcp-bits(s)@in" (ue8m0 scales only)
+enum class QuantFormula : uint8_t { div, mul_rcp, max_div_amax, max_mul_rcp_amax, exact, mul_rcp_bits, mul_rcp_bits_in };
 enum class Clamp : uint8_t { none, nan_to_max, nan_to_min, nan_kept };
+enum class Division : uint8_t { ieee, triton_nv };  // "ieee", "triton-nv" (include/fp8ref/triton_div.h)
 
 const char* to_string(TailPolicy v);
 const char* to_string(AmaxNan v);
@@ -128,6 +138,7 @@ const char* to_string(ScaleRound v);
 const char* to_string(ScaleStore v);
 const char* to_string(QuantFormula v);
 const char* to_string(Clamp v);
+const char* to_string(Division v);
 bool parse_scale_dtype(std::string_view s, ScaleDtype* out);
 
 struct QuantSpec {
@@ -145,6 +156,8 @@ struct QuantSpec {
   float fp8_max = 448.0f;
   QuantFormula formula = QuantFormula::exact;
   Clamp clamp = Clamp::none;
+  Division div = Division::ieee;                       // every `/` of steps 4 and 7
+  ScaleLayout scale_layout = ScaleLayout::row_major;   // how the scales are written and read (not computed)
   std::string cast_convention = "exact";  // a convert convention (convert.h); resolved into `cast` by finalize
   ConversionSpec cast;
 
@@ -169,8 +182,8 @@ std::optional<QuantSpec> resolve_quant_convention(std::string_view name, Format 
                                                   std::optional<ScaleDtype> scale_dtype, std::string* error);
 // Overrides one field by its descriptor key / CLI flag name: granularity, tail, amax-nan, guard (none |
 // amax-floor:E | min-scale:M | both, comma-separated), scale-formula, scale-round, scale-store, fp8-max (a
-// positive f32-exact number, or `finfo`), formula, clamp, cast. Returns false and fills *error for an unknown
-// field or a bad value.
+// positive f32-exact number, or `finfo`), formula, clamp, cast, div (ieee | triton-nv), scale-layout (row-major |
+// col-major | tma-aligned | packed-ue8m0). Returns false and fills *error for an unknown field or a bad value.
 bool apply_quant_override(std::string_view field, std::string_view value, QuantSpec* spec, std::string* error);
 // Resolves the cast and checks that the fields fit together (dynamic: scales computed; else static). Throws
 // InputError with the reason: scale-round not matching the dtype, mx:32 without mx-floor, amax formulas with
@@ -189,11 +202,17 @@ struct QuantLayout {
 QuantLayout quant_layout(const QuantSpec& spec, const std::vector<int64_t>& shape);
 // The storage format of the scales: f32 (f32, or ue8m0 with scale-store=f32), bf16, f16 or ue8m0 (codes).
 Format scale_storage(const QuantSpec& spec);
+// The scales as stored in spec.scale_layout: the stored shape, and the transforms from / to the logical row-major
+// bytes (elements of scale_storage(spec)). Throw InputError where the layout does not apply (scale_layout.h).
+StoredScaleShape stored_scales(const QuantSpec& spec, const QuantLayout& L);
+std::vector<uint8_t> layout_scales(const QuantSpec& spec, const QuantLayout& L, const void* logical);
+std::vector<uint8_t> unlayout_scales(const QuantSpec& spec, const QuantLayout& L, const void* stored);
 
 namespace ref {
 // The reference (reference/quant_ref.cc): scalar, one group at a time, the steps above in order.
 // x: the source elements (f32 / bf16 / f16 bit patterns, little-endian, C order), `from` their format.
-// q: n_elems codes. scales: n_scales elements of scale_storage(spec) (bytes, little-endian). exact_q: optional,
+// q: n_elems codes. scales: n_scales elements of scale_storage(spec) (bytes, little-endian), logical row-major
+// (spec.scale_layout is applied by the callers: layout_scales / unlayout_scales). exact_q: optional,
 // n_elems doubles (y / sv). The spec must be finalized (finalize_quant_spec).
 void quantize(const QuantSpec& spec, Format from, const void* x, const std::vector<int64_t>& shape, uint8_t* q,
               void* scales, double* exact_q = nullptr);
@@ -206,5 +225,18 @@ void dequantize(const QuantSpec& spec, const uint8_t* q, const std::vector<int64
 // The value of scale element i as stored (f32; NaN/Inf where the storage says so).
 float scale_value(const QuantSpec& spec, const void* scales, size_t i);
 }  // namespace ref
+
+namespace cpu {
+// The CPU backend (src/cpu/quant_cpu.cc: Highway + OpenMP), bit-identical to ref:: with the same signatures.
+// Specs it does not vectorise run the reference, called explicitly; quant_path says which: "vector (TARGET)..." or
+// "reference: <why>" (dynamic: quantize vs quantize_static; exact_out: exact_q / exact_x requested).
+void quantize(const QuantSpec& spec, Format from, const void* x, const std::vector<int64_t>& shape, uint8_t* q,
+              void* scales, double* exact_q = nullptr);
+void quantize_static(const QuantSpec& spec, Format from, const void* x, const std::vector<int64_t>& shape,
+                     const void* scales, uint8_t* q, double* exact_q = nullptr);
+void dequantize(const QuantSpec& spec, const uint8_t* q, const std::vector<int64_t>& shape, const void* scales,
+                Format out_format, void* out, double* exact_x = nullptr);
+std::string quant_path(const QuantSpec& spec, bool dynamic, bool exact_out = false);
+}  // namespace cpu
 
 }  // namespace fp8ref

@@ -3,7 +3,8 @@
 //
 // Every preset lists the implementation's steps in order with the QuantSpec field each one sets, and cites the
 // research notes (../shared/research/quant-conventions.md, "research §N") and the source file they were read from.
-// Not in this slice: Triton's approximate division (div=triton-nv), scale layouts other than row-major.
+// The Triton conventions divide with div=triton-nv (Triton's div.full.f32, include/fp8ref/triton_div.h); the CUDA
+// ones with IEEE division. Scale layouts are include/fp8ref/scale_layout.h.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -37,7 +38,10 @@ constexpr Named<QuantFormula> kFormulas[] = {{QuantFormula::div, "x/s"},
                                              {QuantFormula::mul_rcp, "x*(1/s)"},
                                              {QuantFormula::max_div_amax, "x*(max/amax)"},
                                              {QuantFormula::max_mul_rcp_amax, "x*(max*rcp(amax))"},
-                                             {QuantFormula::exact, "exact"}};
+                                             {QuantFormula::exact, "exact"},
+                                             {QuantFormula::mul_rcp_bits, "x*rcp-bits(s)"},
+                                             {QuantFormula::mul_rcp_bits_in, "x*rcp-bits(s)@in"}};
+constexpr Named<Division> kDivisions[] = {{Division::ieee, "ieee"}, {Division::triton_nv, "triton-nv"}};
 constexpr Named<Clamp> kClamps[] = {
     {Clamp::none, "none"}, {Clamp::nan_to_max, "nan-to-max"}, {Clamp::nan_to_min, "nan-to-min"}, {Clamp::nan_kept, "nan-kept"}};
 
@@ -105,13 +109,19 @@ const std::vector<QuantConventionInfo> kQuantConventions = {
      "quant-conventions.md §3.5", "group:128", "e4m3fn e4m3fnuz"},
     {"vllm-per-token", "vLLM scaled_fp8_quant dynamic per-token (dynamic_per_token_scaled_fp8_quant)",
      "quant-conventions.md §4.1", "row", "e4m3fn e4m3fnuz"},
-    {"deepseek-act-quant", "DeepSeek-V3 inference/kernel.py act_quant_kernel (Triton; IEEE division here)",
+    {"deepseek-act-quant", "DeepSeek-V3 inference/kernel.py act_quant_kernel (Triton)",
      "quant-conventions.md §3.6", "group:128", "e4m3fn"},
     {"deepgemm", "DeepGEMM deep_gemm/utils/math.py per_token_cast_to_fp8 / per_block / per_channel (torch, CUDA)",
      "quant-conventions.md §3.7", "group:128", "e4m3fn"},
-    {"sglang-triton", "sglang per_token_group_quant_fp8 Triton _per_token_group_quant_8bit, row-major scales "
-                      "(IEEE division here)",
+    {"sglang-triton", "sglang per_token_group_quant_fp8 Triton _per_token_group_quant_8bit, row-major scales",
      "quant-conventions.md §3.1", "group:128", "e4m3fn e4m3fnuz"},
+    {"sglang-triton-colmajor", "sglang Triton _per_token_group_quant_8bit_colmajor (column-major TMA-aligned scales, "
+                               "x/s)",
+     "quant-conventions.md §3.2", "group:128", "e4m3fn e4m3fnuz"},
+    {"sgl-kernel", "sglang sgl-kernel per_token_group_quant_8bit (CUDA, AOT; sgl_per_token_group_quant_fp8)",
+     "quant-conventions.md §3.3", "group:128", "e4m3fn"},
+    {"sglang-jit", "sglang JIT per_token_group_quant QuantTrait::run (CUDA; the newest sglang path)",
+     "quant-conventions.md §3.4", "group:128", "e4m3fn"},
     {"mx", "OCP Microscaling (MX) v1.0 §6.3: shared E8M0 scale 2^(floor(log2 amax) - emax_elem), block 32",
      "NUMERICS.md §3", "mx:32", "e4m3fn e5m2"},
 };
@@ -131,6 +141,7 @@ const char* to_string(ScaleRound v) { return name_of(kScaleRounds, v); }
 const char* to_string(ScaleStore v) { return name_of(kScaleStores, v); }
 const char* to_string(QuantFormula v) { return name_of(kFormulas, v); }
 const char* to_string(Clamp v) { return name_of(kClamps, v); }
+const char* to_string(Division v) { return name_of(kDivisions, v); }
 bool parse_scale_dtype(std::string_view s, ScaleDtype* out) { return parse_in(kScaleDtypes, s, out); }
 
 std::string to_string(const Granularity& g) {
@@ -193,7 +204,8 @@ std::string QuantSpec::describe() const {
                   " scale-round=" + fp8ref::to_string(scale_round);
   if (scale_dtype == ScaleDtype::ue8m0) s += std::string(" scale-store=") + fp8ref::to_string(scale_store);
   s += " fp8-max=" + number_text(fp8_max) + " formula=" + fp8ref::to_string(formula) + " clamp=" +
-       fp8ref::to_string(clamp) + " cast=" + cast_convention;
+       fp8ref::to_string(clamp) + " cast=" + cast_convention + " div=" + fp8ref::to_string(div) +
+       " scale-layout=" + fp8ref::to_string(scale_layout);
   return s;
 }
 
@@ -292,11 +304,11 @@ std::optional<QuantSpec> resolve_quant_convention(std::string_view name, Format 
     //   1. x = tl.load(...).to(tl.float32)
     //   2. amax = tl.max(tl.abs(x)); amax = tl.maximum(amax, 1e-4)             -> amax-nan=ignore (tl.max/tl.maximum
     //      lower to maxnum: NaN skipped — seen in the H200 capture), amax-floor:1e-4
-    //   3. s = amax / 448.  (Triton div.full.f32: approximate; IEEE here)      -> scale-formula=amax/max
+    //   3. s = amax / 448.  (Triton `/` = div.full.f32)                         -> scale-formula=amax/max, div=triton-nv
     //   4. scale_fmt == "ue8m0": s = exp2(ceil(log2(s)))                       -> pow2-ceil, stored as f32
-    //   5. y = x / s (Triton div.full; IEEE here; exact for power-of-two s), no clamp -> x/s, clamp=none
-    // H200 capture (torch 2.11, Triton 3.6.0, bf16 [256, 512] with NaN/Inf/zero/±max rows): bit-exact with ue8m0
-    // scales; with f32 scales 41% of the scales differ by 1–2 ulps (div.full) and codes only in those groups.
+    //   5. y = x / s (Triton `/`), no clamp                                    -> x/s, clamp=none
+    // H200 capture (torch 2.11, Triton 3.6.0, bf16 [256, 512] with NaN/Inf/zero/±max rows): bit-exact, f32 and ue8m0
+    // scales (with IEEE division instead, 41% of the f32 scales differ by 1–2 ulps).
     //   6. y.to(float8_e4m3fn): Triton's saturating RNE cast, NaN stays NaN (research §11: +Inf -> 448) -> cast=
     //      cuda-satfinite
     // The kernel asserts K % 128 == 0 (blocks of the flattened tensor = 1×128 groups)   -> tail=error.
@@ -304,6 +316,7 @@ std::optional<QuantSpec> resolve_quant_convention(std::string_view name, Format 
     s.amax_nan = AmaxNan::ignore;
     s.amax_floor = 1e-4f;
     s.scale_formula = ScaleFormula::div;
+    s.div = Division::triton_nv;
     if (dt == ScaleDtype::ue8m0) s.scale_store = ScaleStore::f32;
     s.fp8_max = 448.0f;
     s.formula = QuantFormula::div;
@@ -344,14 +357,15 @@ std::optional<QuantSpec> resolve_quant_convention(std::string_view name, Format 
     s.cast_convention = "torch-2.11-cuda";
     return s;
   }
-  if (n == "sglang-triton") {
-    // research §3.1; sglang python/sglang/srt/layers/quantization/fp8_kernel.py @008601fa
+  if (n == "sglang-triton" || n == "sglang-triton-colmajor") {
+    // sglang-triton: research §3.1; sglang python/sglang/srt/layers/quantization/fp8_kernel.py @008601fa
     // _per_token_group_quant_8bit (moved to python/sglang/kernels/ops/quantization/fp8_kernel.py @0499419e).
     //   1. y = tl.load(...).to(tl.float32)
     //   2. _absmax = tl.maximum(tl.max(tl.abs(y)), eps), eps = 1e-10           -> amax-nan=ignore, amax-floor:1e-10
-    //   3. y_s = _absmax / fp8_max (Triton `/`: approximate; IEEE here)       -> scale-formula=amax/max
-    //   4. [newest] SCALE_UE8M0: y_s = exp2(ceil(log2(abs(y_s))))              -> pow2-ceil, stored as f32
-    //   5. y_s_inv = 1.0 / y_s (Triton `/`; IEEE here)
+    //   3. y_s = _absmax / fp8_max (Triton `/` = div.full.f32)                  -> scale-formula=amax/max, div=triton-nv
+    //   4. [newest] SCALE_UE8M0: y_s = exp2(ceil(log2(abs(y_s))))              -> pow2-ceil, stored as f32 (research
+    //      A4: equal to the bit trick on the H200; tl.log2/tl.exp2 of powers of two are exact)
+    //   5. y_s_inv = 1.0 / y_s (Triton `/`)
     //   6. y_q = tl.clamp(y * y_s_inv, fp8_min, fp8_max)                       -> x*(1/s), clamp=nan-to-min:
     //      measured on the H200 (torch 2.11, Triton 3.6.0; this kernel with fp8_min/fp8_max passed as runtime
     //      arguments, as sglang does): NaN and Inf·0 quantize to fp8_min = -448 (0xFE). Research §11 recorded
@@ -359,15 +373,85 @@ std::optional<QuantSpec> resolve_quant_convention(std::string_view name, Format 
     //   7. .to(fp8): Triton's saturating cast                                  -> cast=cuda-satfinite (FNUZ on ROCm:
     //      torch-2.11 here; identical after the clamp)
     // fp8_max = finfo.max = 448; 224 when is_fp8_fnuz(). Row-major scales (M, K/G). K % G != 0 asserted -> tail=error.
-    if (!only_f32_or_ue8m0()) return fail("sglang-triton writes f32 (or ue8m0 as f32) scales, not " + std::string(to_string(dt)));
+    // sglang-triton-colmajor: research §3.2; the same file's _per_token_group_quant_8bit_colmajor. Steps 1–4 as
+    // above; then
+    //   5'. y_q = tl.clamp(y / y_s, bit8_min, bit8_max).to(fp8): a direct Triton division, no reciprocal -> x/s
+    //   6'. y_s stored at scale_col * y_s_col_stride + scale_row into create_per_token_group_quant_fp8_output_scale
+    //       (column_major_scales=True, scale_tma_aligned=True): torch.empty((K/G, align4(M))).T[:M]
+    //                                                                           -> scale-layout=tma-aligned (col-major
+    //       without scale_tma_aligned). With UE8M0 the kernel writes the f32 powers of two; sglang then calls
+    //       DeepGEMM transform_sf_into_required_layout, which packs them (scale-layout=packed-ue8m0).
+    // H200 capture (tools/device/capture_quant_kernels.py, Triton 3.6.0; bf16, f16, f32 [254, 512], f32 and
+    // ue8m0 scales, both kernels): bit-exact, codes and scales.
+    if (!only_f32_or_ue8m0()) return fail(n + " writes f32 (or ue8m0 as f32) scales, not " + std::string(to_string(dt)));
     s.amax_nan = AmaxNan::ignore;
     s.amax_floor = 1e-10f;
     s.scale_formula = ScaleFormula::div;
+    // Triton `/` is div.full.f32 on NVIDIA; the FNUZ targets are ROCm (gfx94x), where Triton emits LLVM fdiv
+    // (research A1), taken as IEEE here (not measured).
+    s.div = is_fnuz(to) ? Division::ieee : Division::triton_nv;
     if (dt == ScaleDtype::ue8m0) s.scale_store = ScaleStore::f32;
     s.fp8_max = to == Format::e4m3fnuz ? 224.0f : finfo_max(to);
-    s.formula = QuantFormula::mul_rcp;
+    s.formula = n == "sglang-triton" ? QuantFormula::mul_rcp : QuantFormula::div;
     s.clamp = Clamp::nan_to_min;
     s.cast_convention = is_fnuz(to) ? "torch-2.11" : "cuda-satfinite";
+    if (n == "sglang-triton-colmajor") s.scale_layout = ScaleLayout::tma_aligned;
+    return s;
+  }
+  if (n == "sgl-kernel") {
+    // research §3.3; sglang sgl-kernel/csrc/gemm/per_token_group_quant_8bit.cu @00568d90
+    // per_token_group_quant_8bit_kernel (8 threads per group, 16-bit inputs: G = 128), fp8 output:
+    //   1. local_absmax = LOCAL_ABSMAX_ABS = 1e-10; fmaxf(local_absmax, fabsf(f32(x))), fmaxf shuffles
+    //                                                                           -> amax-nan=ignore, amax-floor:1e-10
+    //   2. calculate_fp8_scales, f32: scale_inv = amax * MAX_8BIT_INV (constexpr 1.0f / 448) -> scale-formula=
+    //      amax*(1/max); scale = 448 / amax (IEEE, a second rounding)         -> formula=x*(max/amax)
+    //      UE8M0: e = fast_log2_ceil(amax * MAX_8BIT_INV) = exp - 127 + (mant != 0) -> pow2-ceil (no clamp), native
+    //      codes; scale = fast_pow2(-e) = bits (127 - e) << 23 (e = 128 for an Inf amax: -Inf) -> x*rcp-bits(s);
+    //      the stored byte is bits(fast_pow2(e)) >> 23 = the code (0xFF for Inf)
+    //   3. __fmul2_rn(x, scale) then __nv_cvt_float2_to_fp8x2(.., __NV_SATFINITE, __NV_E4M3), no clamp
+    //                                                                           -> clamp=none, cast=cuda-satfinite
+    //   4. scales: row-major f32 (output_s + group_id; UE8M0 is refused there: TORCH_CHECK(!scale_ue8m0)), or
+    //      column-major (col_idx * scale_stride * P + row_idx * P + pack_idx; P = 4 bytes per int32 for UE8M0)
+    //                                                                           -> row-major; ue8m0: packed-ue8m0
+    //      (the column-major index uses output_s.size(1) * 4 groups per row: only right when K/G % 4 == 0)
+    // H200 capture (the kernel's formulas in tools/device/capture_quant_kernels.cu; bf16, f16 [254, 512], all three
+    // layouts): bit-exact, codes and scales.
+    if (!only_f32_or_ue8m0()) return fail("sgl-kernel writes f32 or ue8m0 scales, not " + std::string(to_string(dt)));
+    s.amax_nan = AmaxNan::ignore;
+    s.amax_floor = 1e-10f;
+    s.scale_formula = ScaleFormula::mul_rcp;
+    s.fp8_max = 448.0f;
+    s.formula = dt == ScaleDtype::ue8m0 ? QuantFormula::mul_rcp_bits : QuantFormula::max_div_amax;
+    if (dt == ScaleDtype::ue8m0) s.scale_layout = ScaleLayout::packed_ue8m0;
+    s.clamp = Clamp::none;
+    s.cast_convention = "cuda-satfinite";
+    return s;
+  }
+  if (n == "sglang-jit") {
+    // research §3.4; sglang python/sglang/jit_kernel/csrc/gemm/per_token_group_quant.cuh @97923ff3 QuantTrait::run,
+    // jit_kernel/include/sgl_kernel/deepseek_v4/fp8_utils.cuh @2b6780b4 (16-bit inputs only; G in 16..256):
+    //   1. amax = max(|x|) in the 16-bit domain (__habs2, __hmax2: NaN loses; exact), then fmaxf(amax.x, amax.y)
+    //      and max(amax, 1e-10f)                                               -> amax-nan=ignore, amax-floor:1e-10
+    //   2. raw_scale = amax * kMaxValueInv (constexpr 1.f / 448.f)             -> scale-formula=amax*(1/max)
+    //   3. f32 scales: stored raw_scale; quant_scale = kMaxValue * __frcp_rn(amax) -> formula=x*(max*rcp(amax));
+    //      q = fp8x2(float2{x * quant_scale}) (SATFINITE, no clip)            -> clamp=none, cast=cuda-satfinite
+    //   4. UE8M0: exp = cast_to_ue8m0(raw_scale) = exp field + (mant != 0), no clamp -> pow2-ceil, native codes;
+    //      quant_scale = inv_scale_ue8m0(exp) = bits (254 - exp) << 23; scale2 = T2(quant_scale);
+    //      q = fp8x2(__hmul2(x, scale2)): the multiply in bf16/f16           -> formula=x*rcp-bits(s)@in (f16: the
+    //      multiplier overflows to Inf when s < 2^-15, so such groups give ±448 and NaN for zeros)
+    //   5. scales: f32 row-major / column-major by strides; UE8M0 always packed 4 per int32, column-major byte
+    //      packed_group * group_stride + token * 4 + g % 4, tail bytes zeroed   -> row-major; ue8m0: packed-ue8m0
+    // H200 capture (the kernel's formulas in tools/device/capture_quant_kernels.cu; bf16, f16 [254, 512] and
+    // [254, 384]): bit-exact, codes and scales.
+    if (!only_f32_or_ue8m0()) return fail("sglang-jit writes f32 or ue8m0 scales, not " + std::string(to_string(dt)));
+    s.amax_nan = AmaxNan::ignore;
+    s.amax_floor = 1e-10f;
+    s.scale_formula = ScaleFormula::mul_rcp;
+    s.fp8_max = 448.0f;
+    s.formula = dt == ScaleDtype::ue8m0 ? QuantFormula::mul_rcp_bits_in : QuantFormula::max_mul_rcp_amax;
+    if (dt == ScaleDtype::ue8m0) s.scale_layout = ScaleLayout::packed_ue8m0;
+    s.clamp = Clamp::none;
+    s.cast_convention = "cuda-satfinite";
     return s;
   }
   // mx — OCP Microscaling Formats (MX) v1.0 §6.3 (NUMERICS.md §3): "Set X to be the largest power-of-two less than
@@ -465,6 +549,15 @@ bool apply_quant_override(std::string_view field, std::string_view value, QuantS
     if (!parse_in(kClamps, v, &spec->clamp)) return fail("unknown clamp '" + v + "' (" + names_of(kClamps) + ")");
     return true;
   }
+  if (f == "div") {
+    if (!parse_in(kDivisions, v, &spec->div)) return fail("unknown div '" + v + "' (" + names_of(kDivisions) + ")");
+    return true;
+  }
+  if (f == "scale-layout") {
+    if (!parse_scale_layout(v, &spec->scale_layout))
+      return fail("unknown scale-layout '" + v + "' (" + scale_layout_names() + ")");
+    return true;
+  }
   if (f == "cast") {
     std::string err;
     if (!resolve_convention(v, Format::f32, spec->to, &err)) return fail("cast '" + v + "': " + err);
@@ -472,7 +565,8 @@ bool apply_quant_override(std::string_view field, std::string_view value, QuantS
     return true;
   }
   return fail("unknown quantize field '" + f +
-              "' (granularity, tail, amax-nan, guard, scale-formula, scale-round, scale-store, fp8-max, formula, clamp, cast)");
+              "' (granularity, tail, amax-nan, guard, scale-formula, scale-round, scale-store, fp8-max, formula, clamp, "
+              "cast, div, scale-layout)");
 }
 
 void finalize_quant_spec(QuantSpec* spec, bool dynamic) {
@@ -498,6 +592,10 @@ void finalize_quant_spec(QuantSpec* spec, bool dynamic) {
   if (amax_formula && s.scale_dtype != ScaleDtype::f32)
     fail(std::string("formula ") + to_string(s.formula) +
          " multiplies by max/amax, which only agrees with f32 scales (power-of-two scales: use x/s)");
+  if ((s.formula == QuantFormula::mul_rcp_bits || s.formula == QuantFormula::mul_rcp_bits_in) && !ue8m0)
+    fail(std::string("formula ") + to_string(s.formula) + " builds 2^(127-e) from the E8M0 code: it needs ue8m0 scales");
+  if (s.scale_layout == ScaleLayout::packed_ue8m0 && !ue8m0)
+    fail("scale-layout packed-ue8m0 packs E8M0 codes: it needs scale-dtype ue8m0");
   std::string err;
   const Format pre_cast = s.formula == QuantFormula::exact ? Format::f64 : Format::f32;
   auto c = resolve_convention(s.cast_convention, pre_cast, s.to, &err);
@@ -578,7 +676,27 @@ QuantLayout quant_layout(const QuantSpec& spec, const std::vector<int64_t>& shap
   }
   L.n_scales = 1;
   for (int64_t d : L.scale_shape) L.n_scales *= d;
+  stored_scales(spec, L);  // the layout must apply to these scales
   return L;
+}
+
+StoredScaleShape stored_scales(const QuantSpec& spec, const QuantLayout& L) {
+  try {
+    return stored_scale_shape(spec.scale_layout, L.scale_shape, format_info(scale_storage(spec)).bits / 8,
+                              spec.scale_dtype == ScaleDtype::ue8m0);
+  } catch (const InputError& e) {
+    throw InputError(std::string("quantize: ") + e.what() + " (granularity " + to_string(spec.granularity) + ")");
+  }
+}
+
+std::vector<uint8_t> layout_scales(const QuantSpec& spec, const QuantLayout& L, const void* logical) {
+  return to_scale_layout(spec.scale_layout, L.scale_shape, format_info(scale_storage(spec)).bits / 8,
+                         spec.scale_dtype == ScaleDtype::ue8m0, logical);
+}
+
+std::vector<uint8_t> unlayout_scales(const QuantSpec& spec, const QuantLayout& L, const void* stored) {
+  return from_scale_layout(spec.scale_layout, L.scale_shape, format_info(scale_storage(spec)).bits / 8,
+                           spec.scale_dtype == ScaleDtype::ue8m0, stored);
 }
 
 }  // namespace fp8ref

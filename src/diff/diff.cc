@@ -3,9 +3,17 @@
 // One streaming pass per output tensor over fixed chunks (OpenMP, dynamic schedule). Every statistic is either a
 // count, a max with the lowest index breaking ties, a bounded worst-K set under a total order, or a sum taken per
 // chunk and added in chunk order, so the report does not depend on the number of threads. Structure counters
-// (per row, 1x128 group, 128x128 block, attached scale block) are shared arrays updated atomically, on
-// mismatches only. A second pass, over blocks with unexplained mismatches only, looks for blocks off by one
-// common factor.
+// (per row, 128x128 block, attached scale block) are shared arrays updated atomically (or per thread and summed),
+// on mismatches only; the 1x128 groups, one per 128 elements, get no array: each chunk summarises its own groups
+// (the breakdown's count, top 8 and runs, merged in chunk order) and lists those the second pass must look at. The
+// second pass, over blocks with unexplained mismatches only, looks for blocks off by one common factor.
+//
+// Speed (issue 3; bench/bench_diff.cc, bench/RESULTS.md): one-byte codes are scanned by a SIMD kernel (scan.cc)
+// that returns the positions that differ; with classes that depend on the two codes alone (no exact, bound or
+// scale tensor) mismatch8() handles them a block at a time, counting what depends on the codes alone per code-class
+// key and per ULP distance (fold8() derives the rest) and keeping running sums and maxima in registers, so that
+// only the position-dependent work is done per element, in element order. tests/test_diff_pinned.cc pins whole
+// reports of many-mismatch cases to what the straightforward per-element code (mismatch()) produced.
 #include <omp.h>
 #include <sys/mman.h>
 
@@ -21,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "diff/internal.h"
+#include "diff/scale_layouts.h"
 #include "fp8ref/convert.h"
 #include "fp8ref/error.h"
 #include "fp8ref/golden.h"
@@ -400,13 +409,17 @@ std::map<std::string, OutputInfo> parse_outputs(const std::map<std::string, std:
   return out;
 }
 
-std::vector<int64_t> unravel(uint64_t flat, const std::vector<int64_t>& shape) {
-  std::vector<int64_t> idx(shape.size());
+void unravel_into(uint64_t flat, const std::vector<int64_t>& shape, std::vector<int64_t>& idx) {
+  idx.resize(shape.size());
   for (size_t d = shape.size(); d-- > 0;) {
     const uint64_t s = static_cast<uint64_t>(shape[d]);
     idx[d] = s ? static_cast<int64_t>(flat % s) : 0;
     flat = s ? flat / s : 0;
   }
+}
+std::vector<int64_t> unravel(uint64_t flat, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> idx;
+  unravel_into(flat, shape, idx);
   return idx;
 }
 
@@ -640,6 +653,61 @@ struct Analyzer {
     return Mismatch::wrong;
   }
 
+  // ---- breakdown scans ----
+  // A breakdown of units (rows, 1x128 groups, ...) keeps the units with mismatches, the top 8 (most mismatches first,
+  // lower unit first on ties) and the first 16 runs of consecutive affected units. A UnitScan is that summary for a
+  // slice of the units; slices merge in order (merge_scans) into the breakdown of all of them, whatever the slicing.
+  using UnitCount = std::pair<uint64_t, uint64_t>;  // (count, unit)
+  static bool better(const UnitCount& x, const UnitCount& y) { return x.first != y.first ? x.first > y.first : x.second < y.second; }
+  struct UnitScan {
+    uint64_t nonzero = 0;
+    std::vector<UnitCount> top;                       // best first, at most 8
+    std::vector<std::pair<int64_t, int64_t>> runs;    // inclusive; a run reaching the slice's end is closed there
+    bool more_runs = false;                           // more than kMaxRuns runs in the slice
+  };
+  static constexpr size_t kMaxRuns = 18;  // > 16 even if the first one joins the previous slice's last
+  // Builds a UnitScan from the units with a nonzero count, given in increasing unit order.
+  struct UnitScanner {
+    UnitScan* s = nullptr;
+    std::vector<UnitCount> heap;  // std heap under better(): front() = the worst of the 8 kept
+    int64_t run_start = -1, run_end = -1;
+    void start(UnitScan* scan) {
+      s = scan;
+      heap.clear();
+      run_start = run_end = -1;
+    }
+    void add(uint64_t unit, uint64_t c) {
+      s->nonzero++;
+      const UnitCount uc{c, unit};
+      if (heap.size() < 8) {
+        heap.push_back(uc);
+        std::push_heap(heap.begin(), heap.end(), better);
+      } else if (better(uc, heap.front())) {
+        std::pop_heap(heap.begin(), heap.end(), better);
+        heap.back() = uc;
+        std::push_heap(heap.begin(), heap.end(), better);
+      }
+      const int64_t u = static_cast<int64_t>(unit);
+      if (run_start >= 0 && u == run_end + 1) {
+        run_end = u;
+        return;
+      }
+      close_run();
+      run_start = run_end = u;
+    }
+    void close_run() {
+      if (run_start < 0) return;
+      if (s->runs.size() < kMaxRuns) s->runs.push_back({run_start, run_end});
+      else s->more_runs = true;
+      run_start = -1;
+    }
+    void finish() {
+      close_run();
+      std::sort_heap(heap.begin(), heap.end(), better);  // best first
+      s->top.assign(heap.begin(), heap.end());
+    }
+  };
+
   // ---- per-thread accumulator ----
   struct Acc {
     uint64_t equal_cls[kNumValueClasses] = {};
@@ -660,37 +728,122 @@ struct Analyzer {
     int64_t item_c0 = 0;
     size_t item_heat_base = 0;
     uint64_t item_mism = 0;
-    std::vector<uint32_t> grp_local, sb_local;
+    size_t heat_cur = 0;     // mismatch8(): the heatmap cell of the last mismatch, and the column where the next begins
+    int64_t heat_next = -1;
+    // the item's 1x128 groups with mismatches, (group in the row, mismatches), in increasing order (the mismatches
+    // of an item come in increasing column order)
+    // (separate arrays with room for an item's groups: no reallocation, no 16-byte pair copied through the stack)
+    std::vector<int64_t> grp_g;
+    std::vector<uint32_t> grp_n;
+    size_t ngrp = 0;
+    void push_group(int64_t g, uint32_t n) {
+      grp_g[ngrp] = g;
+      grp_n[ngrp] = n;
+      ngrp++;
+    }
+    std::vector<uint32_t> sb_local;
     std::vector<uint32_t> blk, sblk;  // per-thread block counts (when small)
-    std::vector<uint8_t> cls_memo;    // see pure_classes(): the class of each (expected, actual) code pair, 0xFF unknown
+    // mismatch8() (pure one-byte codes): counts per key (see key_e) and per ULP distance, turned into the fields
+    // above by fold8(); key_rep: the first code pair (expected << 8 | actual) seen with each key.
+    uint64_t key_cnt[128] = {};
+    uint16_t key_rep[128] = {};
+    uint64_t ulp_cnt[256] = {};
+    // mismatch8(): the columns of the mismatches, counted into dims in batches (flush_cols): random increments
+    // into the per-column counts miss the caches while the inputs stream through them, and hit them in a batch
+    std::vector<uint32_t> colbuf;
+    size_t ncol = 0;
+    // the current chunk's 1x128 groups: their breakdown scan, and the post-pass candidates among them
+    UnitScanner* groups = nullptr;
+    std::vector<uint32_t>* cands = nullptr;
+    uint64_t cand_base = 0;
   };
-  // classify() depends on the two codes alone: no exact or bound tensor, no scales (one-byte formats only).
+  // classify() depends on the two codes alone: no exact or bound tensor, no scales (one-byte formats only). It is then
+  // a function of (class of E, class of A, E subnormal) — see classify() — which mismatch8() counts per key:
+  // key_e[E] | key_a[A] = class(E) * 16 + class(A) * 2 + subnormal(E).
   bool pure_classes() const { return fmt.size == 1 && !X && !B && !sc && !is_scale_tensor; }
+  uint8_t key_e[256] = {}, key_a[256] = {};
+  int16_t ord8[256] = {};
+  bool key_finite[128] = {};  // both classes finite: a ULP distance
+  bool finite_nonzero8[256] = {};
+  // The post-pass (blocks off by one common factor) looks at 1x128 groups: collected during the pass.
+  bool want_group_cands() const {
+    return !sc && !is_scale_tensor && fmt.kind == Fmt::Kind::fp && fmt.format != Format::ue8m0 && rank > 0;
+  }
+  void setup_pure8() {  // the tables above, from fmt's
+    for (int c = 0; c < 256; ++c) {
+      const ValueClass k = fmt.classify(static_cast<uint64_t>(c));
+      key_e[c] = static_cast<uint8_t>(static_cast<int>(k) * 16 + (fmt.is_subnormal(static_cast<uint64_t>(c)) ? 1 : 0));
+      key_a[c] = static_cast<uint8_t>(static_cast<int>(k) * 2);
+      ord8[c] = static_cast<int16_t>(fmt.ordinal(static_cast<uint64_t>(c)));
+      finite_nonzero8[c] = finite_class(k) && !zero_class(k);
+    }
+    for (int k = 0; k < 128; ++k)
+      key_finite[k] = finite_class(static_cast<ValueClass>(k >> 4)) && finite_class(static_cast<ValueClass>((k >> 1) & 7));
+  }
   static constexpr size_t kLocalMax = size_t{1} << 18;
+
+  static void count_group(Acc& acc, int64_t c) {
+    const int64_t g = c / 128;
+    if (acc.ngrp == 0 || acc.grp_g[acc.ngrp - 1] != g) acc.push_group(g, 1);
+    else acc.grp_n[acc.ngrp - 1]++;
+  }
 
   void begin_item(Acc& acc, int64_t r, int64_t c0, int64_t c1) const {
     acc.item_c0 = c0;
     acc.item_heat_base = static_cast<size_t>(r * H / rows) * static_cast<size_t>(W);
     acc.item_mism = 0;
-    acc.grp_local.assign(static_cast<size_t>((c1 - 1) / 128 - c0 / 128 + 1), 0);
+    acc.heat_next = -1;
+    acc.ngrp = 0;
+    const size_t groups = static_cast<size_t>((c1 - 1) / 128 - c0 / 128 + 1);
+    if (acc.grp_g.size() < groups) {
+      acc.grp_g.resize(groups);
+      acc.grp_n.resize(groups);
+    }
     if (sc) {
       const int64_t bl = sc->block[rank - 1];
       acc.sb_local.assign(static_cast<size_t>((c1 - 1) / bl - c0 / bl + 1), 0);
     }
   }
-  void flush_item(Acc& acc, int64_t r, int64_t sb_base) {
+  // A group of ACTUAL (1x128, in row r from column g * 128) with >= 2 mismatches, and no element bitwise equal to a
+  // finite nonzero EXPECTED: a block the post-pass must look at. (An equal finite nonzero element is one the post-pass
+  // stops at: "a nonzero element the factor left alone".) The group was just scanned: this reads the caches.
+  template <typename T>
+  bool group_candidate(int64_t r, int64_t g, uint32_t n) const {
+    const int64_t c0 = g * 128, c1 = std::min(cols, c0 + 128);
+    if (n == static_cast<uint32_t>(c1 - c0)) return true;
+    const T* e = reinterpret_cast<const T*>(E.bytes) + static_cast<uint64_t>(r) * cols;
+    const T* a = reinterpret_cast<const T*>(A.bytes) + static_cast<uint64_t>(r) * cols;
+    for (int64_t c = c0; c < c1; ++c) {
+      if (e[c] != a[c]) continue;
+      if (sizeof(T) == 1) {
+        if (finite_nonzero8[static_cast<uint8_t>(e[c])]) return false;
+      } else {
+        const ValueClass k = fmt.classify(static_cast<uint64_t>(e[c]));
+        if (finite_class(k) && !zero_class(k)) return false;
+      }
+    }
+    return true;
+  }
+
+  template <typename T>
+  void flush_item(Acc& acc, int64_t r, int64_t sb_base, const std::vector<int64_t>& lead) {
     if (!acc.item_mism) return;
     {
       const uint32_t n = static_cast<uint32_t>(acc.item_mism);
 #pragma omp atomic
       row_cnt[r] += n;
     }
-    const int64_t g0 = acc.item_c0 / 128;
-    for (size_t k = 0; k < acc.grp_local.size(); ++k) {
-      const uint32_t n = acc.grp_local[k];
-      if (!n) continue;
-      const int64_t g = g0 + static_cast<int64_t>(k);
-      group_cnt[r * gcols + g] += n;  // a 1x128 group lies in one item (kSeg is a multiple of 128): no other thread
+    // the leading dimensions are the item's: counted once per item
+    for (int d = 0; d + 1 < rank; ++d) acc.dims[dim_off[d] + lead[d]] += acc.item_mism;
+    const bool cands = acc.cands != nullptr;
+    for (size_t k = 0; k < acc.ngrp; ++k) {
+      const int64_t g = acc.grp_g[k];
+      const uint32_t n = acc.grp_n[k];
+      // a 1x128 group lies in one item (kSeg is a multiple of 128) and the items of a chunk come in order: the chunk's
+      // groups reach its scanner in increasing order
+      const uint64_t unit = static_cast<uint64_t>(r * gcols + g);
+      acc.groups->add(unit, n);
+      if (cands && n >= 2 && group_candidate<T>(r, g, n)) acc.cands->push_back(static_cast<uint32_t>(unit - acc.cand_base));
       const size_t bi = static_cast<size_t>((r / 128) * bcols + g);
       if (block_cnt.size() <= kLocalMax) {  // small: per thread (threads share 128-row bands), summed in merge()
         if (acc.blk.empty()) acc.blk.assign(block_cnt.size(), 0);
@@ -742,16 +895,29 @@ struct Analyzer {
     }
   }
 
-  // Counts the classes of p[0..n) into cls (which has kNumValueClasses + 1 entries) and calls one(i) for every i
-  // where p[i] != q[i], in increasing i; ahead(i) some mismatches earlier (to prefetch what one(i) will touch).
-  // rare_pos/diff_pos: scratch of kScan8Block entries each.
+  // Counts the classes of p[0..n) into cls (which has kNumValueClasses + 1 entries) and calls batch(pos, k, off)
+  // for the i where p[i] != q[i], in increasing i, a block at a time: i = off + pos[0..k). Before that, ahead(i) for
+  // the first kAhead of them (to prefetch what handling them will touch).
+  // rare_pos: scratch of kScan8Block entries, diff_pos: of 2 * kScan8Block.
+  //
+  // Software-pipelined: the mismatches of a block are handled after the next block is scanned, so that what
+  // ahead() fetches for them (per-column counters, scattered, that the streaming inputs keep evicting from the
+  // caches) arrives while that scan runs, not while the handling waits for it.
+  static constexpr size_t kAhead = 16;
   template <typename F, typename P>
   void scan8(const uint8_t* p, const uint8_t* q, size_t n, uint64_t* cls, uint16_t* rare_pos, uint16_t* diff_pos,
-             F&& one, P&& ahead) const {
+             F&& batch, P&& ahead) const {
+    const uint16_t* pend = nullptr;  // the previous block's mismatches: positions, their count, the block's offset
+    size_t pend_n = 0, pend_b = 0;
+    auto handle = [&]() {
+      if (pend_n) batch(pend, pend_n, pend_b);
+    };
+    int buf = 0;
     for (size_t b = 0; b < n; b += detail::kScan8Block) {
       const size_t m = std::min(detail::kScan8Block, n - b);
       detail::Scan8Result res;
-      detail::scan8(scan_prm, p + b, q + b, m, rare_pos, diff_pos, &res);
+      uint16_t* dp = diff_pos + buf * detail::kScan8Block;
+      detail::scan8(scan_prm, p + b, q + b, m, rare_pos, dp, &res);
       // frequent codes by compare, rare (NaN/Inf) by lookup, the rest finite
       uint64_t special = 0;
       for (int k = 0; k < 4; ++k) {
@@ -764,19 +930,23 @@ struct Analyzer {
         if (c != kNumValueClasses) special++;
       }
       cls[static_cast<int>(ValueClass::finite)] += m - special;
-      // Mismatches at random positions touch per-column counters that the streaming inputs keep evicting from
-      // the caches: fetch them a few mismatches ahead.
-      constexpr size_t kAhead = 8;
-      for (size_t k = 0; k < std::min(kAhead, res.n_diff); ++k) ahead(b + diff_pos[k]);
-      for (size_t k = 0; k < res.n_diff; ++k) {
-        if (k + kAhead < res.n_diff) ahead(b + diff_pos[k + kAhead]);
-        one(b + diff_pos[k]);
-      }
+      for (size_t k = 0; k < std::min(kAhead, res.n_diff); ++k) ahead(b + dp[k]);
+      handle();
+      pend = dp;
+      pend_n = res.n_diff;
+      pend_b = b;
+      buf ^= 1;
     }
+    handle();
   }
 
   // shared structure counters
-  ZeroCounts row_cnt, group_cnt, block_cnt, sblock_cnt;
+  ZeroCounts row_cnt, block_cnt, sblock_cnt;
+  // per chunk of the pass: the breakdown scan of its 1x128 groups, and its post-pass candidate groups (offsets from
+  // the chunk's first group; empty when want_group_cands() is false)
+  std::vector<UnitScan> group_scans;
+  std::vector<std::vector<uint32_t>> group_cands;
+  std::vector<uint64_t> group_cand_base;
   std::vector<double> chunk_abs, chunk_rel;
   Acc total;
   int H = 0, W = 0;
@@ -839,36 +1009,179 @@ struct Analyzer {
     if (viol) acc.violations++;
     // class
     const int64_t sb = sc ? sb_base + (c / sc->block[rank - 1]) * sc->sstride[rank - 1] : -1;
-    Mismatch m;
-    if (!acc.cls_memo.empty()) {  // one-byte codes, class a function of the two codes alone: memoised
-      uint8_t& k = acc.cls_memo[(eb << 8) | ab];
-      if (k == 0xFF) k = static_cast<uint8_t>(classify(flat, eb, ab, ce, ca, sb));
-      m = static_cast<Mismatch>(k);
-    } else {
-      m = classify(flat, eb, ab, ce, ca, sb);
-    }
+    const Mismatch m = classify(flat, eb, ab, ce, ca, sb);
     acc.cls[static_cast<int>(m)]++;
     if (m == Mismatch::scale && sc && !is_scale_tensor) acc.scale_explained++;
     // structure: counted per item here, flushed to the shared arrays by flush_item()
     acc.item_mism++;
-    acc.grp_local[c / 128 - acc.item_c0 / 128]++;
+    count_group(acc, c);
     if (sc) acc.sb_local[c / sc->block[rank - 1] - acc.item_c0 / sc->block[rank - 1]]++;
     (void)r;
     if (acc.heat.empty()) acc.heat.assign(static_cast<size_t>(H) * W, 0);
     acc.heat[acc.item_heat_base + heat_col[static_cast<size_t>(c)]]++;
-    if (rank > 0) {
+    if (rank > 0) {  // the leading dimensions: per item, in flush_item()
       if (acc.dims.empty()) acc.dims.assign(static_cast<size_t>(dim_total), 0);
-      for (int d = 0; d + 1 < rank; ++d) acc.dims[dim_off[d] + lead[d]]++;
       acc.dims[dim_off[rank - 1] + c]++;
     }
-    // worst-K
-    if (opt.top_k > 0) {
-      if (acc.heap.size() < opt.top_k) {
-        acc.heap.push(cand);
-      } else if (worse(cand, acc.heap.top())) {
-        acc.heap.pop();
-        acc.heap.push(cand);
+    (void)lead;
+    offer(acc, cand);
+  }
+
+  // worst-K
+  void offer(Acc& acc, const Cand& cand) const {
+    if (opt.top_k == 0) return;
+    if (acc.heap.size() < opt.top_k) {
+      acc.heap.push(cand);
+    } else if (worse(cand, acc.heap.top())) {
+      acc.heap.pop();
+      acc.heap.push(cand);
+    }
+  }
+
+  // mismatch() for pure one-byte codes (pure_classes()): everything that depends on the two codes alone is counted
+  // per key and per ULP distance (fold8() derives the class counts, the confusion table, the histogram and the
+  // violations from them); per element only what depends on the position: the sums, maxima and worst-K (in element
+  // order, as mismatch() does them) and the structure counts.
+  // The mismatches at pe[pos[k]] != pa[pos[k]] (k < n, pos ascending), columns c0 + pos[k] of the row starting at
+  // element row_flat. The running sums, maxima, the heatmap cell, the current group and the worst-K threshold are
+  // kept in locals (registers) over the batch, written back at its end.
+  void mismatch8(Acc& acc, const uint8_t* pe, const uint8_t* pa, int64_t c0, uint64_t row_flat, const uint16_t* pos,
+                 size_t n, double& sum_abs, double& sum_rel) {
+    double s_abs = sum_abs, s_rel = sum_rel;
+    double mx_abs = acc.max_abs, mx_rel = acc.max_rel;
+    uint64_t mx_abs_flat = acc.max_abs_flat, mx_rel_flat = acc.max_rel_flat, viol = 0;
+    size_t heat_cur = acc.heat_cur;
+    int64_t heat_next = acc.heat_next;
+    uint64_t* const heat = acc.heat.data();
+    uint64_t* const key_cnt = acc.key_cnt;
+    uint64_t* const ulp_cnt = acc.ulp_cnt;
+    int64_t gcur = -1;
+    uint32_t gn = 0;
+    if (acc.ngrp) {
+      acc.ngrp--;
+      gcur = acc.grp_g[acc.ngrp];
+      gn = acc.grp_n[acc.ngrp];
+    }
+    const bool absrel = tol.kind == Tolerance::Kind::absrel;
+    const bool cols_known = rank > 0;
+    const size_t top_k = opt.top_k;
+    bool full = top_k > 0 && acc.heap.size() >= top_k;
+    Cand thr = full ? acc.heap.top() : Cand{0, 0, 0.0, 0};
+    for (size_t k = 0; k < n; ++k) {
+      const int64_t c = c0 + pos[k];
+      const uint64_t flat = row_flat + static_cast<uint64_t>(c);
+      const uint8_t eb = pe[pos[k]], ab = pa[pos[k]];
+      const int key = key_e[eb] | key_a[ab];
+      if (key_cnt[key]++ == 0) acc.key_rep[key] = static_cast<uint16_t>((eb << 8) | ab);
+      Cand cand{1, 0, 0.0, flat};
+      if (key_finite[key]) {
+        const int d = ord8[eb] - ord8[ab];
+        const uint64_t u = static_cast<uint64_t>(d < 0 ? -d : d);
+        ulp_cnt[u]++;
+        const double ve = fmt.lut[eb], va = fmt.lut[ab];
+        const double abs_err = std::fabs(va - ve);
+        s_abs += abs_err;
+        if (abs_err > mx_abs || (abs_err == mx_abs && flat < mx_abs_flat)) {
+          mx_abs = abs_err;
+          mx_abs_flat = flat;
+        }
+        if (ve != 0) {
+          const double rel = abs_err / std::fabs(ve);
+          s_rel += rel;
+          if (rel > mx_rel || (rel == mx_rel && flat < mx_rel_flat)) {
+            mx_rel = rel;
+            mx_rel_flat = flat;
+          }
+        }
+        if (absrel && abs_err > tol.abs + tol.rel * std::fabs(ve)) viol++;
+        cand = Cand{0, u, abs_err, flat};
       }
+      if (top_k > 0 && (!full || worse(cand, thr))) {  // worst-K: offer() when the candidate can enter
+        offer(acc, cand);
+        full = acc.heap.size() >= top_k;
+        if (full) thr = acc.heap.top();
+      }
+      // the 1x128 group (the columns come in increasing order)
+      const int64_t g = c / 128;
+      if (g != gcur) {
+        if (gn) acc.push_group(gcur, gn);
+        gcur = g;
+        gn = 0;
+      }
+      gn++;
+      // the heatmap cell: recomputed when c passes the current cell's last column, as c * W / cols, exact in doubles
+      // (fast8(): c * W < 2^48, cols < 2^32), without heat_col's cache misses
+      if (c >= heat_next) {
+        const int64_t w = static_cast<int64_t>(static_cast<double>(c * W) / cols_d);
+        heat_cur = acc.item_heat_base + static_cast<size_t>(w);
+        heat_next = heat_bound[static_cast<size_t>(w) + 1];
+      }
+      heat[heat_cur]++;
+      if (cols_known) {
+        acc.colbuf[acc.ncol++] = static_cast<uint32_t>(c);
+        if (acc.ncol == acc.colbuf.size()) flush_cols(acc);
+      }
+    }
+    if (gn) acc.push_group(gcur, gn);
+    acc.item_mism += n;
+    acc.heat_cur = heat_cur;
+    acc.heat_next = heat_next;
+    acc.max_abs = mx_abs;
+    acc.max_abs_flat = mx_abs_flat;
+    acc.max_rel = mx_rel;
+    acc.max_rel_flat = mx_rel_flat;
+    acc.violations += viol;
+    sum_abs = s_abs;
+    sum_rel = s_rel;
+  }
+  void flush_cols(Acc& acc) const {
+    uint64_t* d = acc.dims.data() + dim_off[rank - 1];
+    for (size_t i = 0; i < acc.ncol; ++i) d[acc.colbuf[i]]++;
+    acc.ncol = 0;
+  }
+  // mismatch8() applies: pure one-byte codes, columns and heatmap columns in range of its shortcuts
+  bool fast8() const { return pure_classes() && cols <= int64_t{UINT32_MAX} && W <= 65535; }
+  double cols_d = 1;
+  std::vector<int64_t> heat_bound;  // heat_bound[w]: the first column of heatmap column w (w = 0..W)
+
+  // The per-key and per-distance counts of mismatch8() into the fields mismatch() fills.
+  void fold8(Acc& acc) const {
+    for (int key = 0; key < 128; ++key) {
+      const uint64_t n = acc.key_cnt[key];
+      if (!n) continue;
+      const int ce = key >> 4, ca = (key >> 1) & 7;
+      const ValueClass vce = static_cast<ValueClass>(ce), vca = static_cast<ValueClass>(ca);
+      acc.ce[ce] += n;
+      acc.ca[ca] += n;
+      acc.conf[ce][ca] += n;
+      acc.mismatches += n;
+      bool compatible = true;
+      if (key_finite[key]) {
+        acc.finite_pairs += n;
+        if (!zero_class(vce)) acc.rel_pairs += n;       // value != 0
+        else if (!zero_class(vca)) acc.rel_undefined += n;
+      } else {
+        acc.no_distance += n;
+        if (!(vce == ValueClass::nan && vca == ValueClass::nan)) {
+          acc.incompatible += n;
+          compatible = false;
+        }
+      }
+      const uint64_t eb = acc.key_rep[key] >> 8, ab = acc.key_rep[key] & 0xFF;
+      acc.cls[static_cast<int>(classify(0, eb, ab, vce, vca, -1))] += n;
+      switch (tol.kind) {
+        case Tolerance::Kind::exact:
+        case Tolerance::Kind::bound: acc.violations += n; break;  // bound: no bound tensor here, judged exact
+        case Tolerance::Kind::ulp:
+        case Tolerance::Kind::absrel: acc.violations += compatible ? 0 : n; break;  // finite pairs: below
+      }
+    }
+    for (uint64_t u = 0; u < 256; ++u) {
+      const uint64_t n = acc.ulp_cnt[u];
+      if (!n) continue;
+      acc.hist[ulp_bucket(u)] += n;
+      acc.max_ulp = std::max(acc.max_ulp, u);
+      if (tol.kind == Tolerance::Kind::ulp && u > tol.ulp) acc.violations += n;
     }
   }
 
@@ -886,56 +1199,100 @@ struct Analyzer {
     const T* a = reinterpret_cast<const T*>(A.bytes);
     const int nt = opt.threads > 0 ? opt.threads : omp_get_max_threads();
     const std::vector<int64_t> lead_shape(shape.begin(), shape.end() - (rank > 0 ? 1 : 0));
+    const bool fast = sizeof(T) == 1 && fast8();
+    if (sizeof(T) == 1) setup_pure8();  // (group_candidate() uses its finite_nonzero8 on every one-byte path)
+    cols_d = static_cast<double>(cols);
+    if (fast) {
+      heat_bound.resize(static_cast<size_t>(W) + 1);
+      for (int64_t w = 0; w <= W; ++w) heat_bound[static_cast<size_t>(w)] = (w * cols + W - 1) / W;  // ceil(w * cols / W)
+    }
+    group_scans.assign(static_cast<size_t>(nchunks), UnitScan{});
+    if (want_group_cands()) {
+      group_cands.assign(static_cast<size_t>(nchunks), {});
+      group_cand_base.assign(static_cast<size_t>(nchunks), 0);
+    } else {
+      group_cands.clear();
+    }
 #pragma omp parallel num_threads(nt)
     {
       Acc acc;
-      if (pure_classes()) acc.cls_memo.assign(size_t{1} << 16, 0xFF);
+      UnitScanner groups;
+      acc.groups = &groups;
       std::vector<int64_t> lead;
-      std::vector<uint16_t> rare_pos(sizeof(T) == 1 ? detail::kScan8Block : 0), diff_pos(rare_pos.size());
+      std::vector<uint16_t> rare_pos(sizeof(T) == 1 ? detail::kScan8Block : 0), diff_pos(2 * rare_pos.size());
+      if (fast && rank > 0) acc.colbuf.resize(size_t{1} << 14);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t ch = 0; ch < nchunks; ++ch) {
         double sum_abs = 0, sum_rel = 0;
         const int64_t i1 = std::min(items, (ch + 1) * per_chunk);
+        groups.start(&group_scans[static_cast<size_t>(ch)]);
+        if (!group_cands.empty()) {
+          acc.cands = &group_cands[static_cast<size_t>(ch)];
+          const int64_t it0 = ch * per_chunk;
+          acc.cand_base = group_cand_base[static_cast<size_t>(ch)] =
+              static_cast<uint64_t>((it0 / nseg) * gcols + ((it0 % nseg) * kSeg) / 128);
+        }
         for (int64_t it = ch * per_chunk; it < i1; ++it) {
           const int64_t r = it / nseg, c0 = (it % nseg) * kSeg, c1 = std::min(cols, c0 + kSeg);
           bool have_lead = false;
           int64_t sb_base = 0;
           const uint64_t base = static_cast<uint64_t>(r) * cols;
           begin_item(acc, r, c0, c1);
+          auto get_lead = [&]() {
+            unravel_into(static_cast<uint64_t>(r), lead_shape, lead);  // no allocation per row
+            if (sc) {
+              sb_base = 0;
+              for (int d = 0; d + 1 < rank; ++d) sb_base += (lead[d] / sc->block[d]) * sc->sstride[d];
+            }
+            have_lead = true;
+            if (fast) {
+              if (acc.heat.empty()) acc.heat.assign(static_cast<size_t>(H) * W, 0);
+              if (acc.dims.empty()) acc.dims.assign(static_cast<size_t>(dim_total), 0);
+            }
+          };
           auto one = [&](int64_t c) {
             const uint64_t eb = e[base + c], ab = a[base + c];
             if (eb == ab) {
               if (sizeof(T) != 1) acc.equal_cls[static_cast<int>(fmt.classify(eb))]++;
               return;
             }
-            if (!have_lead) {
-              lead = unravel(static_cast<uint64_t>(r), lead_shape);
-              if (sc) {
-                sb_base = 0;
-                for (int d = 0; d + 1 < rank; ++d) sb_base += (lead[d] / sc->block[d]) * sc->sstride[d];
-              }
-              have_lead = true;
-            }
+            if (!have_lead) get_lead();
             mismatch(acc, base + c, r, c, lead, sb_base, eb, ab, sum_abs, sum_rel);
           };
           if (sizeof(T) == 1) {
             // one-byte codes: classes of every expected code counted in vectors; equal bytes skipped in 16s
             const uint8_t* pe = reinterpret_cast<const uint8_t*>(e + base + c0);
             const uint8_t* pa = reinterpret_cast<const uint8_t*>(a + base + c0);
-            auto on_diff = [&](size_t k) { one(c0 + static_cast<int64_t>(k)); };
             auto ahead = [&](size_t k) {
+              if (fast) return;  // mismatch8() touches nothing scattered
               const size_t c = static_cast<size_t>(c0) + k;
               __builtin_prefetch(&heat_col[c]);
               if (!acc.dims.empty()) __builtin_prefetch(&acc.dims[static_cast<size_t>(dim_off[rank - 1]) + c], 1);
             };
-            scan8(pe, pa, static_cast<size_t>(c1 - c0), acc.all_cls, rare_pos.data(), diff_pos.data(), on_diff, ahead);
+            auto batch = [&](const uint16_t* pos, size_t k, size_t off) {
+              if (fast) {
+                if (!have_lead) get_lead();
+                mismatch8(acc, pe + off, pa + off, c0 + static_cast<int64_t>(off), base, pos, k, sum_abs, sum_rel);
+                return;
+              }
+              for (size_t j = 0; j < k; ++j) {
+                if (j + kAhead < k) ahead(off + pos[j + kAhead]);
+                one(c0 + static_cast<int64_t>(off + pos[j]));
+              }
+            };
+            scan8(pe, pa, static_cast<size_t>(c1 - c0), acc.all_cls, rare_pos.data(), diff_pos.data(), batch, ahead);
           } else {
             for (int64_t c = c0; c < c1; ++c) one(c);
           }
-          flush_item(acc, r, sb_base);
+          flush_item<T>(acc, r, sb_base, lead);
         }
+        groups.finish();
         chunk_abs[ch] = sum_abs;
         chunk_rel[ch] = sum_rel;
+      }
+      if (fast) {
+        if (acc.ncol) flush_cols(acc);
+        fold8(acc);
       }
 #pragma omp critical(fp8ref_diff_merge)
       merge(acc);
@@ -1038,7 +1395,6 @@ struct Analyzer {
     factor_block_shape = bshape;
     std::vector<int64_t> nb(rank);
     for (int d = 0; d < rank; ++d) nb[d] = (shape[d] + bshape[d] - 1) / bshape[d];
-    const ZeroCounts& cnt = use_scale ? sblock_cnt : group_cnt;
     const double u = std::ldexp(1.0, -(fmt.man_bits + 1));
     const double band = ((1 + u) / (1 - u)) * ((1 + u) / (1 - u));
     uint64_t moved = 0;
@@ -1048,10 +1404,11 @@ struct Analyzer {
       std::vector<BlockFactor> local;
       uint64_t local_moved = 0;
       std::vector<int64_t> bi(rank), lo(rank), hi(rank), idx(rank);  // reused: no allocation per block
-      // The candidates of each run of kChunk blocks first, then the blocks, each one's first element fetched a few
-      // candidates ahead (they are scattered over the inputs).
+      // The candidates of each job first (scale blocks: a run of kChunk blocks with >= 2 mismatches; 1x128 groups:
+      // those the pass collected in one of its chunks, see group_candidate()), then the blocks, each one's first
+      // element fetched a few candidates ahead (they are scattered over the inputs).
       constexpr size_t kChunk = 4096, kAhead = 4;
-      const size_t nchunks = (cnt.size() + kChunk - 1) / kChunk;
+      const size_t nchunks = use_scale ? (sblock_cnt.size() + kChunk - 1) / kChunk : group_cands.size();
       std::vector<size_t> cand;
       auto prefetch_block = [&](size_t k) {
         uint64_t f = k, flat = 0, stride = 1;
@@ -1066,8 +1423,12 @@ struct Analyzer {
 #pragma omp for schedule(dynamic, 1)
       for (size_t j = 0; j < nchunks; ++j) {
         cand.clear();
-        for (size_t k = j * kChunk; k < std::min(cnt.size(), (j + 1) * kChunk); ++k)
-          if (cnt[k] >= 2) cand.push_back(k);  // a common factor needs >= 2 changed elements; changed <= mismatches
+        if (use_scale) {
+          for (size_t k = j * kChunk; k < std::min(sblock_cnt.size(), (j + 1) * kChunk); ++k)
+            if (sblock_cnt[k] >= 2) cand.push_back(k);  // a common factor needs >= 2 changed elements; changed <= mismatches
+        } else {
+          for (uint32_t off : group_cands[j]) cand.push_back(static_cast<size_t>(group_cand_base[j] + off));
+        }
         for (size_t ci = 0; ci < std::min(kAhead, cand.size()); ++ci) prefetch_block(cand[ci]);
         for (size_t ci = 0; ci < cand.size(); ++ci) {
         if (ci + kAhead < cand.size()) prefetch_block(cand[ci + kAhead]);
@@ -1157,7 +1518,6 @@ struct Analyzer {
       heat_col.resize(static_cast<size_t>(cols));
       for (int64_t c = 0; c < cols; ++c) heat_col[c] = static_cast<uint16_t>(c * W / cols);
       row_cnt.assign(rows, 0);
-      group_cnt.assign(static_cast<size_t>(rows * gcols), 0);
       block_cnt.assign(static_cast<size_t>(brows * bcols), 0);
       if (sc) sblock_cnt.assign(sc->differs.size(), 0);
       switch (fmt.size) {
@@ -1175,56 +1535,30 @@ struct Analyzer {
   // A breakdown scans one counter per unit: the units with mismatches, the top 8 (most mismatches first, lower unit
   // first on ties) and the first 16 runs of consecutive affected units. Large arrays (millions of 1x128 groups) are
   // scanned in slices in parallel and merged; the result is the same.
-  using UnitCount = std::pair<uint64_t, uint64_t>;  // (count, unit)
-  static bool better(const UnitCount& x, const UnitCount& y) { return x.first != y.first ? x.first > y.first : x.second < y.second; }
-  struct UnitScan {
-    uint64_t nonzero = 0;
-    std::vector<UnitCount> top;                       // best first, at most 8
-    std::vector<std::pair<int64_t, int64_t>> runs;    // inclusive; a run reaching the slice's end is closed there
-    bool more_runs = false;                           // more than kMaxRuns runs in the slice
-  };
-  static constexpr size_t kMaxRuns = 18;  // > 16 even if the first one joins the previous slice's last
   static constexpr size_t kParallelUnits = size_t{1} << 20;
 
   static void scan_units(const uint32_t* cnt, size_t lo, size_t hi, UnitScan& s) {
-    auto cmp = [](const UnitCount& x, const UnitCount& y) { return better(x, y); };
-    std::priority_queue<UnitCount, std::vector<UnitCount>, decltype(cmp)> top(cmp);  // top(): the worst kept
-    auto close = [&](int64_t a, int64_t e) {
-      if (s.runs.size() < kMaxRuns) s.runs.push_back({a, e});
-      else s.more_runs = true;
-    };
-    int64_t run_start = -1;
-    for (size_t i = lo; i < hi; ++i) {
-      const uint64_t c = cnt[i];
-      if (c) {
-        s.nonzero++;
-        if (top.size() < 8) {
-          top.push({c, i});
-        } else if (better(UnitCount{c, i}, top.top())) {
-          top.pop();
-          top.push({c, i});
-        }
-        if (run_start < 0) run_start = static_cast<int64_t>(i);
-      } else if (run_start >= 0) {
-        close(run_start, static_cast<int64_t>(i) - 1);
-        run_start = -1;
-      }
-    }
-    if (run_start >= 0) close(run_start, static_cast<int64_t>(hi) - 1);
-    for (; !top.empty(); top.pop()) s.top.push_back(top.top());
-    std::reverse(s.top.begin(), s.top.end());
+    UnitScanner u;
+    u.start(&s);
+    for (size_t i = lo; i < hi; ++i)
+      if (cnt[i]) u.add(i, cnt[i]);
+    u.finish();
   }
 
   Breakdown breakdown(const std::string& name, const uint32_t* cnt, size_t units, uint64_t unit_elements) const {
-    Breakdown b;
-    b.name = name;
-    b.units = units;
-    b.unit_elements = unit_elements;
     const int nt = opt.threads > 0 ? opt.threads : omp_get_max_threads();
     const size_t nslices = units >= kParallelUnits && nt > 1 ? static_cast<size_t>(nt) * 4 : 1;
     std::vector<UnitScan> sl(nslices);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt) if (nslices > 1)
     for (size_t k = 0; k < nslices; ++k) scan_units(cnt, units * k / nslices, units * (k + 1) / nslices, sl[k]);
+    return merge_scans(name, units, unit_elements, sl);
+  }
+
+  static Breakdown merge_scans(const std::string& name, size_t units, uint64_t unit_elements, const std::vector<UnitScan>& sl) {
+    Breakdown b;
+    b.name = name;
+    b.units = units;
+    b.unit_elements = unit_elements;
     std::vector<UnitCount> top;
     std::vector<std::pair<int64_t, int64_t>> runs;
     bool overflow = false;
@@ -1233,12 +1567,14 @@ struct Analyzer {
       top.insert(top.end(), s.top.begin(), s.top.end());
       for (const auto& r : s.runs) {
         if (!runs.empty() && runs.back().second + 1 == r.first) runs.back().second = r.second;  // across slices
-        else runs.push_back(r);
+        else if (runs.size() < 17) runs.push_back(r);  // 17 runs: truncated, and later ones join the 17th at most
+        else overflow = true;
       }
       overflow = overflow || s.more_runs;
     }
-    std::sort(top.begin(), top.end(), better);
-    for (size_t i = 0; i < top.size() && i < 8; ++i) b.top.push_back({top[i].second, top[i].first});
+    const size_t ntop = std::min<size_t>(top.size(), 8);
+    std::partial_sort(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(ntop), top.end(), better);
+    for (size_t i = 0; i < ntop; ++i) b.top.push_back({top[i].second, top[i].first});
     b.ranges.assign(runs.begin(), runs.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(runs.size(), 16)));
     b.ranges_truncated = runs.size() > 16 || overflow;
     return b;
@@ -1332,7 +1668,7 @@ struct Analyzer {
     if (t.mismatches) {
       s.breakdowns.push_back(breakdown("row", row_cnt.data(), row_cnt.size(), static_cast<uint64_t>(cols)));
       if (!is_scale_tensor) {  // a scale tensor's own 1x128 groups mean nothing
-        s.breakdowns.push_back(breakdown("group 1x128", group_cnt.data(), group_cnt.size(), 0));
+        s.breakdowns.push_back(merge_scans("group 1x128", static_cast<size_t>(rows * gcols), 0, group_scans));
         s.breakdowns.push_back(breakdown("block 128x128", block_cnt.data(), block_cnt.size(), 0));
       }
       std::vector<uint32_t> tmp;
@@ -1764,13 +2100,21 @@ std::vector<io::TensorView> views_of(const io::SafetensorsFile& f) {
 
 }  // namespace
 
+// Scale tensors stored in a layout (fp8ref.outputs "layout") are diffed in their logical form (diff/scale_layouts.h).
+DiffReport diff_logical(const std::vector<io::TensorView>& ev, const std::map<std::string, std::string>& emd,
+                        const std::vector<io::TensorView>& av, const std::map<std::string, std::string>& amd,
+                        const DiffOptions& opt) {
+  const detail::LogicalViews l = detail::logical_scale_views(ev, av, emd, opt.expected_name);
+  return diff_views(FileView{l.expected, l.expected_metadata}, FileView{l.actual, amd}, opt);
+}
+
 DiffReport diff_files(const io::SafetensorsFile& expected, const io::SafetensorsFile& actual, const DiffOptions& opt) {
   const std::vector<io::TensorView> ev = views_of(expected), av = views_of(actual);
-  return diff_views(FileView{ev, expected.metadata}, FileView{av, actual.metadata}, opt);
+  return diff_logical(ev, expected.metadata, av, actual.metadata, opt);
 }
 
 DiffReport diff_files(const io::MappedSafetensors& expected, const io::MappedSafetensors& actual, const DiffOptions& opt) {
-  return diff_views(FileView{expected.tensors(), expected.metadata()}, FileView{actual.tensors(), actual.metadata()}, opt);
+  return diff_logical(expected.tensors(), expected.metadata(), actual.tensors(), actual.metadata(), opt);
 }
 
 }  // namespace fp8ref::diff

@@ -1,9 +1,12 @@
 // fp8ref — the `quantize` and `dequantize` ops in the registry (contract: include/fp8ref/quant.h).
 //
 //   quantize from=bf16 to=e4m3fn shape=64x512 granularity=group:128 convention=vllm-group fill=normal:amax=8 seed=1
-//     tensors: input.x [shape] (BF16/F16/F32); mode=static adds input.scale [scale shape];
-//              output.q [shape] (F8 tag of `to`); output.scale [scale shape] (F32, BF16, F16 or F8_E8M0; dynamic
-//              mode only); exact.q [shape] (F64: x / s by the stored scale, before any f32 rounding or cast).
+//     tensors: input.x [shape] (BF16/F16/F32); mode=static adds input.scale [stored scale shape];
+//              output.q [shape] (F8 tag of `to`); output.scale [stored scale shape] (F32, BF16, F16 or F8_E8M0, or I32
+//              words of 4 codes for packed-ue8m0; dynamic mode only); exact.q [shape] (F64: x / s by the stored
+//              scale, before any f32 rounding or cast). The scales are in the layout scale-layout (the convention's,
+//              or the override; include/fp8ref/scale_layout.h), named in fp8ref.outputs ("layout", and
+//              "logical_shape" for layouts other than row-major).
 //     Static cases: input.scale = the dynamic scales of the same input and spec, multiplied by 0.75 (f32/bf16/f16:
 //     rounded to the dtype) or halved (ue8m0: one code lower) — so that some quotients exceed max and the clamp and
 //     the cast's overflow policy are exercised.
@@ -22,8 +25,9 @@ namespace fp8ref::golden {
 
 namespace {
 
-const char* const kQuantOverrides[] = {"granularity", "tail",  "amax-nan", "guard",   "scale-formula", "scale-round",
-                                       "scale-store", "fp8-max", "formula", "clamp", "cast"};
+const char* const kQuantOverrides[] = {"granularity", "tail",    "amax-nan", "guard", "scale-formula", "scale-round",
+                                       "scale-store", "fp8-max", "formula",  "clamp", "cast",          "div",
+                                       "scale-layout"};
 
 struct QuantCase {
   Format from;
@@ -75,6 +79,11 @@ QuantCase parse_quant_case(const Descriptor& d) {
 
 io::DType scale_dtype_of(const QuantSpec& s) { return io::format_dtype(scale_storage(s)); }
 
+// The scale tensor as stored (scale-layout): its dtype and shape.
+io::DType stored_dtype_of(const QuantSpec& s, const QuantLayout& L) {
+  return stored_scales(s, L).packed ? io::DType::I32 : scale_dtype_of(s);
+}
+
 const io::Tensor& find_input(const Descriptor& d, const Tensors& inputs, const char* name, io::DType dtype,
                              const std::vector<int64_t>& shape) {
   for (const io::Tensor& t : inputs) {
@@ -105,22 +114,34 @@ const char* scale_format_name(const QuantSpec& s) { return format_name(scale_sto
 
 // ---- quantize kernels ---------------------------------------------------------------------------------------
 
-Tensors quantize_reference(const Descriptor& d, const Tensors& inputs) {
+// input.scale in its stored layout -> the logical row-major scale bytes.
+std::vector<uint8_t> logical_input_scales(const Descriptor& d, const Tensors& inputs, const QuantSpec& spec,
+                                          const QuantLayout& L) {
+  const io::Tensor& s = find_input(d, inputs, "input.scale", stored_dtype_of(spec, L), stored_scales(spec, L).shape);
+  return unlayout_scales(spec, L, s.data.data());
+}
+
+Tensors run_quantize(const Descriptor& d, const Tensors& inputs, bool cpu) {
   const QuantCase c = parse_quant_case(d);
   const io::Tensor& x = find_input(d, inputs, "input.x", io::format_dtype(c.from), c.shape);
   io::Tensor q = io::make_tensor("output.q", io::format_dtype(c.spec.to), c.shape);
   if (c.dynamic) {
-    io::Tensor s = io::make_tensor("output.scale", scale_dtype_of(c.spec), c.layout.scale_shape);
-    ref::quantize(c.spec, c.from, x.data.data(), c.shape, q.data.data(), s.data.data());
+    std::vector<uint8_t> logical(static_cast<size_t>(c.layout.n_scales) * io::dtype_size(scale_dtype_of(c.spec)));
+    if (cpu) cpu::quantize(c.spec, c.from, x.data.data(), c.shape, q.data.data(), logical.data());
+    else ref::quantize(c.spec, c.from, x.data.data(), c.shape, q.data.data(), logical.data());
+    io::Tensor s = io::make_tensor("output.scale", stored_dtype_of(c.spec, c.layout), stored_scales(c.spec, c.layout).shape);
+    s.data = layout_scales(c.spec, c.layout, logical.data());
     return {q, s};
   }
-  const io::Tensor& s = find_input(d, inputs, "input.scale", scale_dtype_of(c.spec), c.layout.scale_shape);
-  ref::quantize_static(c.spec, c.from, x.data.data(), c.shape, s.data.data(), q.data.data());
+  const std::vector<uint8_t> sv = logical_input_scales(d, inputs, c.spec, c.layout);
+  if (cpu) cpu::quantize_static(c.spec, c.from, x.data.data(), c.shape, sv.data(), q.data.data());
+  else ref::quantize_static(c.spec, c.from, x.data.data(), c.shape, sv.data(), q.data.data());
   return {q};
 }
 
-// The cpu backend: for this slice the reference loop itself (a later slice vectorises it).
-Tensors quantize_cpu(const Descriptor& d, const Tensors& inputs) { return quantize_reference(d, inputs); }
+Tensors quantize_reference(const Descriptor& d, const Tensors& inputs) { return run_quantize(d, inputs, false); }
+// The cpu backend: cpu::quantize (src/cpu/quant_cpu.cc; it runs the reference for the specs it does not vectorise).
+Tensors quantize_cpu(const Descriptor& d, const Tensors& inputs) { return run_quantize(d, inputs, true); }
 
 // ---- dequantize -----------------------------------------------------------------------------------------------
 
@@ -144,7 +165,7 @@ DequantCase parse_dequant_case(const Descriptor& d) {
   if (!parse_scale_dtype(d.get("scale-dtype"), &c.spec.scale_dtype))
     throw InputError(where(d) + "unknown scale-dtype '" + d.get("scale-dtype") + "' (f32, bf16, f16, ue8m0)");
   c.spec.scale_round = c.spec.scale_dtype == ScaleDtype::ue8m0 ? ScaleRound::pow2_ceil : ScaleRound::rne;
-  for (const char* key : {"granularity", "tail", "scale-store"})
+  for (const char* key : {"granularity", "tail", "scale-store", "scale-layout"})
     if (!apply_quant_override(key, d.get(key), &c.spec, &err)) throw InputError(where(d) + err);
   if (c.spec.scale_store == ScaleStore::f32 && c.spec.scale_dtype != ScaleDtype::ue8m0)
     throw InputError(where(d) + "scale-store f32 applies to ue8m0 scales only");
@@ -158,18 +179,20 @@ DequantCase parse_dequant_case(const Descriptor& d) {
   return c;
 }
 
-Tensors dequantize_reference(const Descriptor& d, const Tensors& inputs) {
+Tensors run_dequantize(const Descriptor& d, const Tensors& inputs, bool cpu) {
   const DequantCase c = parse_dequant_case(d);
   const io::Tensor& q = find_input(d, inputs, "input.q", io::format_dtype(c.spec.to), c.shape);
-  const io::Tensor& s = find_input(d, inputs, "input.scale", scale_dtype_of(c.spec), c.layout.scale_shape);
+  const std::vector<uint8_t> sv = logical_input_scales(d, inputs, c.spec, c.layout);
   io::Tensor x = io::make_tensor("output.x", io::format_dtype(c.out), c.shape);
-  ref::dequantize(c.spec, q.data.data(), c.shape, s.data.data(), c.out, x.data.data());
+  if (cpu) cpu::dequantize(c.spec, q.data.data(), c.shape, sv.data(), c.out, x.data.data());
+  else ref::dequantize(c.spec, q.data.data(), c.shape, sv.data(), c.out, x.data.data());
   return {x};
 }
 
-Tensors dequantize_cpu(const Descriptor& d, const Tensors& inputs) { return dequantize_reference(d, inputs); }
+Tensors dequantize_reference(const Descriptor& d, const Tensors& inputs) { return run_dequantize(d, inputs, false); }
+Tensors dequantize_cpu(const Descriptor& d, const Tensors& inputs) { return run_dequantize(d, inputs, true); }
 
-// Random positive scales for dequantize cases.
+// Random positive scales for dequantize cases (logical; run_dequantize reads them in spec.scale_layout).
 io::Tensor random_scales(const QuantSpec& spec, const std::vector<int64_t>& shape, uint64_t seed) {
   io::Tensor t = io::make_tensor("input.scale", scale_dtype_of(spec), shape);
   Rng rng(seed, 1);
@@ -207,14 +230,17 @@ OpInfo quantize_op() {
       {"shape", "64x512", "shape of input.x and output.q"},
       {"granularity", "-", "tensor, row, col, group:G, block:BmxBk, mx:32 (default: the convention's)"},
       {"convention", "exact", "quant convention: exact, vllm-group, vllm-per-token, deepseek-act-quant, deepgemm, "
-                              "sglang-triton, mx"},
+                              "sglang-triton, sglang-triton-colmajor, sgl-kernel, sglang-jit, mx"},
       {"mode", "dynamic", "dynamic (scales from amax; output.scale) or static (input.scale given)"},
       {"scale-dtype", "-", "f32, bf16, f16, ue8m0 (default: the convention's)"},
       {"scale-round", "-", "override: rne, pow2-ceil, pow2-ceil-clamp, mx-floor"},
       {"scale-store", "-", "override (ue8m0): native (E8M0 codes) or f32 (powers of two as f32)"},
       {"guard", "-", "override: none, amax-floor:E, min-scale:M, or both comma-separated"},
       {"scale-formula", "-", "override: amax/max, amax*(1/max), exact"},
-      {"formula", "-", "override: x/s, x*(1/s), x*(max/amax), x*(max*rcp(amax)), exact"},
+      {"formula", "-", "override: x/s, x*(1/s), x*(max/amax), x*(max*rcp(amax)), exact, x*rcp-bits(s), "
+                       "x*rcp-bits(s)@in"},
+      {"div", "-", "override: ieee, triton-nv (Triton's div.full.f32 on NVIDIA)"},
+      {"scale-layout", "-", "override: row-major, col-major, tma-aligned, packed-ue8m0 (the stored scale tensors)"},
       {"clamp", "-", "override: none, nan-to-max, nan-to-min, nan-kept"},
       {"fp8-max", "-", "override: a positive f32 value or finfo"},
       {"cast", "-", "override: the convert convention of the final cast"},
@@ -250,7 +276,11 @@ OpInfo quantize_op() {
         bits = ref::narrow(Format::f64, lb, st);
         std::memcpy(&s.data[es * i], &bits, es);
       }
-      t.push_back(s);
+      // in the case's scale layout
+      io::Tensor stored = io::make_tensor("input.scale", stored_dtype_of(c.spec, c.layout),
+                                          stored_scales(c.spec, c.layout).shape);
+      stored.data = layout_scales(c.spec, c.layout, s.data.data());
+      t.push_back(stored);
     }
     return t;
   };
@@ -260,9 +290,14 @@ OpInfo quantize_op() {
     std::string j = std::string(R"({"output.q": {"role": "data", "format": ")") + format_name(c.spec.to) +
                     R"(", "contract": "exact", "dims": )" + dims + R"(, "scale": ")" +
                     (c.dynamic ? "output.scale" : "input.scale") + "\"}";
-    if (c.dynamic)
+    if (c.dynamic) {
       j += std::string(R"(, "output.scale": {"role": "scale", "format": ")") + scale_format_name(c.spec) +
-           R"(", "contract": "exact", "of": "output.q", "block": )" + ints_json(c.layout.block) + "}";
+           R"(", "contract": "exact", "of": "output.q", "block": )" + ints_json(c.layout.block);
+      if (c.spec.scale_layout != ScaleLayout::row_major)  // stored transformed: the diff reads it back to logical
+        j += std::string(R"(, "layout": ")") + to_string(c.spec.scale_layout) + R"(", "logical_shape": )" +
+             ints_json(c.layout.scale_shape);
+      j += "}";
+    }
     return j + "}";
   };
   op.convention = [](const Descriptor& d) { return d.get("convention"); };
@@ -276,8 +311,8 @@ OpInfo quantize_op() {
       std::vector<uint8_t> s(static_cast<size_t>(c.layout.n_scales) * io::dtype_size(scale_dtype_of(c.spec)));
       ref::quantize(c.spec, c.from, x.data.data(), c.shape, q.data(), s.data(), ex);
     } else {
-      const io::Tensor& s = find_input(d, inputs, "input.scale", scale_dtype_of(c.spec), c.layout.scale_shape);
-      ref::quantize_static(c.spec, c.from, x.data.data(), c.shape, s.data.data(), q.data(), ex);
+      const std::vector<uint8_t> sv = logical_input_scales(d, inputs, c.spec, c.layout);
+      ref::quantize_static(c.spec, c.from, x.data.data(), c.shape, sv.data(), q.data(), ex);
     }
     return {e};
   };
@@ -287,9 +322,9 @@ OpInfo quantize_op() {
 std::vector<Kernel> quantize_kernels() {
   return {
       {"quantize", "reference", "ref::quantize (scalar, one group at a time)", quantize_reference},
-      {"quantize", "cpu", "cpu: reference loop, not yet vectorised", quantize_cpu},
+      {"quantize", "cpu", "cpu::quantize (Highway + OpenMP; the reference for specs it does not vectorise)", quantize_cpu},
       {"dequantize", "reference", "ref::dequantize (scalar)", dequantize_reference},
-      {"dequantize", "cpu", "cpu: reference loop, not yet vectorised", dequantize_cpu},
+      {"dequantize", "cpu", "cpu::dequantize (Highway + OpenMP)", dequantize_cpu},
   };
 }
 
@@ -305,14 +340,17 @@ OpInfo dequantize_op() {
       {"scale-dtype", "f32", "f32, bf16, f16, ue8m0"},
       {"scale-store", "native", "ue8m0: native (E8M0 codes) or f32 (powers of two as f32)"},
       {"tail", "error", "error, partial"},
+      {"scale-layout", "row-major", "layout of input.scale: row-major, col-major, tma-aligned, packed-ue8m0"},
       {"fill", "codes:format=e4m3fn", "fill of input.q (docs/golden-format.md)"},
       {"seed", "1", "case seed"},
   };
   op.make_inputs = [](const Descriptor& d) -> Tensors {
     const DequantCase c = parse_dequant_case(d);
     const uint64_t seed = std::stoull(d.get("seed"));
-    return {fill_tensor("input.q", io::format_dtype(c.spec.to), c.shape, d.get("fill"), seed, 0),
-            random_scales(c.spec, c.layout.scale_shape, seed)};
+    const io::Tensor logical = random_scales(c.spec, c.layout.scale_shape, seed);
+    io::Tensor s = io::make_tensor("input.scale", stored_dtype_of(c.spec, c.layout), stored_scales(c.spec, c.layout).shape);
+    s.data = layout_scales(c.spec, c.layout, logical.data.data());
+    return {fill_tensor("input.q", io::format_dtype(c.spec.to), c.shape, d.get("fill"), seed, 0), s};
   };
   op.outputs_json = [](const Descriptor& d) {
     const DequantCase c = parse_dequant_case(d);
@@ -323,10 +361,10 @@ OpInfo dequantize_op() {
   op.exact = [](const Descriptor& d, const Tensors& inputs) -> Tensors {
     const DequantCase c = parse_dequant_case(d);
     const io::Tensor& q = find_input(d, inputs, "input.q", io::format_dtype(c.spec.to), c.shape);
-    const io::Tensor& s = find_input(d, inputs, "input.scale", scale_dtype_of(c.spec), c.layout.scale_shape);
+    const std::vector<uint8_t> sv = logical_input_scales(d, inputs, c.spec, c.layout);
     io::Tensor e = io::make_tensor("exact.x", io::DType::F64, c.shape);
     std::vector<uint8_t> out(static_cast<size_t>(c.layout.n_elems) * 4);
-    ref::dequantize(c.spec, q.data.data(), c.shape, s.data.data(), Format::f32, out.data(),
+    ref::dequantize(c.spec, q.data.data(), c.shape, sv.data(), Format::f32, out.data(),
                     reinterpret_cast<double*>(e.data.data()));
     return {e};
   };

@@ -17,4 +17,18 @@ OpInfo quantize_op();
 OpInfo dequantize_op();
 std::vector<Kernel> quantize_kernels();
 
+// op_rmsnorm_quant.cc: fused (residual add +) RMSNorm + FP8 group quant.
+OpInfo rmsnorm_quant_op();
+std::vector<Kernel> rmsnorm_quant_kernels();
+
+// op_scaled_mm.cc: `scaled_mm` and `scaled_bmm`; scaled_mm_kernels() holds the kernels of both.
+OpInfo scaled_mm_op();
+OpInfo scaled_bmm_op();
+std::vector<Kernel> scaled_mm_kernels();
+
+// op_attention.cc: `kv_cache_write` and `paged_attention`; attention_kernels() holds the kernels of both.
+OpInfo kv_cache_write_op();
+OpInfo paged_attention_op();
+std::vector<Kernel> attention_kernels();
+
 }  // namespace fp8ref::golden

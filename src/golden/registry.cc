@@ -8,7 +8,10 @@ namespace fp8ref::golden {
 
 const std::vector<OpInfo>& ops() {
   static const std::vector<OpInfo> all = {convert_op(),
-                                           quantize_op(), dequantize_op()};
+                                           quantize_op(), dequantize_op(),
+                                           rmsnorm_quant_op(),
+                                           scaled_mm_op(), scaled_bmm_op(),
+                                           kv_cache_write_op(), paged_attention_op()};
   return all;
 }
 
@@ -16,7 +19,10 @@ const std::vector<Kernel>& kernels() {
   static const std::vector<Kernel> all = [] {
     std::vector<Kernel> k;
     for (auto&& v : {convert_kernels(),
-                     quantize_kernels()})
+                     quantize_kernels(),
+                     rmsnorm_quant_kernels(),
+                     scaled_mm_kernels(),
+                     attention_kernels()})
       k.insert(k.end(), v.begin(), v.end());
     return k;
   }();

@@ -1,0 +1,151 @@
+// bench_attention — paged-attention decode over an FP8 KV cache against this machine's read bandwidth (issue 6).
+//
+// Compares, never asserts. Problem (the issue's): decode, batch 32, context 4096, Hkv 8, Hq 64 (GQA 8:1), D 128,
+// e4m3fn cache (block size 16, pages shuffled), bf16 queries and output. The cache is 2 × 32·4096·8·128 B = 256 MiB.
+// Anchor measured in the same run, on the same thread count: a read-only pass over a buffer of the cache's size
+// (an OpenMP sum of 64-bit words, vectorised; the ceiling for "read the cache once"). Reported: the time per decode
+// step (best of --reps, median in parentheses), the cache bytes read per second, and that as a fraction of the
+// anchor. torch CPU SDPA is not installed on this machine (no anchor row for it; see bench/RESULTS.md).
+//
+// Usage: bench_attention [--threads 2] [--reps 5] [--conv NAME|all] [--ctx 4096] [--batch 32]
+// Run with OMP_WAIT_POLICY=passive on this 2-core VM.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fp8ref/attention.h"
+#include "fp8ref/convert.h"
+
+using namespace fp8ref;
+
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2, reps = 5;
+  int64_t ctx = 4096, B = 32;
+  std::string conv = "all";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--threads") threads = std::atoi(argv[i + 1]);
+    else if (a == "--reps") reps = std::atoi(argv[i + 1]);
+    else if (a == "--conv") conv = argv[i + 1];
+    else if (a == "--ctx") ctx = std::atoll(argv[i + 1]);
+    else if (a == "--batch") B = std::atoll(argv[i + 1]);
+  }
+  omp_set_num_threads(threads);
+  const int64_t Hkv = 8, Hq = 64, D = 128, bs = 16;
+  attn::AttnSpec spec;
+  spec.cache.block_size = bs;
+  spec.cache.num_kv_heads = Hkv;
+  spec.cache.head_dim = D;
+  spec.num_q_heads = Hq;
+  const int64_t blocks_per_seq = (ctx + bs - 1) / bs;
+  spec.cache.num_blocks = B * blocks_per_seq;
+  const size_t cache_bytes = static_cast<size_t>(spec.cache.numel());
+  std::vector<uint8_t> kc(cache_bytes), vc(cache_bytes);
+  {
+    std::mt19937_64 rng(1);
+    ConversionSpec cs;
+    cs.overflow = Overflow::satfinite;
+    std::vector<uint8_t> table(4096);
+    std::normal_distribution<double> n(0.0, 3.0);
+    for (auto& c : table) c = ref::encode_f64(n(rng), cs);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < static_cast<int64_t>(cache_bytes); ++i) {
+      kc[static_cast<size_t>(i)] = table[static_cast<size_t>(lowbias32(static_cast<uint32_t>(i)) & 4095)];
+      vc[static_cast<size_t>(i)] = table[static_cast<size_t>(lowbias32(static_cast<uint32_t>(i) ^ 0x9E3779B9u) & 4095)];
+    }
+  }
+  std::vector<int32_t> perm(static_cast<size_t>(spec.cache.num_blocks));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937_64(2));
+  std::vector<int32_t> bt = perm, sl(static_cast<size_t>(B), static_cast<int32_t>(ctx)), qsl(static_cast<size_t>(B + 1));
+  for (int64_t b = 0; b <= B; ++b) qsl[static_cast<size_t>(b)] = static_cast<int32_t>(b);
+  std::vector<uint16_t> q(static_cast<size_t>(B * Hq * D));
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<uint16_t>(0x3F00 | (lowbias32(static_cast<uint32_t>(i)) & 0x80FF));
+  std::vector<uint16_t> out(q.size());
+  float ks = 0.05f, vs = 0.07f;
+  attn::AttnArgs a;
+  a.num_seqs = B;
+  a.num_tokens = B;
+  a.q = q.data();
+  a.query_start_loc = qsl.data();
+  a.table.block_table = bt.data();
+  a.table.max_blocks = blocks_per_seq;
+  a.table.seq_lens = sl.data();
+  a.k_cache = kc.data();
+  a.v_cache = vc.data();
+  a.k_scale = &ks;
+  a.v_scale = &vs;
+  a.out = out.data();
+
+  // Anchor: read a buffer of the cache's total size (K and V) once.
+  std::vector<uint64_t> buf((2 * cache_bytes) / 8);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = i * 0x9E3779B97F4A7C15ull;
+  auto read_pass = [&] {
+    uint64_t s = 0;
+    const int64_t n = static_cast<int64_t>(buf.size());
+#pragma omp parallel for reduction(+ : s) schedule(static)
+    for (int64_t i = 0; i < n; ++i) s += buf[static_cast<size_t>(i)];
+    return s;
+  };
+
+  std::vector<attn::AttnConvention> convs;
+  if (conv == "all") {
+    convs = {attn::AttnConvention::vllm_triton_unified, attn::AttnConvention::vllm_paged_v1,
+             attn::AttnConvention::flashinfer, attn::AttnConvention::torch_sdpa_math};
+  } else {
+    attn::AttnConvention c;
+    if (!attn::parse_attn_convention(conv, &c)) {
+      std::fprintf(stderr, "unknown convention %s\n", conv.c_str());
+      return 2;
+    }
+    convs = {c};
+  }
+  std::vector<std::vector<double>> t(convs.size() + 1);
+  volatile uint64_t sink = 0;
+  read_pass();
+  for (int r = 0; r < reps; ++r) {  // interleaved rounds
+    double t0 = now_s();
+    sink = sink + read_pass();
+    t[0].push_back(now_s() - t0);
+    for (size_t c = 0; c < convs.size(); ++c) {
+      spec.convention = convs[c];
+      t0 = now_s();
+      attn::cpu::paged_attention(spec, a);
+      t[c + 1].push_back(now_s() - t0);
+    }
+  }
+  const double gib = static_cast<double>(2 * cache_bytes) / (1u << 30);
+  const double anchor = *std::min_element(t[0].begin(), t[0].end());
+  std::printf("| kernel (decode B=%lld ctx=%lld Hkv=8 Hq=64 D=128 e4m3fn bs=16) | threads | cache read | best of %d (median) | GB/s | / read pass |\n",
+              static_cast<long long>(B), static_cast<long long>(ctx), reps);
+  std::printf("|---|---:|---:|---:|---:|---:|\n");
+  std::printf("| anchor: read pass over %.0f MiB | %d | %.2f GiB | %.1f ms (%.1f) | %.2f | 1.00 |\n", gib * 1024, threads, gib,
+              anchor * 1e3, median(t[0]) * 1e3, static_cast<double>(2 * cache_bytes) / anchor / 1e9);
+  for (size_t c = 0; c < convs.size(); ++c) {
+    const double best = *std::min_element(t[c + 1].begin(), t[c + 1].end());
+    std::printf("| cpu::paged_attention %s | %d | %.2f GiB | %.1f ms (%.1f) | %.2f | %.3f |\n", attn::to_string(convs[c]),
+                threads, gib, best * 1e3, median(t[c + 1]) * 1e3, static_cast<double>(2 * cache_bytes) / best / 1e9,
+                anchor / best);
+  }
+  return 0;
+}

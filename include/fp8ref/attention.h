@@ -1,0 +1,271 @@
+// fp8ref — paged attention over an FP8 KV cache: the cache write (kv_cache_write) and the attention itself
+// (paged_attention: decode and chunked prefill, mixed in one batch), under named conventions
+// (../shared/NUMERICS.md §6; research/paged-attention-conventions.md, cited below as "pac §x").
+//
+// ---- The cache ------------------------------------------------------------------------------------------------
+// Two FP8 tensors (K and V; e4m3fn or e5m2 codes), each
+//   NHD  [num_blocks, block_size, num_kv_heads, D]   (vLLM flash/Triton, Spyre, FlashInfer NHD; pac a.2.3)
+//   HND  [num_blocks, num_kv_heads, block_size, D]   (FlashInfer HND, vLLM flash HND)
+// Token position p of a sequence lives in page table[p / block_size] at slot p % block_size; a flat slot s is
+// (block s / block_size, offset s % block_size). MLA (DeepSeek, head dims 576/512): one latent cache with D = 576
+// holds K; V is its first Dv = 512 dims (v_from_k; the V cache and the V scale are then the K ones).
+//
+// ---- Scales (f32 values, always given or produced as f32) -----------------------------------------------------
+//   tensor  [1]      per layer (vLLM, FlashInfer)                    pac a.2.5, a.2.7
+//   head    [Hkv]    per KV head (vLLM attn_head, FA3 descales)       pac a.2.5
+//   seq     [B]      per sequence (fms-mo ScaledTensor._scale[B])    pac a.1.1
+// Dynamic scales (kv_cache_write with dynamic=true) follow the Spyre/fms-mo rule (pac a.1.5; vLLM's calc_kv_scales
+// is the same without the floor, pac a.2.7), evaluated in the model dtype md:
+//   amax = max |x| over the group (all of its tokens, pads and slot −1 tokens included; all heads / one head; all D)
+//   s = max( RN_md(RN32(amax / R)), RN_md(1e-5) ),  R = 200 for K, 100 for V;  NaN amax -> NaN scale.
+// A group with no token has amax = 0 (s = the floor).
+//
+// ---- kv_cache_write (pac a.1.4, a.2.5, 0.2, 0.4, 0.8) ----------------------------------------------------------
+// K, V: [T, Hkv, D] in md (f32, bf16, f16). slot_mapping[T] (int64): −1 (any negative value) = skip the token
+// (vLLM PAD_SLOT_ID); otherwise 0 <= slot < num_blocks·block_size. Per element x (md) and its scale s:
+//   vllm-cuda  code = satfinite_RNE( RN32(f32(x) / s) )               (reshape_and_cache_flash, CUDA cvt satfinite)
+//   sglang     code = torch_cast( RN_md(RN32(f32(x) / s)) )           (bf16/f16 tensor / 0-dim f32 scale, then .to(fp8):
+//                                                                      RNE, e4m3fn |v| > 464 -> NaN, e5m2 -> ±Inf)
+//   spyre      the same formula as sglang (fms-mo scaled_paged_attn_store; pac a.1.4) — kept as its own name
+//   exact      code = RNE of the exact quotient x/s, no saturation (e4m3fn overflow -> NaN, e5m2 -> ±Inf)
+// Tokens are written in index order; a slot written twice keeps the last write (as on a GPU only by luck).
+//
+// ---- paged_attention ------------------------------------------------------------------------------------------
+// q: [Tq, Hq, Dk] in md; query_start_loc[B+1] (int32, non-decreasing, from 0 to Tq): sequence b owns query rows
+// [qsl[b], qsl[b+1]) — its q_len tokens, the last q_len positions of its context: query row i sits at position
+// ctx + i with ctx = seq_len − q_len (0 <= q_len <= seq_len). Decode: q_len = 1; chunked prefill: a chunk whose own
+// K/V were written into the cache first (vLLM V1, Spyre; pac c.1.4, c.3.2) — or, with chunk_unquantized, whose own
+// keys are read unquantized from k_new/v_new (vLLM prefix_prefill, pac c.3.3). Mixed freely in one batch.
+// Page table, one of:
+//   dense  block_table[B, max_blocks] (int32) + seq_lens[B] (int32); needs ceil(seq_len/bs) <= max_blocks
+//   CSR    indptr[B+1], indices[nnz], last_page_len[B] (int32, FlashInfer; pac a.3.1):
+//          seq_len = (indptr[b+1] − indptr[b] − 1)·bs + last_page_len[b] (0 pages -> seq_len 0), 1 <= last <= bs
+// GQA/MQA: q head h reads KV head h / (Hq/Hkv) (pac b.1.3). Output [Tq, Hq, Dv] in f32, bf16 or f16.
+// Mask (pac b.1.4, c.4, c.5): with qpos = ctx + i (bottom-right, every paged kernel) or i (top-left, torch
+// is_causal=True) key j is visible iff j <= qpos (none: every key of the sequence) and, with a sliding window
+// window_left >= 0, j >= qpos − window_left (FlashInfer's window_left; vLLM's sliding_window = window_left + 1).
+// Soft-cap (cap > 0): logit -> cap·tanh(logit / cap), after sm_scale (exact and vllm-triton-unified only).
+// Keys outside [0, seq_len) are never read: a cache may hold NaN in every unused slot.
+//
+// ---- Conventions (every f32 step one IEEE binary32 operation, RNE; md = the query dtype) -------------------------
+// Shared definitions:
+//   deq_md(c, s)  = RN_md(RN32(f32(c)·s))                  (fms-mo, Triton, vLLM scaled_convert; pac 0.5, b.1.5)
+//   dot(a, b)     = Σ_d a_d·b_d, f32, d = 0, 1, ..., from +0, each step one fma (a fixed order of ours: the GPU's
+//                   tensor-core / warp order is not modelled; the torch CPU BLAS order is the guess tested on the
+//                   device capture)
+//   exp(x)        = Sleef xexpf (u10, FMA form; the exp of torch's Vectorized<float>), see ref::exp_sleef
+//   exp2(x)       = Sleef-style xexp2f (FMA form), see ref::exp2_sleef
+// exact
+//   k̂, v̂ = value(c)·s exactly (f64); l_j = sm_scale·Σ_d q_d k̂_jd (f64, d in order; each product exact);
+//   soft-cap in f64 (std::tanh); p_j = exp(l_j − max l) (f64, std::exp); o = Σ p_j v̂_j / Σ p_j (f64, j in order);
+//   out = RN_out(o), rounded once. Error of the f64 path against exact math, per output element (u = 2^-53):
+//     E_l = max_j (Dk + 3)·u·sm_scale·Σ_d |q_d k̂_jd|   (+ with soft-cap 4u·cap)
+//     |o_f64 − o| <= max_j|v̂_j| · (4·E_l + (2·n + 8)·u)   for n visible keys   (bound_exact_f64 below)
+//   (|Δ(l−m)| <= 2E_l, exp adds <= 2u relative, so each p_j is off by <= e^{2E_l+2u} − 1 relative; a ratio of sums
+//   of such weights moves o by at most twice that times max|v̂|, plus the n + 2 roundings of the two sums.)
+// vllm-paged-v1 (csrc/attention/attention_kernels.cuh paged_attention_kernel; pac b.2)
+//   1. k̂ = deq_md(k8, sk); for md = f32 through f16: RN_f16 of RN32(f32(k8)·sk) (scaled_convert vector quirk, 0.5)
+//   2. l_j = RN32(RN32(sm_scale)·dot(q, k̂_j));  m = max l_j
+//   3. p_j = exp(RN32(l_j − m)); S = Σ p_j (f32, j in order); inv = RN32(1 / RN32(S + 1e-6f))
+//   4. p̃_j = RN_md(RN32(p_j·inv))  (normalized, then from_float to md)
+//   5. v̂ = as k̂; acc_d = Σ_j p̃_j·v̂_jd (f32, j in order, fma from +0); out = RN_out(acc_d)
+// vllm-triton-unified (vllm/attention/ops/triton_unified_attention.py kernel_unified_attention_2d; pac b.3, c.3)
+//   k̂, v̂ = deq_md; l_j = RN32(RN32(sm_scale)·dot(q, k̂_j)); soft-cap: l = RN32(RN32(cap·RN32(p1 − p2)) / RN32(p1 +
+//   p2)) with p1 = exp(RN32(l/cap)), p2 = exp(−RN32(l/cap)) (Triton apply_softcap). Online over tiles of 16 keys
+//   ([16t, 16t+16) of the sequence; tiles with no visible key skipped); M = −inf, L = 1, acc = 0; per tile:
+//     m' = max(M, max l_j); P_j = exp(RN32(l_j − m')); α = exp(RN32(M − m'))  (M = −inf: α = 0)
+//     acc_d = RN32(acc_d·α); t_d = Σ_tile RN_md(P_j)·v̂_jd (fma from +0); acc_d = RN32(acc_d + t_d)
+//     L = RN32(RN32(L·α) + Σ_tile P_j (f32 from +0, in order)); M = m'
+//   out = RN_out(RN32(acc_d / L))
+// flashinfer (include/flashinfer/attention/decode.cuh, variants.cuh; flashinfer/decode.py; pac b.4, c.4)
+//   k = f32(k8) (no scale); c = RN32(RN64(sm_scale·sk)) then c2 = RN32(c·RN32(log2 e)) (k scale folded into
+//   sm_scale on the Python side); s_j = RN32(dot(q, k_j)·c2). Online over tiles of 16 keys, m = −inf, d = 1, o = 0:
+//     m' = max(m, max s_j); a = exp2(RN32(m − m')); o_d = RN32(o_d·a); d = RN32(d·a);
+//     p_j = exp2(RN32(s_j − m')); per key in order: d = RN32(d + p_j), o_d = fma(p_j, f32(v8_jd), o_d); m = m'
+//   o = RN_out(RN32(o_d / d)); then (v scale applied after the kernel, in the output dtype) if sv != 1:
+//   out = RN_out(RN32(f32(o)·sv)).  No soft-cap (FlashInfer's variant is not modelled).
+// torch-sdpa-math (aten/src/ATen/native/transformers/attention.cpp _scaled_dot_product_attention_math, CPU; pac b.1.7)
+//   K̂, V̂ = deq_md (the dequantized cache as md tensors); c = RN32(sqrt(sm_scale)) (double sqrt, then the f32
+//   opmath scalar); q' = RN32(f32(q)·c); k'_j = RN32(k̂_j·c) (q·√s and kᵀ·√s, applied separately);
+//   x_j = dot(q', k'_j) over every key of the sequence, + mask (0 / −inf, f32);
+//   softmax (ATen _vec_softmax_lastdim, Vectorized<float> of W lanes, W = 16 AVX512 / 8 AVX2):
+//     m = max x_j; e_j = exp(RN32(x_j − m)); S = reduce_all(+): lane partials P_r = Σ e_j over j ≡ r mod W in
+//     order (from the first chunk; a row shorter than W is summed in order j = 0, 1, ...), then the lanes
+//     folded as torch's AVX shuffles do: P_r += P_{r+W/2}, then +W/4, ..., +1 -> S = P_0;
+//     p_j = RN32(e_j · RN32(1 / S))
+//   o_d = Σ_j p_j·v̂_jd (f32, fma from +0, j in order); out = RN_md(o_d).
+// spyre (fms-mo spyre::scaled_paged_attn_compute with attn_algorithm=math; pac b.1): the fms-mo dequant
+//   K̂ = md(f32(k8)·s[b]) then torch math SDPA with a bottom-right f32 −inf mask: the torch-sdpa-math steps above.
+//   (aftu runs the default flash-CPU SDPA backend, pac b.1.7; that kernel's blocking is not modelled.)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fp8ref/format.h"
+
+namespace fp8ref::attn {
+
+enum class KvLayout : uint8_t { nhd, hnd };
+enum class KvScaleKind : uint8_t { tensor, head, seq };
+enum class StoreConvention : uint8_t { vllm_cuda, sglang, spyre, exact };
+enum class AttnConvention : uint8_t { exact, vllm_paged_v1, vllm_triton_unified, flashinfer, torch_sdpa_math, spyre };
+enum class Causal : uint8_t { bottom_right, top_left, none };
+
+const char* to_string(KvLayout v);          // "nhd", "hnd"
+const char* to_string(KvScaleKind v);       // "tensor", "head", "seq"
+const char* to_string(StoreConvention v);   // "vllm-cuda", "sglang", "spyre", "exact"
+const char* to_string(AttnConvention v);    // "exact", "vllm-paged-v1", ...
+const char* to_string(Causal v);            // "bottom-right", "top-left", "none"
+bool parse_kv_layout(std::string_view s, KvLayout* out);
+bool parse_kv_scale_kind(std::string_view s, KvScaleKind* out);
+bool parse_store_convention(std::string_view s, StoreConvention* out);
+bool parse_attn_convention(std::string_view s, AttnConvention* out);
+bool parse_causal(std::string_view s, Causal* out);
+
+// The geometry of one cache tensor.
+struct CacheShape {
+  int64_t num_blocks = 0, block_size = 16, num_kv_heads = 1, head_dim = 128;
+  KvLayout layout = KvLayout::nhd;
+  Format format = Format::e4m3fn;  // e4m3fn or e5m2
+
+  std::vector<int64_t> shape() const;  // [nb, bs, H, D] (NHD) or [nb, H, bs, D] (HND)
+  int64_t numel() const { return num_blocks * block_size * num_kv_heads * head_dim; }
+  // Element offset of (block, slot-in-block, head, d = 0).
+  int64_t offset(int64_t block, int64_t slot, int64_t head) const {
+    return layout == KvLayout::nhd ? ((block * block_size + slot) * num_kv_heads + head) * head_dim
+                                   : ((block * num_kv_heads + head) * block_size + slot) * head_dim;
+  }
+};
+
+// Number of scales of a kind: 1, Hkv or B.
+int64_t num_scales(KvScaleKind kind, int64_t num_kv_heads, int64_t num_seqs);
+
+// ---- kv_cache_write --------------------------------------------------------------------------------------------
+struct KvWriteSpec {
+  StoreConvention convention = StoreConvention::vllm_cuda;
+  Format model = Format::bf16;  // dtype of K and V: f32, bf16, f16
+  CacheShape cache;             // K and V caches have the same shape
+  KvScaleKind scale_kind = KvScaleKind::tensor;
+  bool dynamic = false;         // compute the scales (Spyre rule, above) instead of reading them
+};
+
+struct KvWriteArgs {
+  int64_t num_tokens = 0;
+  const void* k = nullptr;                 // [T, Hkv, D], md bit patterns
+  const void* v = nullptr;                 // [T, Hkv, D]
+  const int64_t* slot_mapping = nullptr;   // [T]
+  int64_t num_seqs = 0;                    // B (scale_kind seq only)
+  const int32_t* query_start_loc = nullptr;  // [B+1]: token ranges of the sequences (scale_kind seq only)
+  float* k_scale = nullptr;                // [num_scales]: read (static) or written (dynamic)
+  float* v_scale = nullptr;
+  uint8_t* k_cache = nullptr;              // [cache.numel()], updated in place
+  uint8_t* v_cache = nullptr;
+};
+
+// Throws InputError naming the problem: formats, slot out of range, query_start_loc not covering [0, T), NaN or
+// non-positive static scales are allowed (they propagate) — only shapes and indices are checked here.
+void check_kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& args);
+
+// ---- paged_attention -------------------------------------------------------------------------------------------
+struct AttnSpec {
+  AttnConvention convention = AttnConvention::vllm_triton_unified;
+  Format q_format = Format::bf16;    // md: f32, bf16, f16
+  Format out_format = Format::bf16;  // f32, bf16, f16
+  CacheShape cache;                  // the K cache; head_dim = Dk
+  int64_t head_dim_v = 0;            // Dv (0: = Dk)
+  bool v_from_k = false;             // MLA: V = K cache[..., :Dv]
+  int64_t num_q_heads = 8;
+  double sm_scale = 0;               // <= 0: 1/sqrt(Dk)
+  Causal causal = Causal::bottom_right;
+  int64_t window_left = -1;          // < 0: no sliding window
+  double softcap = 0;                // <= 0: none
+  KvScaleKind scale_kind = KvScaleKind::tensor;
+  int torch_lanes = 16;              // torch-sdpa-math / spyre: Vectorized<float> lanes (16 AVX512, 8 AVX2)
+  // Chunked prefill reading the chunk's own K/V unquantized (vLLM prefix_prefill, Spyre's non-chunked prefill;
+  // pac c.2, c.3.3): keys at positions >= seq_len − q_len take their values from AttnArgs::k_new / v_new (md values,
+  // used as they are: no scale, no rounding) instead of the cache; the convention's other steps are unchanged.
+  // Not with flashinfer (its K scale lives in sm_scale).
+  bool chunk_unquantized = false;
+
+  int64_t dv() const { return head_dim_v > 0 ? head_dim_v : cache.head_dim; }
+  double scale() const;              // sm_scale or 1/sqrt(Dk)
+};
+
+struct PageTable {
+  // dense form
+  const int32_t* block_table = nullptr;  // [B, max_blocks]
+  int64_t max_blocks = 0;
+  const int32_t* seq_lens = nullptr;     // [B]
+  // CSR form (used when indptr != nullptr)
+  const int32_t* indptr = nullptr;       // [B+1]
+  const int32_t* indices = nullptr;      // [num_indices]
+  int64_t num_indices = 0;
+  const int32_t* last_page_len = nullptr;  // [B]
+};
+
+struct AttnArgs {
+  int64_t num_seqs = 0, num_tokens = 0;
+  const void* q = nullptr;                   // [Tq, Hq, Dk] md bits
+  const int32_t* query_start_loc = nullptr;  // [B+1]
+  PageTable table;
+  const uint8_t* k_cache = nullptr;
+  const uint8_t* v_cache = nullptr;          // ignored with v_from_k
+  const float* k_scale = nullptr;            // [num_scales]
+  const float* v_scale = nullptr;            // ignored with v_from_k (the K scale is used)
+  void* out = nullptr;                       // [Tq, Hq, Dv] out_format
+  const void* k_new = nullptr;               // chunk_unquantized: [Tq, Hkv, Dk] md, the query rows' own keys
+  const void* v_new = nullptr;               // chunk_unquantized: [Tq, Hkv, Dv] md (ignored with v_from_k: k_new)
+};
+
+// One sequence resolved from either table form.
+struct SeqPages {
+  const int32_t* pages = nullptr;  // page ids in order
+  int64_t num_pages = 0;
+  int64_t seq_len = 0;
+  int64_t q_begin = 0, q_len = 0;
+};
+SeqPages seq_pages(const AttnSpec& spec, const AttnArgs& args, int64_t b);
+
+// Throws InputError naming the problem: Hq not a multiple of Hkv, formats, Dv > Dk with v_from_k, table entries a
+// sequence needs pointing past the cache or negative, seq_len longer than its table covers, query_start_loc or indptr
+// malformed, last_page_len out of [1, bs], q_len > seq_len, soft-cap under a convention without one, torch lanes
+// other than 8/16. Array lengths are the caller's (the CLI and the golden op check them against B and T).
+void check_paged_attention(const AttnSpec& spec, const AttnArgs& args);
+
+// The derived bound of the exact convention's f64 path (see "exact" above) for one output element.
+double bound_exact_f64(int64_t dk, int64_t n_keys, double sm_scale, double max_abs_qk_sum, double max_abs_v,
+                       double softcap);
+
+namespace ref {
+// Scalar, single-threaded, steps exactly as listed above (reference/attention_ref.cc).
+void kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& args);
+// exact_out: optional [Tq, Hq, Dv] f64 — the exact convention's unrounded f64 result (any convention's spec: the
+// exact path is run for it).
+void paged_attention(const AttnSpec& spec, const AttnArgs& args, double* exact_out = nullptr);
+// One (sequence, q head): writes the q_len rows of out for q head h. The unit both backends share for exact.
+void paged_attention_head(const AttnSpec& spec, const AttnArgs& args, int64_t b, int64_t h, double* exact_out);
+// The exp models (documented above). NaN -> NaN, x < −104 (exp) / x < −150 (exp2) -> +0.
+float exp_sleef(float x);
+float exp2_sleef(float x);
+}  // namespace ref
+
+namespace cpu {
+// OpenMP over (sequence, chunk of 4 query positions), Highway inner loops (src/cpu/attention_cpu.cc); bit-identical
+// to ref:: per convention. kv_cache_write runs the reference loop; the exact convention runs ref's f64 path per
+// (sequence, head) in parallel.
+void kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& args);
+void paged_attention(const AttnSpec& spec, const AttnArgs& args);
+// The SIMD twin of ref::exp_sleef / exp2_sleef over an array (for the tests).
+void exp_sleef(const float* x, float* y, size_t n);
+void exp2_sleef(const float* x, float* y, size_t n);
+// Runs fn once per SIMD target compiled in and supported by this CPU, with the dispatch pinned to it (Highway's
+// SetSupportedTargetsForTest), then restores the normal choice. Returns the target names. For the tests.
+std::vector<std::string> for_each_simd_target(const std::function<void()>& fn);
+}  // namespace cpu
+
+}  // namespace fp8ref::attn

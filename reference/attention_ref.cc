@@ -1,0 +1,508 @@
+// fp8ref — the paged-attention oracle: kv_cache_write and paged_attention, scalar, one (sequence, head, query row)
+// at a time, in the order of the contract in include/fp8ref/attention.h. Not designed to be fast. Built with
+// -ffp-contract=off: every f32 expression below is one IEEE binary32 operation with round-to-nearest-even, fma only
+// where std::fma is written; bf16/f16 roundings go through fp8ref::ref::narrow, FP8 casts through fp8ref::ref::encode (integer code).
+//
+// Rounding steps per convention (the full list with sources is at the top of attention.h; pac = research/
+// paged-attention-conventions.md):
+//
+// kv_cache_write
+//   vllm-cuda      1. v = RN32(f32(x) / s)   2. code = RNE, satfinite (cuda-satfinite)               pac a.2.5, 0.4
+//   sglang, spyre  1. v = RN32(f32(x) / s)   2. v = RN_md(v)   3. code = torch cast of md v            pac a.1.4, 0.8
+//   exact          1. code = RNE(x / s) of the exact quotient, no saturation (convert convention exact)
+//   dynamic scale  amax (exact, md) -> RN_md(RN32(amax / R)) -> max(., RN_md(1e-5))                   pac a.1.5
+// paged_attention
+//   exact                f64 throughout, products exact, one rounding at the output
+//   vllm-paged-v1        deq_md (f16 for md f32) -> RN32(scale·dot) -> exp(l − m) -> Σ (+1e-6) -> 1/S ->
+//                        RN_md(p·inv) -> Σ p̃·v̂ (fma)  -> RN_out                                          pac b.2
+//   vllm-triton-unified  deq_md -> RN32(scale·dot) [soft-cap] -> tiles of 16: m', P, α, acc·α + Σ RN_md(P)·v̂,
+//                        L·α + ΣP -> RN_out(acc / L)                                                     pac b.3
+//   flashinfer           f32(k8) -> RN32(dot·c2), c2 = RN32(RN32(scale·sk)·log2e) -> tiles of 16 with exp2,
+//                        o·a + p·f32(v8) -> RN_out(o / d) -> ·sv in the out dtype                         pac b.4
+//   torch-sdpa-math      deq_md -> q·√s, k·√s (f32) -> dot -> +mask -> max, exp, lane-ordered Σ, ·(1/S) ->
+//   spyre                Σ p·v̂ (fma) -> RN_md                                                             pac b.1.7
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "fp8ref/attention.h"
+#include "fp8ref/convert.h"
+#include "fp8ref/error.h"
+
+namespace fp8ref::attn {
+
+namespace {
+
+float f32_of(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+size_t elem_size(Format f) { return static_cast<size_t>(format_info(f).bits / 8); }
+
+// Element i of an md array (f32/bf16/f16 bits), widened exactly to f32.
+float load_md(Format md, const void* p, int64_t i) {
+  if (md == Format::f32) {
+    float f;
+    std::memcpy(&f, static_cast<const uint8_t*>(p) + 4 * i, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, static_cast<const uint8_t*>(p) + 2 * i, 2);
+  return f32_of(static_cast<uint32_t>(fp8ref::ref::narrow(md, h, Format::f32)));
+}
+uint64_t md_bits(Format md, const void* p, int64_t i) {
+  uint64_t b = 0;
+  std::memcpy(&b, static_cast<const uint8_t*>(p) + elem_size(md) * i, elem_size(md));
+  return b;
+}
+
+// RN to `f` (f32 identity, bf16/f16 RNE) and back to f32.
+float round_to(Format f, float x) {
+  if (f == Format::f32) return x;
+  return f32_of(static_cast<uint32_t>(fp8ref::ref::narrow(f, fp8ref::ref::narrow(Format::f32, bits_of(x), f), Format::f32)));
+}
+
+void store_out(Format f, void* out, int64_t i, float x) {
+  const uint64_t b = fp8ref::ref::narrow(Format::f32, bits_of(x), f);
+  std::memcpy(static_cast<uint8_t*>(out) + elem_size(f) * i, &b, elem_size(f));
+}
+void store_out_f64(Format f, void* out, int64_t i, double x) {
+  uint64_t xb;
+  std::memcpy(&xb, &x, 8);
+  const uint64_t b = fp8ref::ref::narrow(Format::f64, xb, f);
+  std::memcpy(static_cast<uint8_t*>(out) + elem_size(f) * i, &b, elem_size(f));
+}
+
+int64_t scale_index(KvScaleKind kind, int64_t b, int64_t kvh) {
+  return kind == KvScaleKind::tensor ? 0 : kind == KvScaleKind::head ? kvh : b;
+}
+
+constexpr float kMagic = 12582912.0f;  // 1.5·2^23: (t + M) − M rounds |t| < 2^22 to the nearest integer, ties even
+
+float pow2i(int e) { return f32_of(static_cast<uint32_t>(e + 127) << 23); }  // 2^e, −126 <= e <= 127
+float ldexp2(float u, int q) { return (u * pow2i(q >> 1)) * pow2i(q - (q >> 1)); }
+
+}  // namespace
+
+namespace ref {
+
+// Sleef 3.x xexpf, the FMA form (vmla = fma) that torch's Vectorized<float>::exp() runs on AVX2/AVX512:
+//   q = rint(RN32(d · R_LN2f)); s = fma(q, −L2Uf, d); s = fma(q, −L2Lf, s);
+//   u = c5; u = fma(u, s, c4) ... fma(u, s, 0.5f); u = RN32(1 + fma(RN32(s·s), u, s)); u = (u·2^(q>>1))·2^(q − (q>>1))
+//   d < −104 -> +0; d > 100 -> +Inf; NaN -> NaN. (Checked against torch.softmax rows captured on the device, whose
+//   exp this is; torch.exp itself runs MKL VML's vsExp, a different function.)
+float exp_sleef(float d) {
+  if (std::isnan(d)) return d;
+  if (d < -104.0f) return 0.0f;
+  if (d > 100.0f) return std::numeric_limits<float>::infinity();
+  const float t = d * 1.44269504088896340736f;
+  const float qf = (t + kMagic) - kMagic;
+  const int q = static_cast<int>(qf);
+  float s = std::fma(qf, -0.693145751953125f, d);
+  s = std::fma(qf, -1.428606765330187045e-06f, s);
+  float u = 0.000198527617612853646278381f;
+  u = std::fma(u, s, 0.00139304355252534151077271f);
+  u = std::fma(u, s, 0.00833336077630519866943359f);
+  u = std::fma(u, s, 0.0416664853692054748535156f);
+  u = std::fma(u, s, 0.166666671633720397949219f);
+  u = std::fma(u, s, 0.5f);
+  u = 1.0f + std::fma(s * s, u, s);
+  return ldexp2(u, q);
+}
+
+// Sleef 3.x xexp2f, FMA form: u = rint(d); s = d − u (exact); Horner in fma; u = fma(u, s, 1); u·2^q (two steps);
+// d >= 128 -> +Inf; d < −150 -> +0; NaN -> NaN.
+float exp2_sleef(float d) {
+  if (std::isnan(d)) return d;
+  if (d < -150.0f) return 0.0f;
+  if (d >= 128.0f) return std::numeric_limits<float>::infinity();
+  const float uf = (d + kMagic) - kMagic;
+  const int q = static_cast<int>(uf);
+  const float s = d - uf;
+  float u = 0.1535920892e-3f;
+  u = std::fma(u, s, 0.1339262701e-2f);
+  u = std::fma(u, s, 0.9618384764e-2f);
+  u = std::fma(u, s, 0.5550347269e-1f);
+  u = std::fma(u, s, 0.2402264476e+0f);
+  u = std::fma(u, s, 0.6931471825e+0f);
+  u = std::fma(u, s, 1.0f);
+  return ldexp2(u, q);
+}
+
+// ---- kv_cache_write ---------------------------------------------------------------------------------------------
+
+namespace {
+
+// Spyre/fms-mo dynamic scale of one group, in md: max(RN_md(RN32(amax / range)), RN_md(1e-5)); NaN propagates.
+float dynamic_scale(Format md, float amax, float range) {
+  const float s = round_to(md, amax / range);
+  const float floor = round_to(md, 1e-5f);
+  if (std::isnan(s)) return s;
+  return s < floor ? floor : s;
+}
+
+void compute_dynamic_scales(const KvWriteSpec& spec, const KvWriteArgs& a, const void* x, float range, float* out) {
+  const int64_t H = spec.cache.num_kv_heads, D = spec.cache.head_dim;
+  const int64_t n = num_scales(spec.scale_kind, H, a.num_seqs);
+  std::vector<float> amax(static_cast<size_t>(n), 0.0f);
+  std::vector<bool> nan(static_cast<size_t>(n), false);
+  int64_t b = 0;
+  for (int64_t t = 0; t < a.num_tokens; ++t) {
+    if (spec.scale_kind == KvScaleKind::seq)
+      while (b + 1 < a.num_seqs && t >= a.query_start_loc[b + 1]) ++b;
+    for (int64_t h = 0; h < H; ++h) {
+      const size_t g = static_cast<size_t>(scale_index(spec.scale_kind, b, h));
+      for (int64_t d = 0; d < D; ++d) {
+        const float v = std::fabs(load_md(spec.model, x, (t * H + h) * D + d));
+        if (std::isnan(v)) nan[g] = true;
+        else if (v > amax[g]) amax[g] = v;
+      }
+    }
+  }
+  for (int64_t g = 0; g < n; ++g)
+    out[g] = dynamic_scale(spec.model, nan[static_cast<size_t>(g)] ? std::numeric_limits<float>::quiet_NaN()
+                                                                     : amax[static_cast<size_t>(g)], range);
+}
+
+struct StoreCodec {
+  StoreConvention conv;
+  Format md;
+  ConversionSpec cast;  // vllm-cuda: f32 -> fp8 satfinite; sglang/spyre: torch-2.11 md -> fp8; exact: f64 -> fp8
+
+  uint8_t operator()(uint64_t xbits, float s) const {
+    const float x = f32_of(static_cast<uint32_t>(fp8ref::ref::narrow(md, xbits, Format::f32)));
+    switch (conv) {
+      case StoreConvention::vllm_cuda: return fp8ref::ref::encode_f32(x / s, cast);
+      case StoreConvention::sglang:
+      case StoreConvention::spyre: {
+        const uint64_t v = fp8ref::ref::narrow(Format::f32, bits_of(x / s), md);
+        return fp8ref::ref::encode(md, v, cast);
+      }
+      case StoreConvention::exact:
+        // The f64 quotient of two 24-bit significands is never on the other side of an FP8 rounding boundary (a
+        // 5-bit number) from the exact one, and equals it when it is a boundary: one rounding of x/s.
+        return fp8ref::ref::encode_f64(static_cast<double>(x) / static_cast<double>(s), cast);
+    }
+    return 0;
+  }
+};
+
+StoreCodec store_codec(const KvWriteSpec& spec) {
+  StoreCodec c{spec.convention, spec.model, {}};
+  std::string err;
+  std::optional<ConversionSpec> cs;
+  switch (spec.convention) {
+    case StoreConvention::vllm_cuda: cs = resolve_convention("cuda-satfinite", Format::f32, spec.cache.format, &err); break;
+    case StoreConvention::sglang:
+    case StoreConvention::spyre: cs = resolve_convention("torch-2.11", spec.model, spec.cache.format, &err); break;
+    case StoreConvention::exact: cs = resolve_convention("exact", Format::f64, spec.cache.format, &err); break;
+  }
+  if (!cs) throw InputError("kv_cache_write: " + err);
+  c.cast = *cs;
+  return c;
+}
+
+}  // namespace
+
+void kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& a) {
+  check_kv_cache_write(spec, a);
+  const CacheShape& c = spec.cache;
+  const int64_t H = c.num_kv_heads, D = c.head_dim;
+  if (spec.dynamic) {
+    compute_dynamic_scales(spec, a, a.k, 200.0f, a.k_scale);
+    compute_dynamic_scales(spec, a, a.v, 100.0f, a.v_scale);
+  }
+  const StoreCodec codec = store_codec(spec);
+  int64_t b = 0;
+  for (int64_t t = 0; t < a.num_tokens; ++t) {
+    if (spec.scale_kind == KvScaleKind::seq)
+      while (b + 1 < a.num_seqs && t >= a.query_start_loc[b + 1]) ++b;
+    const int64_t slot = a.slot_mapping[t];
+    if (slot < 0) continue;
+    const int64_t blk = slot / c.block_size, off = slot % c.block_size;
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t si = scale_index(spec.scale_kind, b, h);
+      const int64_t dst = c.offset(blk, off, h), src = (t * H + h) * D;
+      for (int64_t d = 0; d < D; ++d) {
+        a.k_cache[dst + d] = codec(md_bits(spec.model, a.k, src + d), a.k_scale[si]);
+        a.v_cache[dst + d] = codec(md_bits(spec.model, a.v, src + d), a.v_scale[si]);
+      }
+    }
+  }
+}
+
+// ---- paged_attention --------------------------------------------------------------------------------------------
+
+namespace {
+
+// Everything one (sequence, q head) needs.
+struct HeadCtx {
+  const AttnSpec& spec;
+  const AttnArgs& args;
+  SeqPages seq;
+  int64_t b, h, kvh, Dk, Dv;
+  float sk, sv;
+  CacheShape vshape;
+
+  const uint8_t* krow(int64_t j) const {
+    const int64_t bs = spec.cache.block_size;
+    return args.k_cache + spec.cache.offset(seq.pages[j / bs], j % bs, kvh);
+  }
+  const uint8_t* vrow(int64_t j) const {
+    const int64_t bs = spec.cache.block_size;
+    if (spec.v_from_k) return krow(j);
+    return args.v_cache + vshape.offset(seq.pages[j / bs], j % bs, kvh);
+  }
+  float code(uint8_t c) const { return fp8ref::ref::decode_f32(spec.cache.format, c); }
+  // deq_md, with vLLM's f16 detour for f32 md when `f16_quirk`.
+  float deq(uint8_t c, float s, bool f16_quirk) const {
+    const float x = code(c) * s;
+    if (spec.q_format == Format::f32 && f16_quirk) return round_to(Format::f16, x);
+    return round_to(spec.q_format, x);
+  }
+  // Chunked prefill with the chunk's own K/V unquantized: keys j >= ctx come from k_new / v_new (md values).
+  bool fresh(int64_t j) const { return spec.chunk_unquantized && j >= seq.seq_len - seq.q_len; }
+  float newval(bool is_k, int64_t j, int64_t d) const {
+    const int64_t t = seq.q_begin + j - (seq.seq_len - seq.q_len), H = spec.cache.num_kv_heads;
+    if (is_k || spec.v_from_k) return load_md(spec.q_format, args.k_new, (t * H + kvh) * Dk + d);
+    return load_md(spec.q_format, args.v_new, (t * H + kvh) * Dv + d);
+  }
+  // Element d of key/value j as the convention sees it: deq_md (cache) or the md value (fresh).
+  float kv(bool is_k, int64_t j, int64_t d, bool f16_quirk) const {
+    if (fresh(j)) return newval(is_k, j, d);
+    return deq((is_k ? krow(j) : vrow(j))[d], is_k ? sk : sv, f16_quirk);
+  }
+  // The exact value (f64): value(code)·s, or the md value.
+  double kv_exact(bool is_k, int64_t j, int64_t d) const {
+    if (fresh(j)) return newval(is_k, j, d);
+    return fp8ref::ref::value_of(spec.cache.format, (is_k ? krow(j) : vrow(j))[d]) * (is_k ? sk : sv);
+  }
+  // The visible key range [lo, hi] of query row i (hi < lo: none).
+  void visible(int64_t i, int64_t* lo, int64_t* hi) const {
+    const int64_t ctx = seq.seq_len - seq.q_len;
+    const int64_t qpos = spec.causal == Causal::top_left ? i : ctx + i;
+    *hi = spec.causal == Causal::none ? seq.seq_len - 1 : std::min(qpos, seq.seq_len - 1);
+    *lo = spec.window_left >= 0 ? std::max<int64_t>(0, qpos - spec.window_left) : 0;
+  }
+};
+
+// dot(a, b): f32, d in order, one fma per step, from +0.
+float dot_f32(const float* a, const float* b, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t d = 0; d < n; ++d) acc = std::fma(a[d], b[d], acc);
+  return acc;
+}
+
+constexpr int64_t kTile = 16;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+void row_exact(const HeadCtx& c, const std::vector<float>& q, int64_t lo, int64_t hi, void* out, int64_t oidx,
+               double* exact_out) {
+  const double sm = c.spec.scale(), cap = c.spec.softcap;
+  std::vector<double> l(static_cast<size_t>(std::max<int64_t>(hi - lo + 1, 0)));
+  double m = -std::numeric_limits<double>::infinity();
+  for (int64_t j = lo; j <= hi; ++j) {
+    double acc = 0;
+    for (int64_t d = 0; d < c.Dk; ++d) acc += static_cast<double>(q[static_cast<size_t>(d)]) * c.kv_exact(true, j, d);
+    double x = sm * acc;
+    if (cap > 0) x = cap * std::tanh(x / cap);
+    l[static_cast<size_t>(j - lo)] = x;
+    m = std::max(m, x);
+  }
+  double S = 0;
+  std::vector<double> o(static_cast<size_t>(c.Dv), 0.0);
+  for (int64_t j = lo; j <= hi; ++j) {
+    const double p = std::exp(l[static_cast<size_t>(j - lo)] - m);
+    S += p;
+    for (int64_t d = 0; d < c.Dv; ++d) o[static_cast<size_t>(d)] += p * c.kv_exact(false, j, d);
+  }
+  for (int64_t d = 0; d < c.Dv; ++d) {
+    const double r = hi >= lo ? o[static_cast<size_t>(d)] / S : 0.0;
+    if (out) store_out_f64(c.spec.out_format, out, oidx + d, r);
+    if (exact_out) exact_out[oidx + d] = r;
+  }
+}
+
+void row_vllm_paged_v1(const HeadCtx& c, const std::vector<float>& q, int64_t lo, int64_t hi, void* out, int64_t oidx) {
+  const float sm = static_cast<float>(c.spec.scale());
+  const int64_t n = hi - lo + 1;
+  std::vector<float> l(static_cast<size_t>(std::max<int64_t>(n, 0))), kh(static_cast<size_t>(c.Dk));
+  float m = kNegInf;
+  for (int64_t j = lo; j <= hi; ++j) {
+    for (int64_t d = 0; d < c.Dk; ++d) kh[static_cast<size_t>(d)] = c.kv(true, j, d, true);  // 1.
+    const float x = sm * dot_f32(q.data(), kh.data(), c.Dk);                                // 2.
+    l[static_cast<size_t>(j - lo)] = x;
+    m = std::max(m, x);
+  }
+  float S = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {  // 3.
+    l[static_cast<size_t>(j)] = exp_sleef(l[static_cast<size_t>(j)] - m);
+    S = S + l[static_cast<size_t>(j)];
+  }
+  const float inv = 1.0f / (S + 1e-6f);
+  std::vector<float> acc(static_cast<size_t>(c.Dv), 0.0f);
+  for (int64_t j = lo; j <= hi; ++j) {
+    const float p = round_to(c.spec.q_format, l[static_cast<size_t>(j - lo)] * inv);  // 4.
+    for (int64_t d = 0; d < c.Dv; ++d) acc[static_cast<size_t>(d)] = std::fma(p, c.kv(false, j, d, true), acc[static_cast<size_t>(d)]);  // 5.
+  }
+  for (int64_t d = 0; d < c.Dv; ++d) store_out(c.spec.out_format, out, oidx + d, acc[static_cast<size_t>(d)]);
+}
+
+// Triton apply_softcap: x·(p1 − p2)/(p1 + p2), p1 = exp(S/x), p2 = exp(−S/x).
+float softcap_triton(float s, float cap) {
+  const float t = s / cap;
+  const float p1 = exp_sleef(t), p2 = exp_sleef(-t);
+  return (cap * (p1 - p2)) / (p1 + p2);
+}
+
+void row_triton_unified(const HeadCtx& c, const std::vector<float>& q, int64_t lo, int64_t hi, void* out, int64_t oidx) {
+  const float sm = static_cast<float>(c.spec.scale());
+  const float cap = static_cast<float>(c.spec.softcap);
+  std::vector<float> kh(static_cast<size_t>(c.Dk)), acc(static_cast<size_t>(c.Dv), 0.0f), t(static_cast<size_t>(c.Dv));
+  float M = kNegInf, L = 1.0f;
+  for (int64_t t0 = (lo / kTile) * kTile; t0 <= hi; t0 += kTile) {
+    const int64_t a = std::max(lo, t0), e = std::min(hi, t0 + kTile - 1);
+    float l[kTile];
+    float mt = M;
+    for (int64_t j = a; j <= e; ++j) {
+      for (int64_t d = 0; d < c.Dk; ++d) kh[static_cast<size_t>(d)] = c.kv(true, j, d, false);
+      float x = sm * dot_f32(q.data(), kh.data(), c.Dk);
+      if (cap > 0) x = softcap_triton(x, cap);
+      l[j - a] = x;
+      mt = std::max(mt, x);
+    }
+    const float alpha = M == kNegInf ? 0.0f : exp_sleef(M - mt);
+    for (int64_t d = 0; d < c.Dv; ++d) {
+      acc[static_cast<size_t>(d)] = acc[static_cast<size_t>(d)] * alpha;
+      t[static_cast<size_t>(d)] = 0.0f;
+    }
+    float lsum = 0.0f;
+    for (int64_t j = a; j <= e; ++j) {
+      const float P = exp_sleef(l[j - a] - mt);
+      lsum = lsum + P;
+      const float Pm = round_to(c.spec.q_format, P);
+      for (int64_t d = 0; d < c.Dv; ++d) t[static_cast<size_t>(d)] = std::fma(Pm, c.kv(false, j, d, false), t[static_cast<size_t>(d)]);
+    }
+    for (int64_t d = 0; d < c.Dv; ++d) acc[static_cast<size_t>(d)] = acc[static_cast<size_t>(d)] + t[static_cast<size_t>(d)];
+    L = L * alpha + lsum;
+    M = mt;
+  }
+  for (int64_t d = 0; d < c.Dv; ++d) store_out(c.spec.out_format, out, oidx + d, acc[static_cast<size_t>(d)] / L);
+}
+
+void row_flashinfer(const HeadCtx& c, const std::vector<float>& q, int64_t lo, int64_t hi, void* out, int64_t oidx) {
+  const float c1 = static_cast<float>(c.spec.scale() * static_cast<double>(c.sk));
+  const float c2 = c1 * 1.44269504088896340736f;
+  std::vector<float> kf(static_cast<size_t>(c.Dk)), o(static_cast<size_t>(c.Dv), 0.0f);
+  float m = kNegInf, dsum = 1.0f;
+  for (int64_t t0 = (lo / kTile) * kTile; t0 <= hi; t0 += kTile) {
+    const int64_t a = std::max(lo, t0), e = std::min(hi, t0 + kTile - 1);
+    float s[kTile];
+    float mt = m;
+    for (int64_t j = a; j <= e; ++j) {
+      const uint8_t* k = c.krow(j);
+      for (int64_t d = 0; d < c.Dk; ++d) kf[static_cast<size_t>(d)] = c.code(k[d]);
+      s[j - a] = dot_f32(q.data(), kf.data(), c.Dk) * c2;
+      mt = std::max(mt, s[j - a]);
+    }
+    const float sc = m == kNegInf ? 0.0f : exp2_sleef(m - mt);
+    for (int64_t d = 0; d < c.Dv; ++d) o[static_cast<size_t>(d)] = o[static_cast<size_t>(d)] * sc;
+    dsum = dsum * sc;
+    for (int64_t j = a; j <= e; ++j) {
+      const float p = exp2_sleef(s[j - a] - mt);
+      dsum = dsum + p;
+      const uint8_t* v = c.vrow(j);
+      for (int64_t d = 0; d < c.Dv; ++d) o[static_cast<size_t>(d)] = std::fma(p, c.code(v[d]), o[static_cast<size_t>(d)]);
+    }
+    m = mt;
+  }
+  for (int64_t d = 0; d < c.Dv; ++d) {
+    float r = round_to(c.spec.out_format, o[static_cast<size_t>(d)] / dsum);
+    if (c.sv != 1.0f) r = round_to(c.spec.out_format, r * c.sv);
+    store_out(c.spec.out_format, out, oidx + d, r);
+  }
+}
+
+void row_torch_math(const HeadCtx& c, const std::vector<float>& q, int64_t lo, int64_t hi, void* out, int64_t oidx) {
+  const float root = static_cast<float>(std::sqrt(c.spec.scale()));
+  const int64_t n = c.seq.seq_len;  // the whole row: masked keys get −inf
+  std::vector<float> qs(static_cast<size_t>(c.Dk)), kh(static_cast<size_t>(c.Dk)), x(static_cast<size_t>(n));
+  for (int64_t d = 0; d < c.Dk; ++d) qs[static_cast<size_t>(d)] = q[static_cast<size_t>(d)] * root;
+  float m = kNegInf;
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t d = 0; d < c.Dk; ++d) kh[static_cast<size_t>(d)] = c.kv(true, j, d, false) * root;
+    const float mask = (j >= lo && j <= hi) ? 0.0f : kNegInf;
+    x[static_cast<size_t>(j)] = dot_f32(qs.data(), kh.data(), c.Dk) + mask;
+    m = std::max(m, x[static_cast<size_t>(j)]);
+  }
+  // reduce_all(+) over W lanes (ATen vec/functional_base.h).
+  const int64_t W = c.spec.torch_lanes;
+  for (int64_t j = 0; j < n; ++j) x[static_cast<size_t>(j)] = exp_sleef(x[static_cast<size_t>(j)] - m);
+  float S = 0.0f;
+  if (n < W) {
+    for (int64_t j = 0; j < n; ++j) S = S + x[static_cast<size_t>(j)];
+  } else {
+    float lane[16];
+    for (int64_t r = 0; r < W; ++r) lane[r] = x[static_cast<size_t>(r)];
+    for (int64_t j = W; j < n; ++j) lane[j % W] = lane[j % W] + x[static_cast<size_t>(j)];
+    for (int64_t w = W / 2; w >= 1; w /= 2)
+      for (int64_t r = 0; r < w; ++r) lane[r] = lane[r] + lane[r + w];
+    S = lane[0];
+  }
+  const float inv = 1.0f / S;
+  std::vector<float> acc(static_cast<size_t>(c.Dv), 0.0f);
+  for (int64_t j = 0; j < n; ++j) {
+    const float p = x[static_cast<size_t>(j)] * inv;
+    for (int64_t d = 0; d < c.Dv; ++d) acc[static_cast<size_t>(d)] = std::fma(p, c.kv(false, j, d, false), acc[static_cast<size_t>(d)]);
+  }
+  for (int64_t d = 0; d < c.Dv; ++d) store_out(c.spec.out_format, out, oidx + d, round_to(c.spec.q_format, acc[static_cast<size_t>(d)]));
+}
+
+}  // namespace
+
+void paged_attention_head(const AttnSpec& spec, const AttnArgs& args, int64_t b, int64_t h, double* exact_out) {
+  const int64_t G = spec.num_q_heads / spec.cache.num_kv_heads;
+  HeadCtx c{spec, args, seq_pages(spec, args, b), b, h, h / G, spec.cache.head_dim, spec.dv(), 0, 0, spec.cache};
+  c.vshape.head_dim = c.Dv;
+  const int64_t si = scale_index(spec.scale_kind, b, c.kvh);
+  c.sk = args.k_scale[si];
+  c.sv = spec.v_from_k ? c.sk : args.v_scale[si];
+  std::vector<float> q(static_cast<size_t>(c.Dk));
+  for (int64_t i = 0; i < c.seq.q_len; ++i) {
+    const int64_t row = c.seq.q_begin + i;
+    for (int64_t d = 0; d < c.Dk; ++d)
+      q[static_cast<size_t>(d)] = load_md(spec.q_format, args.q, (row * spec.num_q_heads + h) * c.Dk + d);
+    int64_t lo, hi;
+    c.visible(i, &lo, &hi);
+    const int64_t oidx = (row * spec.num_q_heads + h) * c.Dv;
+    if (exact_out) row_exact(c, q, lo, hi, nullptr, oidx, exact_out);
+    if (!args.out) continue;
+    switch (spec.convention) {
+      case AttnConvention::exact: row_exact(c, q, lo, hi, args.out, oidx, nullptr); break;
+      case AttnConvention::vllm_paged_v1: row_vllm_paged_v1(c, q, lo, hi, args.out, oidx); break;
+      case AttnConvention::vllm_triton_unified: row_triton_unified(c, q, lo, hi, args.out, oidx); break;
+      case AttnConvention::flashinfer: row_flashinfer(c, q, lo, hi, args.out, oidx); break;
+      case AttnConvention::torch_sdpa_math:
+      case AttnConvention::spyre: row_torch_math(c, q, lo, hi, args.out, oidx); break;
+    }
+  }
+}
+
+void paged_attention(const AttnSpec& spec, const AttnArgs& args, double* exact_out) {
+  check_paged_attention(spec, args);
+  for (int64_t b = 0; b < args.num_seqs; ++b)
+    for (int64_t h = 0; h < spec.num_q_heads; ++h) paged_attention_head(spec, args, b, h, exact_out);
+}
+
+}  // namespace ref
+}  // namespace fp8ref::attn

@@ -1,0 +1,195 @@
+// fp8ref — the FP8 MMA instruction oracle (include/fp8ref/mma.h). Scalar, integer, one output element at a time;
+// not designed to be fast. Built with -ffp-contract=off; the only floating-point operation is step 6's IEEE
+// binary32 add (round-to-nearest-even, the default and only rounding mode here); every other rounding is integer.
+//
+// mma-sync-sm90: mma.sync.m16n8k32 with e4m3/e5m2 operands on sm_90, D = A·B + C, per output element (i, j) with
+// a_k = A[i][k], b_k = B[k][j] (research/h200-mma-fp8-model.md, "The model, step by step"; NUMERICS.md §5):
+//   1. Decode every code exactly and widen to f16 (exact for both formats). Nominal exponent of a non-zero input:
+//      e(x) = floor(log2|x|), clamped at -14 (f16 subnormals: only e5m2 subnormals; "Not determined" in the note —
+//      the capture's e5m2 subnormal probe tiles, where such a product is its block's maximum, agree with -14).
+//   2. Products p_k = a_k·b_k exactly, with nominal exponent n_k = e(a_k) + e(b_k) (not the product's leading bit).
+//   3. Two k halves: P1 = {k : k & 2 == 0} = {0,1,4,5,…,28,29} (the low two bytes of each fragment register),
+//      P2 = the rest. Each half is one HMMA.16816.F32 block:
+//   4. blk(P, acc): e = max(max_{k∈P, p_k≠0} n_k, floor(log2|acc|) if acc ≠ 0); grid g = 2^(e−25);
+//      every p_k and acc truncated toward zero on the magnitude to a multiple of g; S = the exact sum;
+//      result = S rounded to f32 toward zero (24 significant bits). S = 0 gives +0.
+//   5. H1 = blk(P1, +0); H2 = blk(P2, H1).
+//   6. D = RN32(H2 + C): one IEEE f32 add (FADD), round to nearest even; f32 subnormals kept (no flush).
+// Specials (measured: tests/data/h200/mma_sm90, "special"/"zerosign" tiles): a NaN input, Inf·0, or +Inf and −Inf
+// among a block's products and accumulator make the block NaN; otherwise an Inf product makes it ±Inf; every
+// NaN result of the instruction is the canonical 0x7FFFFFFF (C's NaN payload and sign are not kept).
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "fp8ref/convert.h"
+#include "fp8ref/error.h"
+#include "fp8ref/mma.h"
+
+namespace fp8ref {
+
+const char* to_string(MmaModel m) {
+  switch (m) {
+    case MmaModel::sm90_mma_sync: return "mma-sync-sm90";
+  }
+  return "?";
+}
+
+bool parse_mma_model(std::string_view name, MmaModel* out) {
+  for (MmaModel m : all_mma_models())
+    if (name == to_string(m)) {
+      *out = m;
+      return true;
+    }
+  return false;
+}
+
+std::vector<MmaModel> all_mma_models() { return {MmaModel::sm90_mma_sync}; }
+
+bool mma_supports(MmaModel, Format fa, Format fb) {
+  auto ok = [](Format f) { return f == Format::e4m3fn || f == Format::e5m2; };
+  return ok(fa) && ok(fb);
+}
+
+namespace ref {
+namespace {
+
+constexpr uint32_t kCanonicalNan = 0x7FFFFFFFu;
+constexpr int kFractionBits = 25;  // grid 2^(e-25) below the block's alignment exponent (research note, F = 25)
+constexpr int kF16MinExp = -14;    // smallest f16 normal exponent: e5m2 subnormals' nominal exponent
+
+float f32_from_bits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+// An exact product term: value = (neg ? -1 : 1) · sig · 2^q; nominal exponent n.
+struct Term {
+  enum Kind { zero, finite, inf, nan } kind = zero;
+  bool neg = false;
+  uint64_t sig = 0;
+  int q = 0;
+  int n = 0;
+};
+
+struct Input {
+  Term::Kind kind;
+  bool neg;
+  uint64_t sig;  // value = sig · 2^q, sig < 16
+  int q;
+  int e;  // nominal (f16) exponent
+};
+
+Input decode(Format f, uint8_t code) {
+  const double v = value_of(f, code);
+  Input x{Term::finite, std::signbit(v), 0, 0, 0};
+  if (std::isnan(v)) return {Term::nan, false, 0, 0, 0};
+  if (std::isinf(v)) return {Term::inf, x.neg, 0, 0, 0};
+  if (v == 0) return {Term::zero, x.neg, 0, 0, 0};
+  int ex = 0;
+  const double fr = std::frexp(std::fabs(v), &ex);  // |v| = fr · 2^ex, fr in [0.5, 1); at most 4 significant bits
+  x.sig = static_cast<uint64_t>(std::ldexp(fr, 4));
+  x.q = ex - 4;
+  x.e = ex - 1 < kF16MinExp ? kF16MinExp : ex - 1;
+  return x;
+}
+
+Term product(const Input& a, const Input& b) {
+  Term t;
+  t.neg = a.neg != b.neg;
+  if (a.kind == Term::nan || b.kind == Term::nan) t.kind = Term::nan;
+  else if (a.kind == Term::inf || b.kind == Term::inf)
+    t.kind = (a.kind == Term::zero || b.kind == Term::zero) ? Term::nan : Term::inf;
+  else if (a.kind == Term::zero || b.kind == Term::zero) t.kind = Term::zero;
+  else {
+    t.kind = Term::finite;
+    t.sig = a.sig * b.sig;
+    t.q = a.q + b.q;
+    t.n = a.e + b.e;
+  }
+  return t;
+}
+
+// floor(sig · 2^shift) for sig < 2^32 and any shift (the magnitude truncated toward zero onto the grid).
+int64_t truncate_to_grid(uint64_t sig, int shift) {
+  if (shift >= 0) return static_cast<int64_t>(sig << shift);  // shift <= 27 here: sig · 2^shift < 2^(e-grid+2)
+  if (shift <= -64) return 0;
+  return static_cast<int64_t>(sig >> -shift);
+}
+
+// Step 4: one HMMA block over the terms of `half` (P1: half = 0, P2: half = 1) with accumulator acc.
+float hmma_block(const Term* p, int half, float acc) {
+  bool nan = std::isnan(acc), pinf = acc == std::numeric_limits<float>::infinity(),
+       ninf = acc == -std::numeric_limits<float>::infinity();
+  int e = INT_MIN;
+  for (int k = 0; k < 32; ++k) {
+    if (((k >> 1) & 1) != half) continue;
+    if (p[k].kind == Term::nan) nan = true;
+    if (p[k].kind == Term::inf) (p[k].neg ? ninf : pinf) = true;
+    if (p[k].kind == Term::finite && p[k].n > e) e = p[k].n;
+  }
+  if (nan || (pinf && ninf)) return f32_from_bits(kCanonicalNan);
+  if (pinf || ninf) return pinf ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
+  // The accumulator: |acc| = acc_sig · 2^acc_q with a 24-bit significand; it joins the exponent maximum if non-zero.
+  uint64_t acc_sig = 0;
+  int acc_q = 0;
+  if (acc != 0) {
+    int ex = 0;
+    const double fr = std::frexp(std::fabs(static_cast<double>(acc)), &ex);
+    acc_sig = static_cast<uint64_t>(std::ldexp(fr, 24));
+    acc_q = ex - 24;
+    if (ex - 1 > e) e = ex - 1;
+  }
+  if (e == INT_MIN) return 0.0f;  // no non-zero term: +0
+  const int grid = e - kFractionBits;
+  int64_t s = 0;
+  for (int k = 0; k < 32; ++k) {
+    if (((k >> 1) & 1) != half || p[k].kind != Term::finite) continue;
+    const int64_t m = truncate_to_grid(p[k].sig, p[k].q - grid);
+    s += p[k].neg ? -m : m;
+  }
+  if (acc != 0) {
+    const int64_t m = truncate_to_grid(acc_sig, acc_q - grid);
+    s += std::signbit(acc) ? -m : m;
+  }
+  if (s == 0) return 0.0f;
+  // Round S · 2^grid toward zero to 24 significant bits; the result is a normal f32 (|S · 2^grid| >= 2^-57).
+  const bool neg = s < 0;
+  uint64_t mag = static_cast<uint64_t>(neg ? -s : s);
+  int exp = grid;
+  while (mag >= (uint64_t{1} << 24)) {
+    mag >>= 1;
+    ++exp;
+  }
+  const double r = std::ldexp(static_cast<double>(mag), exp);  // exact, and exact in f32
+  return static_cast<float>(neg ? -r : r);
+}
+
+}  // namespace
+
+float mma_sm90_element(Format fa, Format fb, const uint8_t* a, const uint8_t* b, float c) {
+  Term p[32];
+  for (int k = 0; k < 32; ++k) p[k] = product(decode(fa, a[k]), decode(fb, b[k]));  // steps 1-2
+  const float h1 = hmma_block(p, 0, 0.0f);                                            // step 5
+  const float h2 = hmma_block(p, 1, h1);
+  const float d = h2 + c;                                                              // step 6: FADD, RNE
+  return std::isnan(d) ? f32_from_bits(kCanonicalNan) : d;
+}
+
+void mma_m16n8k32(MmaModel model, Format fa, Format fb, const uint8_t* a, const uint8_t* bt, const float* c,
+                  float* d, size_t tiles) {
+  if (!mma_supports(model, fa, fb))
+    throw InputError(std::string("model ") + to_string(model) + " takes e4m3fn or e5m2 operands, not " +
+                     format_name(fa) + " x " + format_name(fb));
+  for (size_t t = 0; t < tiles; ++t)
+    for (int i = 0; i < 16; ++i)
+      for (int j = 0; j < 8; ++j)
+        d[t * 128 + i * 8 + j] =
+            mma_sm90_element(fa, fb, a + t * 512 + i * 32, bt + t * 256 + j * 32, c[t * 128 + i * 8 + j]);
+}
+
+}  // namespace ref
+}  // namespace fp8ref

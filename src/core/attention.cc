@@ -1,0 +1,195 @@
+// fp8ref — paged attention: names, shapes and the input checks shared by every backend (include/fp8ref/attention.h).
+#include <cmath>
+#include <string>
+
+#include "fp8ref/attention.h"
+#include "fp8ref/error.h"
+
+namespace fp8ref::attn {
+
+namespace {
+
+template <typename E, size_t N>
+bool parse_named(std::string_view s, const char* const (&names)[N], E* out) {
+  for (size_t i = 0; i < N; ++i)
+    if (s == names[i]) {
+      *out = static_cast<E>(i);
+      return true;
+    }
+  return false;
+}
+
+const char* const kLayouts[] = {"nhd", "hnd"};
+const char* const kScaleKinds[] = {"tensor", "head", "seq"};
+const char* const kStores[] = {"vllm-cuda", "sglang", "spyre", "exact"};
+const char* const kAttns[] = {"exact", "vllm-paged-v1", "vllm-triton-unified", "flashinfer", "torch-sdpa-math", "spyre"};
+const char* const kCausals[] = {"bottom-right", "top-left", "none"};
+
+std::string num(int64_t v) { return std::to_string(v); }
+
+bool is_md(Format f) { return f == Format::f32 || f == Format::bf16 || f == Format::f16; }
+bool is_cache_format(Format f) { return f == Format::e4m3fn || f == Format::e5m2; }
+
+void check_cache_shape(const CacheShape& c, const char* what) {
+  if (!is_cache_format(c.format))
+    throw InputError(std::string(what) + ": cache format must be e4m3fn or e5m2, not " + format_name(c.format));
+  if (c.num_blocks < 0 || c.block_size < 1 || c.num_kv_heads < 1 || c.head_dim < 1)
+    throw InputError(std::string(what) + ": cache shape [" + num(c.num_blocks) + ", " + num(c.block_size) + ", " +
+                     num(c.num_kv_heads) + ", " + num(c.head_dim) + "] needs blocks >= 0 and block size, heads, D >= 1");
+}
+
+// query_start_loc[0] = 0, non-decreasing, qsl[B] = T.
+void check_qsl(const int32_t* qsl, int64_t B, int64_t T, const char* what) {
+  if (!qsl) throw InputError(std::string(what) + ": query_start_loc is missing");
+  if (qsl[0] != 0) throw InputError(std::string(what) + ": query_start_loc[0] = " + num(qsl[0]) + ", must be 0");
+  for (int64_t b = 0; b < B; ++b)
+    if (qsl[b + 1] < qsl[b])
+      throw InputError(std::string(what) + ": query_start_loc decreases at sequence " + num(b) + " (" + num(qsl[b]) +
+                       " -> " + num(qsl[b + 1]) + ")");
+  if (qsl[B] != T)
+    throw InputError(std::string(what) + ": query_start_loc[" + num(B) + "] = " + num(qsl[B]) + " but there are " +
+                     num(T) + " tokens");
+}
+
+}  // namespace
+
+const char* to_string(KvLayout v) { return kLayouts[static_cast<int>(v)]; }
+const char* to_string(KvScaleKind v) { return kScaleKinds[static_cast<int>(v)]; }
+const char* to_string(StoreConvention v) { return kStores[static_cast<int>(v)]; }
+const char* to_string(AttnConvention v) { return kAttns[static_cast<int>(v)]; }
+const char* to_string(Causal v) { return kCausals[static_cast<int>(v)]; }
+bool parse_kv_layout(std::string_view s, KvLayout* out) { return parse_named(s, kLayouts, out); }
+bool parse_kv_scale_kind(std::string_view s, KvScaleKind* out) { return parse_named(s, kScaleKinds, out); }
+bool parse_store_convention(std::string_view s, StoreConvention* out) { return parse_named(s, kStores, out); }
+bool parse_attn_convention(std::string_view s, AttnConvention* out) { return parse_named(s, kAttns, out); }
+bool parse_causal(std::string_view s, Causal* out) { return parse_named(s, kCausals, out); }
+
+std::vector<int64_t> CacheShape::shape() const {
+  if (layout == KvLayout::nhd) return {num_blocks, block_size, num_kv_heads, head_dim};
+  return {num_blocks, num_kv_heads, block_size, head_dim};
+}
+
+int64_t num_scales(KvScaleKind kind, int64_t num_kv_heads, int64_t num_seqs) {
+  switch (kind) {
+    case KvScaleKind::tensor: return 1;
+    case KvScaleKind::head: return num_kv_heads;
+    case KvScaleKind::seq: return num_seqs;
+  }
+  return 1;
+}
+
+double AttnSpec::scale() const { return sm_scale > 0 ? sm_scale : 1.0 / std::sqrt(static_cast<double>(cache.head_dim)); }
+
+void check_kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& a) {
+  const char* what = "kv_cache_write";
+  if (!is_md(spec.model))
+    throw InputError(std::string(what) + ": K/V dtype must be f32, bf16 or f16, not " + format_name(spec.model));
+  check_cache_shape(spec.cache, what);
+  if (a.num_tokens < 0) throw InputError(std::string(what) + ": negative token count");
+  const int64_t slots = spec.cache.num_blocks * spec.cache.block_size;
+  for (int64_t t = 0; t < a.num_tokens; ++t) {
+    const int64_t s = a.slot_mapping[t];
+    if (s >= slots)
+      throw InputError(std::string(what) + ": slot_mapping[" + num(t) + "] = " + num(s) + " is past the cache (" +
+                       num(spec.cache.num_blocks) + " blocks x " + num(spec.cache.block_size) + " = " + num(slots) +
+                       " slots)");
+  }
+  if (spec.scale_kind == KvScaleKind::seq) {
+    if (a.num_seqs < 1) throw InputError(std::string(what) + ": per-sequence scales need num_seqs >= 1");
+    check_qsl(a.query_start_loc, a.num_seqs, a.num_tokens, what);
+  }
+}
+
+SeqPages seq_pages(const AttnSpec& spec, const AttnArgs& a, int64_t b) {
+  SeqPages s;
+  const PageTable& t = a.table;
+  if (t.indptr) {
+    s.pages = t.indices + t.indptr[b];
+    s.num_pages = t.indptr[b + 1] - t.indptr[b];
+    s.seq_len = s.num_pages == 0 ? 0 : (s.num_pages - 1) * spec.cache.block_size + t.last_page_len[b];
+  } else {
+    s.pages = t.block_table + b * t.max_blocks;
+    s.num_pages = t.max_blocks;
+    s.seq_len = t.seq_lens[b];
+  }
+  s.q_begin = a.query_start_loc[b];
+  s.q_len = a.query_start_loc[b + 1] - a.query_start_loc[b];
+  return s;
+}
+
+void check_paged_attention(const AttnSpec& spec, const AttnArgs& a) {
+  const char* what = "paged_attention";
+  const CacheShape& c = spec.cache;
+  check_cache_shape(c, what);
+  if (!is_md(spec.q_format))
+    throw InputError(std::string(what) + ": q dtype must be f32, bf16 or f16, not " + format_name(spec.q_format));
+  if (!is_md(spec.out_format))
+    throw InputError(std::string(what) + ": out dtype must be f32, bf16 or f16, not " + format_name(spec.out_format));
+  if (spec.num_q_heads < 1 || spec.num_q_heads % c.num_kv_heads != 0)
+    throw InputError(std::string(what) + ": " + num(spec.num_q_heads) + " query heads is not a multiple of " +
+                     num(c.num_kv_heads) + " KV heads");
+  if (spec.head_dim_v < 0 || (spec.v_from_k && spec.dv() > c.head_dim))
+    throw InputError(std::string(what) + ": head_dim_v " + num(spec.dv()) + " must be <= the K head dim " +
+                     num(c.head_dim) + " when V is read from the K cache (MLA)");
+  if (!(spec.scale() > 0) || !std::isfinite(spec.scale()))
+    throw InputError(std::string(what) + ": sm_scale must be positive and finite");
+  if (spec.softcap > 0 && spec.convention != AttnConvention::exact &&
+      spec.convention != AttnConvention::vllm_triton_unified)
+    throw InputError(std::string(what) + ": convention " + to_string(spec.convention) +
+                     " has no logit soft-cap (exact and vllm-triton-unified have)");
+  if (!(spec.softcap >= 0) || std::isinf(spec.softcap))
+    throw InputError(std::string(what) + ": soft-cap must be >= 0 and finite");
+  if (spec.chunk_unquantized) {
+    if (spec.convention == AttnConvention::flashinfer)
+      throw InputError(std::string(what) + ": flashinfer folds the K scale into sm_scale: no unquantized chunk");
+    if (!a.k_new || (!spec.v_from_k && !a.v_new))
+      throw InputError(std::string(what) + ": the unquantized-chunk variant needs the chunk's K and V (k_new, v_new)");
+  }
+  if (spec.torch_lanes != 8 && spec.torch_lanes != 16)
+    throw InputError(std::string(what) + ": torch lanes must be 8 (AVX2) or 16 (AVX512), not " + num(spec.torch_lanes));
+  if (a.num_seqs < 0 || a.num_tokens < 0) throw InputError(std::string(what) + ": negative sequence or token count");
+  check_qsl(a.query_start_loc, a.num_seqs, a.num_tokens, what);
+  const PageTable& t = a.table;
+  if (t.indptr) {
+    if (!t.indices && t.num_indices > 0) throw InputError(std::string(what) + ": CSR indices missing");
+    if (t.indptr[0] != 0) throw InputError(std::string(what) + ": indptr[0] = " + num(t.indptr[0]) + ", must be 0");
+    for (int64_t b = 0; b < a.num_seqs; ++b) {
+      if (t.indptr[b + 1] < t.indptr[b])
+        throw InputError(std::string(what) + ": indptr decreases at sequence " + num(b));
+      if (t.indptr[b + 1] > t.num_indices)
+        throw InputError(std::string(what) + ": indptr[" + num(b + 1) + "] = " + num(t.indptr[b + 1]) +
+                         " is past the " + num(t.num_indices) + " indices");
+      if (t.indptr[b + 1] > t.indptr[b] && (t.last_page_len[b] < 1 || t.last_page_len[b] > c.block_size))
+        throw InputError(std::string(what) + ": last_page_len[" + num(b) + "] = " + num(t.last_page_len[b]) +
+                         " must be in [1, " + num(c.block_size) + "]");
+    }
+  } else {
+    if (!t.seq_lens || (!t.block_table && t.max_blocks > 0) || t.max_blocks < 0)
+      throw InputError(std::string(what) + ": block_table / seq_lens missing");
+  }
+  for (int64_t b = 0; b < a.num_seqs; ++b) {
+    const SeqPages s = seq_pages(spec, a, b);
+    if (s.seq_len < 0) throw InputError(std::string(what) + ": seq_lens[" + num(b) + "] is negative");
+    const int64_t need = (s.seq_len + c.block_size - 1) / c.block_size;
+    if (need > s.num_pages)
+      throw InputError(std::string(what) + ": seq_lens[" + num(b) + "] = " + num(s.seq_len) + " needs " + num(need) +
+                       " blocks of " + num(c.block_size) + " but the table covers " + num(s.num_pages));
+    for (int64_t p = 0; p < need; ++p)
+      if (s.pages[p] < 0 || s.pages[p] >= c.num_blocks)
+        throw InputError(std::string(what) + ": block table entry " + num(p) + " of sequence " + num(b) + " = " +
+                         num(s.pages[p]) + " is outside the cache's " + num(c.num_blocks) + " blocks");
+    if (s.q_len > s.seq_len)
+      throw InputError(std::string(what) + ": sequence " + num(b) + " has " + num(s.q_len) +
+                       " query tokens but seq_len " + num(s.seq_len) + " (q_len <= seq_len)");
+  }
+}
+
+double bound_exact_f64(int64_t dk, int64_t n_keys, double sm_scale, double max_abs_qk_sum, double max_abs_v,
+                       double softcap) {
+  const double u = std::ldexp(1.0, -53);
+  double el = static_cast<double>(dk + 3) * u * sm_scale * max_abs_qk_sum;
+  if (softcap > 0) el += 4 * u * softcap;
+  return max_abs_v * (4 * el + static_cast<double>(2 * n_keys + 8) * u);
+}
+
+}  // namespace fp8ref::attn

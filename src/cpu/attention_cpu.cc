@@ -1,0 +1,737 @@
+// fp8ref CPU backend — paged attention over an FP8 KV cache (contract: include/fp8ref/attention.h), bit-identical to
+// reference/attention_ref.cc per convention.
+//
+// Work split: OpenMP (dynamic) over units = (sequence, chunk of up to 4 query positions); a unit holds every query
+// head for those positions (R <= 4·Hq rows) and walks the sequence's keys tile by tile, each tile's KV heads in turn
+// (NHD: one slot's heads are adjacent, so a tile reads whole pages in order); each K/V tile is dequantized once for
+// the G = Hq/Hkv rows that read it. Tiles are 16 keys of the sequence, [16t, 16t + 16) (the conventions' tile), read
+// through the page table key by key; nothing of the cache is copied beyond the tile being used. Per-thread scratch:
+// K tile 16·Dk and V tile 16·Dv floats, row states R·Dv, and for the two-pass conventions (vllm-paged-v1,
+// torch-sdpa-math, spyre) the logits of the unit's rows, R·seq_len floats.
+//
+// Orders (why this equals the reference): every dot product is computed for 16 keys at once, one key per lane, from
+// a transposed K tile kT[d][16] — lane j runs fma(q_d, k_jd, acc) for d = 0, 1, ... exactly as ref's dot_f32. The
+// P·V sums run along d in SIMD lanes (acc_d independent per lane), keys in increasing order, one fma each, as in
+// ref. Maxima and the softmax denominators are scalar loops in ref's order. exp/exp2 are the same Sleef sequences
+// in SIMD (MulAdd = fma; targets without native FMA take the scalar twin). bf16 rounding is integer RNE on the
+// f32 bits; f16 roundings call ref::narrow per element (not a speed path).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/attention_cpu.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "fp8ref/attention.h"
+#include "fp8ref/convert.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace fp8ref::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using DI = hn::RebindToSigned<DF>;
+using DU = hn::RebindToUnsigned<DF>;
+using VF = hn::Vec<DF>;
+
+#if HWY_NATIVE_FMA
+constexpr bool kFma = true;
+#else
+constexpr bool kFma = false;  // MulAdd would be two roundings: use the scalar twins
+#endif
+
+HWY_INLINE VF Pow2i(DF df, hn::Vec<DI> e) {
+  const DI di;
+  return hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(e, hn::Set(di, 127))));
+}
+
+// ref::exp_sleef, lane-wise.
+HWY_INLINE VF ExpSleef(DF df, VF x) {
+  const DI di;
+  const VF magic = hn::Set(df, 12582912.0f);
+  const VF xc = hn::Min(hn::Max(x, hn::Set(df, -105.0f)), hn::Set(df, 101.0f));
+  const VF t = hn::Mul(xc, hn::Set(df, 1.44269504088896340736f));
+  const VF qf = hn::Sub(hn::Add(t, magic), magic);
+  VF s = hn::MulAdd(qf, hn::Set(df, -0.693145751953125f), xc);
+  s = hn::MulAdd(qf, hn::Set(df, -1.428606765330187045e-06f), s);
+  VF u = hn::Set(df, 0.000198527617612853646278381f);
+  u = hn::MulAdd(u, s, hn::Set(df, 0.00139304355252534151077271f));
+  u = hn::MulAdd(u, s, hn::Set(df, 0.00833336077630519866943359f));
+  u = hn::MulAdd(u, s, hn::Set(df, 0.0416664853692054748535156f));
+  u = hn::MulAdd(u, s, hn::Set(df, 0.166666671633720397949219f));
+  u = hn::MulAdd(u, s, hn::Set(df, 0.5f));
+  u = hn::Add(hn::Set(df, 1.0f), hn::MulAdd(hn::Mul(s, s), u, s));
+  const auto q = hn::ConvertTo(di, qf);
+  const auto h = hn::ShiftRight<1>(q);
+  VF r = hn::Mul(hn::Mul(u, Pow2i(df, h)), Pow2i(df, hn::Sub(q, h)));
+  r = hn::IfThenZeroElse(hn::Lt(x, hn::Set(df, -104.0f)), r);
+  r = hn::IfThenElse(hn::Gt(x, hn::Set(df, 100.0f)), hn::Set(df, HUGE_VALF), r);
+  return hn::IfThenElse(hn::IsNaN(x), x, r);
+}
+
+// ref::exp2_sleef, lane-wise.
+HWY_INLINE VF Exp2Sleef(DF df, VF x) {
+  const DI di;
+  const VF magic = hn::Set(df, 12582912.0f);
+  const VF xc = hn::Min(hn::Max(x, hn::Set(df, -151.0f)), hn::Set(df, 129.0f));
+  const VF uf = hn::Sub(hn::Add(xc, magic), magic);
+  const VF s = hn::Sub(xc, uf);
+  VF u = hn::Set(df, 0.1535920892e-3f);
+  u = hn::MulAdd(u, s, hn::Set(df, 0.1339262701e-2f));
+  u = hn::MulAdd(u, s, hn::Set(df, 0.9618384764e-2f));
+  u = hn::MulAdd(u, s, hn::Set(df, 0.5550347269e-1f));
+  u = hn::MulAdd(u, s, hn::Set(df, 0.2402264476e+0f));
+  u = hn::MulAdd(u, s, hn::Set(df, 0.6931471825e+0f));
+  u = hn::MulAdd(u, s, hn::Set(df, 1.0f));
+  const auto q = hn::ConvertTo(di, uf);
+  const auto h = hn::ShiftRight<1>(q);
+  VF r = hn::Mul(hn::Mul(u, Pow2i(df, h)), Pow2i(df, hn::Sub(q, h)));
+  r = hn::IfThenZeroElse(hn::Lt(x, hn::Set(df, -150.0f)), r);
+  r = hn::IfThenElse(hn::Ge(x, hn::Set(df, 128.0f)), hn::Set(df, HUGE_VALF), r);
+  return hn::IfThenElse(hn::IsNaN(x), x, r);
+}
+
+void ExpArray(const float* x, float* y, size_t n, bool base2) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  size_t i = 0;
+  if (kFma)
+    for (; i + N <= n; i += N) {
+      const VF v = hn::LoadU(df, x + i);
+      hn::StoreU(base2 ? Exp2Sleef(df, v) : ExpSleef(df, v), df, y + i);
+    }
+  for (; i < n; ++i) y[i] = base2 ? attn::ref::exp2_sleef(x[i]) : attn::ref::exp_sleef(x[i]);
+}
+
+// Decode n FP8 codes (e4m3fn or e5m2) to f32 exactly (NaN: 0x7FC00000 | sign, e5m2 Inf: ±Inf — ref::decode_f32),
+// times s (one f32 multiply) unless raw, then rounded to bf16 (integer RNE; NaN quieted) when to_bf16.
+void DecodeRow(const uint8_t* c, size_t n, bool e5m2, bool raw, float s, bool to_bf16, float* out) {
+  const DF df;
+  const DU du;
+  const hn::Rebind<uint8_t, DF> d8;
+  const size_t N = hn::Lanes(df);
+  const VF vs = hn::Set(df, s);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto code = hn::PromoteTo(du, hn::LoadU(d8, c + i));
+    const auto sign = hn::ShiftLeft<24>(hn::And(code, hn::Set(du, 0x80u)));
+    const auto mag = hn::And(code, hn::Set(du, 0x7Fu));
+    // Normal codes: the code's exponent and fraction moved into place plus the bias difference (integer add);
+    // subnormal codes (exponent field 0): mag · 2^-9 (e4m3fn) / 2^-16 (e5m2), exact. (No subnormal f32 operand:
+    // multiplying one costs a microcode assist on x86.)
+    const DI di;
+    const auto sub = hn::RebindMask(du, hn::Lt(hn::BitCast(di, mag), hn::Set(di, e5m2 ? 4 : 8)));
+    const auto normal_bits = e5m2 ? hn::Add(hn::ShiftLeft<21>(mag), hn::Set(du, 112u << 23))
+                                  : hn::Add(hn::ShiftLeft<20>(mag), hn::Set(du, 120u << 23));
+    const VF subv = hn::Mul(hn::ConvertTo(df, hn::BitCast(di, mag)), hn::Set(df, e5m2 ? 0x1p-16f : 0x1p-9f));
+    VF f = hn::IfThenElse(hn::RebindMask(df, sub), subv, hn::BitCast(df, normal_bits));
+    const auto special = hn::RebindMask(du, e5m2 ? hn::Gt(hn::BitCast(di, mag), hn::Set(di, 0x7B))
+                                                 : hn::Eq(hn::BitCast(di, mag), hn::Set(di, 0x7F)));
+    const auto inf = hn::Eq(mag, hn::Set(du, 0x7Cu));
+    const auto sp_bits = e5m2 ? hn::IfThenElse(inf, hn::Set(du, 0x7F800000u), hn::Set(du, 0x7FC00000u))
+                              : hn::Set(du, 0x7FC00000u);
+    auto bits = hn::IfThenElse(special, sp_bits, hn::BitCast(du, f));
+    f = hn::BitCast(df, hn::Or(bits, sign));
+    if (!raw) f = hn::Mul(f, vs);
+    if (to_bf16) {
+      const auto b = hn::BitCast(du, f);
+      const auto rne = hn::Add(b, hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(b), hn::Set(du, 1u))));
+      const auto nan = hn::Or(b, hn::Set(du, 0x00400000u));
+      const auto r = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(f)), nan, rne);
+      f = hn::BitCast(df, hn::And(r, hn::Set(du, 0xFFFF0000u)));
+    }
+    hn::StoreU(f, df, out + i);
+  }
+  const Format fmt = e5m2 ? Format::e5m2 : Format::e4m3fn;
+  for (; i < n; ++i) {
+    float f = ref::decode_f32(fmt, c[i]);
+    if (!raw) f = f * s;
+    if (to_bf16) {
+      uint32_t b;
+      std::memcpy(&b, &f, 4);
+      b = static_cast<uint32_t>(ref::narrow(Format::bf16, ref::narrow(Format::f32, b, Format::bf16), Format::f32));
+      std::memcpy(&f, &b, 4);
+    }
+    out[i] = f;
+  }
+}
+
+// 16 dot products: out[j] = Σ_d q[d]·kT[d·16 + j] (fma, d in order, from +0), lanes j = 0..15.
+void QkTile(const float* kT, const float* q, size_t dk, float* out) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  if (!kFma || N > 16) {
+    for (size_t j = 0; j < 16; ++j) {
+      float acc = 0.0f;
+      for (size_t d = 0; d < dk; ++d) acc = std::fma(q[d], kT[d * 16 + j], acc);
+      out[j] = acc;
+    }
+    return;
+  }
+  for (size_t j0 = 0; j0 < 16; j0 += 2 * N) {
+    if (j0 + 2 * N <= 16) {
+      VF a0 = hn::Zero(df), a1 = hn::Zero(df);
+      for (size_t d = 0; d < dk; ++d) {
+        const VF qd = hn::Set(df, q[d]);
+        a0 = hn::MulAdd(qd, hn::LoadU(df, kT + d * 16 + j0), a0);
+        a1 = hn::MulAdd(qd, hn::LoadU(df, kT + d * 16 + j0 + N), a1);
+      }
+      hn::StoreU(a0, df, out + j0);
+      hn::StoreU(a1, df, out + j0 + N);
+    } else {
+      VF a0 = hn::Zero(df);
+      for (size_t d = 0; d < dk; ++d) a0 = hn::MulAdd(hn::Set(df, q[d]), hn::LoadU(df, kT + d * 16 + j0), a0);
+      hn::StoreU(a0, df, out + j0);
+    }
+  }
+}
+
+// kT[d·16 + j] = kr[j·dk + d] for j = 0..15 (a gather per d; lanes past the tile read stale, ignored rows).
+void TransposeTile(const float* kr, size_t dk, float* kT) {
+  const DF df;
+  const DI di;
+  const size_t N = hn::Lanes(df);
+  if (N > 16 || 16 % N != 0) {
+    for (size_t d = 0; d < dk; ++d)
+      for (size_t j = 0; j < 16; ++j) kT[d * 16 + j] = kr[j * dk + d];
+    return;
+  }
+  const auto idx = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(dk)));
+  for (size_t j0 = 0; j0 < 16; j0 += N)
+    for (size_t d = 0; d < dk; ++d) hn::StoreU(hn::GatherIndex(df, kr + j0 * dk + d, idx), df, kT + d * 16 + j0);
+}
+
+// QkTile for up to 8 rows sharing one K tile: out[r·16 + j] = Σ_d q[r][d]·kT[d·16 + j] (the same per-lane order).
+void QkTileRows(const float* kT, const float* const* q, size_t nrows, size_t dk, float* out) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  if (!kFma || N != 16) {
+    for (size_t r = 0; r < nrows; ++r) QkTile(kT, q[r], dk, out + r * 16);
+    return;
+  }
+  for (size_t r0 = 0; r0 < nrows; r0 += 8) {
+    const size_t n = nrows - r0 < 8 ? nrows - r0 : 8;
+    VF a[8];
+    for (size_t r = 0; r < 8; ++r) a[r] = hn::Zero(df);
+    for (size_t d = 0; d < dk; ++d) {
+      const VF k = hn::LoadU(df, kT + d * 16);
+      for (size_t r = 0; r < 8; ++r)
+        if (r < n) a[r] = hn::MulAdd(hn::Set(df, q[r0 + r][d]), k, a[r]);
+    }
+    for (size_t r = 0; r < n; ++r) hn::StoreU(a[r], df, out + (r0 + r) * 16);
+  }
+}
+
+// acc[d] = fma(p[j], v[j·dv + d], acc[d]) for j = 0..nk-1 in order.
+void PvRows(const float* v, const float* p, size_t nk, size_t dv, float* acc) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  size_t d = 0;
+  if (kFma) {
+    for (; d + 4 * N <= dv; d += 4 * N) {
+      VF a0 = hn::LoadU(df, acc + d), a1 = hn::LoadU(df, acc + d + N), a2 = hn::LoadU(df, acc + d + 2 * N),
+         a3 = hn::LoadU(df, acc + d + 3 * N);
+      for (size_t j = 0; j < nk; ++j) {
+        const VF pj = hn::Set(df, p[j]);
+        const float* vj = v + j * dv + d;
+        a0 = hn::MulAdd(pj, hn::LoadU(df, vj), a0);
+        a1 = hn::MulAdd(pj, hn::LoadU(df, vj + N), a1);
+        a2 = hn::MulAdd(pj, hn::LoadU(df, vj + 2 * N), a2);
+        a3 = hn::MulAdd(pj, hn::LoadU(df, vj + 3 * N), a3);
+      }
+      hn::StoreU(a0, df, acc + d);
+      hn::StoreU(a1, df, acc + d + N);
+      hn::StoreU(a2, df, acc + d + 2 * N);
+      hn::StoreU(a3, df, acc + d + 3 * N);
+    }
+    for (; d + N <= dv; d += N) {
+      VF a0 = hn::LoadU(df, acc + d);
+      for (size_t j = 0; j < nk; ++j) a0 = hn::MulAdd(hn::Set(df, p[j]), hn::LoadU(df, v + j * dv + d), a0);
+      hn::StoreU(a0, df, acc + d);
+    }
+  }
+  for (; d < dv; ++d)
+    for (size_t j = 0; j < nk; ++j) acc[d] = std::fma(p[j], v[j * dv + d], acc[d]);
+}
+
+// One online-softmax tile of P·V for one row, the rescale fused in:
+//   fresh (vllm-triton-unified): acc_d = RN32(RN32(acc_d·alpha) + t_d), t_d = Σ_j fma(p_j, v_jd, ·) from +0
+//   chained (flashinfer):        acc_d = RN32(acc_d·alpha), then acc_d = fma(p_j, v_jd, acc_d) for each j
+void PvTile(const float* v, const float* p, size_t nk, size_t dv, float* acc, float alpha, bool fresh) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  size_t d = 0;
+  if (kFma) {
+    const VF va = hn::Set(df, alpha);
+    for (; d + 2 * N <= dv; d += 2 * N) {
+      const VF s0 = hn::Mul(hn::LoadU(df, acc + d), va), s1 = hn::Mul(hn::LoadU(df, acc + d + N), va);
+      VF a0 = fresh ? hn::Zero(df) : s0, a1 = fresh ? hn::Zero(df) : s1;
+      for (size_t j = 0; j < nk; ++j) {
+        const VF pj = hn::Set(df, p[j]);
+        a0 = hn::MulAdd(pj, hn::LoadU(df, v + j * dv + d), a0);
+        a1 = hn::MulAdd(pj, hn::LoadU(df, v + j * dv + d + N), a1);
+      }
+      hn::StoreU(fresh ? hn::Add(s0, a0) : a0, df, acc + d);
+      hn::StoreU(fresh ? hn::Add(s1, a1) : a1, df, acc + d + N);
+    }
+  }
+  for (; d < dv; ++d) {
+    const float s = acc[d] * alpha;
+    float a = fresh ? 0.0f : s;
+    for (size_t j = 0; j < nk; ++j) a = std::fma(p[j], v[j * dv + d], a);
+    acc[d] = fresh ? s + a : a;
+  }
+}
+
+}  // namespace fp8ref::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <omp.h>
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "fp8ref/error.h"
+
+namespace fp8ref {
+HWY_EXPORT(ExpArray);
+HWY_EXPORT(DecodeRow);
+HWY_EXPORT(QkTile);
+HWY_EXPORT(PvRows);
+HWY_EXPORT(TransposeTile);
+HWY_EXPORT(QkTileRows);
+HWY_EXPORT(PvTile);
+
+namespace attn::cpu {
+namespace {
+
+constexpr int64_t kTile = 16;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+float f32_of(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+// RN to f and back; bf16 inline (integer RNE, NaN quieted with its sign and top payload: ref::narrow's rule).
+float round_to(Format f, float x) {
+  if (f == Format::f32) return x;
+  if (f == Format::bf16) {
+    uint32_t b = bits_of(x);
+    b = (b & 0x7FFFFFFFu) > 0x7F800000u ? (b | 0x00400000u) : b + 0x7FFFu + ((b >> 16) & 1u);
+    return f32_of(b & 0xFFFF0000u);
+  }
+  return f32_of(static_cast<uint32_t>(fp8ref::ref::narrow(f, fp8ref::ref::narrow(Format::f32, bits_of(x), f), Format::f32)));
+}
+size_t elem_size(Format f) { return static_cast<size_t>(format_info(f).bits / 8); }
+float load_md(Format md, const void* p, int64_t i) {
+  if (md == Format::f32) {
+    float f;
+    std::memcpy(&f, static_cast<const uint8_t*>(p) + 4 * i, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, static_cast<const uint8_t*>(p) + 2 * i, 2);
+  return f32_of(static_cast<uint32_t>(fp8ref::ref::narrow(md, h, Format::f32)));
+}
+void store_out(Format f, void* out, int64_t i, float x) {
+  const uint64_t b = fp8ref::ref::narrow(Format::f32, bits_of(x), f);
+  std::memcpy(static_cast<uint8_t*>(out) + elem_size(f) * i, &b, elem_size(f));
+}
+
+// How a tile's K or V values are made from the codes.
+enum class Deq { md, md_f16_quirk, raw };
+
+struct Unit {
+  int64_t b, i0, i1;  // a sequence's query positions [i0, i1), every KV head
+};
+
+struct Row {
+  int64_t h, kvh, i, lo, hi;  // q head, its KV head, query index in the sequence, visible [lo, hi]
+  std::vector<float> q;
+  // online state / accumulators
+  float M = kNegInf, L = 1.0f;
+  std::vector<float> acc;
+};
+
+class Worker {
+ public:
+  Worker(const AttnSpec& spec, const AttnArgs& a) : s_(spec), a_(a) {
+    Dk_ = spec.cache.head_dim;
+    Dv_ = spec.dv();
+    G_ = spec.num_q_heads / spec.cache.num_kv_heads;
+    vshape_ = spec.cache;
+    vshape_.head_dim = Dv_;
+    e5m2_ = spec.cache.format == Format::e5m2;
+    kT_.resize(static_cast<size_t>(Dk_ * kTile));
+    kr_.resize(static_cast<size_t>(Dk_ * kTile));
+    vt_.resize(static_cast<size_t>(Dv_ * kTile));
+  }
+
+  void run(const Unit& u) {
+    seq_ = seq_pages(s_, a_, u.b);
+    const int64_t H = s_.cache.num_kv_heads;
+    sks_.resize(static_cast<size_t>(H));
+    svs_.resize(static_cast<size_t>(H));
+    for (int64_t kvh = 0; kvh < H; ++kvh) {
+      const int64_t si = s_.scale_kind == KvScaleKind::tensor ? 0 : s_.scale_kind == KvScaleKind::head ? kvh : u.b;
+      sks_[static_cast<size_t>(kvh)] = a_.k_scale[si];
+      svs_[static_cast<size_t>(kvh)] = s_.v_from_k ? a_.k_scale[si] : a_.v_scale[si];
+    }
+    rows_.clear();
+    const int64_t ctx = seq_.seq_len - seq_.q_len;
+    for (int64_t i = u.i0; i < u.i1; ++i)
+      for (int64_t g = 0; g < G_ * H; ++g) {
+        Row r;
+        r.h = g;
+        r.kvh = g / G_;
+        r.i = i;
+        const int64_t qpos = s_.causal == Causal::top_left ? i : ctx + i;
+        r.hi = s_.causal == Causal::none ? seq_.seq_len - 1 : std::min(qpos, seq_.seq_len - 1);
+        r.lo = s_.window_left >= 0 ? std::max<int64_t>(0, qpos - s_.window_left) : 0;
+        r.q.resize(static_cast<size_t>(Dk_));
+        const int64_t row = seq_.q_begin + i;
+        for (int64_t d = 0; d < Dk_; ++d)
+          r.q[static_cast<size_t>(d)] = load_md(s_.q_format, a_.q, (row * s_.num_q_heads + r.h) * Dk_ + d);
+        r.acc.assign(static_cast<size_t>(Dv_), 0.0f);
+        rows_.push_back(std::move(r));
+      }
+    switch (s_.convention) {
+      case AttnConvention::vllm_paged_v1: two_pass(false); break;
+      case AttnConvention::torch_sdpa_math:
+      case AttnConvention::spyre: two_pass(true); break;
+      case AttnConvention::vllm_triton_unified: online(false); break;
+      case AttnConvention::flashinfer: online(true); break;
+      case AttnConvention::exact: break;  // handled by the caller
+    }
+  }
+
+ private:
+  const uint8_t* krow(int64_t j) const {
+    const int64_t bs = s_.cache.block_size;
+    return a_.k_cache + s_.cache.offset(seq_.pages[j / bs], j % bs, kvh_);
+  }
+  const uint8_t* vrow(int64_t j) const {
+    const int64_t bs = s_.cache.block_size;
+    if (s_.v_from_k) return krow(j);
+    return a_.v_cache + vshape_.offset(seq_.pages[j / bs], j % bs, kvh_);
+  }
+  void select(int64_t kvh) {
+    kvh_ = kvh;
+    sk_ = sks_[static_cast<size_t>(kvh)];
+    sv_ = svs_[static_cast<size_t>(kvh)];
+  }
+  // Dequantizes keys [j0, j1) of one tile into dst[(j − j0)·n + d]; a quirk/f16 md rounds per element.
+  void deq_rows(bool is_k, int64_t j0, int64_t j1, Deq how, float scale, float* dst) {
+    const int64_t n = is_k ? Dk_ : Dv_;
+    const bool bf16 = how != Deq::raw && s_.q_format == Format::bf16;
+    const bool per_elem = how != Deq::raw && !bf16 && s_.q_format == Format::f16;
+    const bool quirk = how == Deq::md_f16_quirk && s_.q_format == Format::f32;
+    for (int64_t j = j0; j < j1; ++j) {
+      float* o = dst + (j - j0) * n;
+      if (s_.chunk_unquantized && j >= seq_.seq_len - seq_.q_len) {  // the chunk's own md K/V, as given
+        const int64_t t = seq_.q_begin + j - (seq_.seq_len - seq_.q_len), H = s_.cache.num_kv_heads;
+        const bool from_k = is_k || s_.v_from_k;
+        const int64_t base = (t * H + kvh_) * (from_k ? Dk_ : Dv_);
+        for (int64_t d = 0; d < n; ++d) o[d] = load_md(s_.q_format, from_k ? a_.k_new : a_.v_new, base + d);
+        continue;
+      }
+      HWY_DYNAMIC_DISPATCH(DecodeRow)(is_k ? krow(j) : vrow(j), static_cast<size_t>(n), e5m2_, how == Deq::raw, scale,
+                                      bf16, o);
+      if (per_elem || quirk)
+        for (int64_t d = 0; d < n; ++d) o[d] = round_to(Format::f16, o[d]);
+    }
+  }
+  // K tile, transposed: kT_[d·16 + (j − t0)] for j in [j0, j1) (other lanes: stale, never used).
+  void k_tile(int64_t t0, int64_t j0, int64_t j1, Deq how, float mul) {
+    float* kr = kr_.data() + (j0 - t0) * Dk_;
+    deq_rows(true, j0, j1, how, sk_, kr);
+    if (mul != 0.0f)
+      for (int64_t i = 0; i < (j1 - j0) * Dk_; ++i) kr[i] = kr[i] * mul;
+    HWY_DYNAMIC_DISPATCH(TransposeTile)(kr_.data(), static_cast<size_t>(Dk_), kT_.data());
+  }
+  // dots_[ri·16 + j] for every row of KV head kvh (the current kT_ tile).
+  void all_dots(int64_t kvh) {
+    dots_.resize(rows_.size() * kTile);
+    qptr_.clear();
+    idx_.clear();
+    for (size_t ri = 0; ri < rows_.size(); ++ri)
+      if (rows_[ri].kvh == kvh) {
+        qptr_.push_back(rows_[ri].q.data());
+        idx_.push_back(ri);
+      }
+    tmp_.resize(idx_.size() * kTile);
+    HWY_DYNAMIC_DISPATCH(QkTileRows)(kT_.data(), qptr_.data(), qptr_.size(), static_cast<size_t>(Dk_), tmp_.data());
+    for (size_t n = 0; n < idx_.size(); ++n) std::memcpy(&dots_[idx_[n] * kTile], &tmp_[n * kTile], kTile * 4);
+  }
+  // Prefetches the K (and V) rows of KV head h for keys [j0, j1) (into L2: a tile ahead is far enough).
+  void prefetch(int64_t j0, int64_t j1, int64_t h, bool v) const {
+    const int64_t bs = s_.cache.block_size;
+    for (int64_t j = j0; j < j1; ++j) {
+      const uint8_t* k = a_.k_cache + s_.cache.offset(seq_.pages[j / bs], j % bs, h);
+      for (int64_t o = 0; o < Dk_; o += 64) __builtin_prefetch(k + o, 0, 2);
+      if (v && !s_.v_from_k) {
+        const uint8_t* vp = a_.v_cache + vshape_.offset(seq_.pages[j / bs], j % bs, h);
+        for (int64_t o = 0; o < Dv_; o += 64) __builtin_prefetch(vp + o, 0, 2);
+      }
+    }
+  }
+
+  // vllm-paged-v1 (torch = false) and torch-sdpa-math / spyre (torch = true).
+  void two_pass(bool torch) {
+    const float sm = static_cast<float>(s_.scale());
+    const float root = static_cast<float>(std::sqrt(s_.scale()));
+    const Deq how = torch ? Deq::md : Deq::md_f16_quirk;
+    int64_t ulo = seq_.seq_len, uhi = -1;
+    for (const Row& r : rows_) {
+      ulo = std::min(ulo, torch ? 0 : r.lo);
+      uhi = std::max(uhi, torch ? seq_.seq_len - 1 : r.hi);
+    }
+    if (uhi < ulo) {
+      finish_rows_zero();
+      return;
+    }
+    const int64_t base = ulo, span = uhi - ulo + 1;
+    logits_.assign(rows_.size() * static_cast<size_t>(span), 0.0f);
+    if (torch)  // q' = RN32(q·√s), once per row
+      for (Row& r : rows_)
+        for (float& x : r.q) x = x * root;
+    // pass 1: logits
+    for (int64_t t0 = (ulo / kTile) * kTile; t0 <= uhi; t0 += kTile) {
+      const int64_t j0 = std::max(ulo, t0), j1 = std::min(uhi + 1, t0 + kTile);
+      for (int64_t kvh = 0; kvh < s_.cache.num_kv_heads; ++kvh) {
+      prefetch(std::min(uhi + 1, t0 + kTile), std::min(uhi + 1, t0 + 2 * kTile), kvh, false);
+      select(kvh);
+      k_tile(t0, j0, j1, how, torch ? root : 0.0f);
+      all_dots(kvh);
+      for (size_t ri = 0; ri < rows_.size(); ++ri) {
+        Row& r = rows_[ri];
+        if (r.kvh != kvh) continue;
+        const float* dots = dots_.data() + ri * kTile;
+        float* L = logits_.data() + ri * static_cast<size_t>(span);
+        for (int64_t j = j0; j < j1; ++j) {
+          if (torch) {
+            const float mask = (j >= r.lo && j <= r.hi) ? 0.0f : kNegInf;
+            L[j - base] = dots[j - t0] + mask;
+          } else if (j >= r.lo && j <= r.hi) {
+            L[j - base] = sm * dots[j - t0];
+          }
+        }
+      }
+      }
+    }
+    // pass 2: softmax weights (in place)
+    for (size_t ri = 0; ri < rows_.size(); ++ri) {
+      Row& r = rows_[ri];
+      float* L = logits_.data() + ri * static_cast<size_t>(span);
+      const int64_t a = torch ? 0 : r.lo, e = torch ? seq_.seq_len - 1 : r.hi;
+      float m = kNegInf;
+      for (int64_t j = a; j <= e; ++j) m = std::max(m, L[j - base]);
+      for (int64_t j = a; j <= e; ++j) L[j - base] = L[j - base] - m;
+      HWY_DYNAMIC_DISPATCH(ExpArray)(L + (a - base), L + (a - base), static_cast<size_t>(e - a + 1), false);
+      float S = 0.0f;
+      const int64_t n = e - a + 1, W = s_.torch_lanes;
+      if (!torch || n < W) {
+        for (int64_t j = a; j <= e; ++j) S = S + L[j - base];
+      } else {
+        float lane[16];
+        for (int64_t q = 0; q < W; ++q) lane[q] = L[q - base];
+        for (int64_t j = W; j < n; ++j) lane[j % W] = lane[j % W] + L[j - base];
+        for (int64_t w = W / 2; w >= 1; w /= 2)
+          for (int64_t q = 0; q < w; ++q) lane[q] = lane[q] + lane[q + w];
+        S = lane[0];
+      }
+      const float inv = torch ? 1.0f / S : 1.0f / (S + 1e-6f);
+      for (int64_t j = a; j <= e; ++j)
+        L[j - base] = torch ? L[j - base] * inv : round_to(s_.q_format, L[j - base] * inv);
+    }
+    // pass 3: P·V
+    for (int64_t t0 = (ulo / kTile) * kTile; t0 <= uhi; t0 += kTile) {
+      const int64_t j0 = std::max(ulo, t0), j1 = std::min(uhi + 1, t0 + kTile);
+      for (int64_t kvh = 0; kvh < s_.cache.num_kv_heads; ++kvh) {
+      select(kvh);
+      deq_rows(false, j0, j1, how, sv_, vt_.data());
+      for (size_t ri = 0; ri < rows_.size(); ++ri) {
+        Row& r = rows_[ri];
+        if (r.kvh != kvh) continue;
+        const int64_t a = std::max(j0, torch ? 0 : r.lo), e = std::min(j1 - 1, torch ? seq_.seq_len - 1 : r.hi);
+        if (a > e) continue;
+        const float* L = logits_.data() + ri * static_cast<size_t>(span);
+        HWY_DYNAMIC_DISPATCH(PvRows)(vt_.data() + (a - j0) * Dv_, L + (a - base), static_cast<size_t>(e - a + 1),
+                                     static_cast<size_t>(Dv_), r.acc.data());
+      }
+      }
+    }
+    for (Row& r : rows_) {
+      const int64_t oidx = ((seq_.q_begin + r.i) * s_.num_q_heads + r.h) * Dv_;
+      for (int64_t d = 0; d < Dv_; ++d) {
+        const float x = r.acc[static_cast<size_t>(d)];
+        store_out(s_.out_format, a_.out, oidx + d, torch ? round_to(s_.q_format, x) : x);
+      }
+    }
+  }
+
+  // vllm-triton-unified (flashinfer = false) and flashinfer.
+  void online(bool fi) {
+    const float sm = static_cast<float>(s_.scale());
+    const float cap = static_cast<float>(s_.softcap);
+    const Deq how = fi ? Deq::raw : Deq::md;
+    int64_t ulo = seq_.seq_len, uhi = -1;
+    for (const Row& r : rows_) {
+      ulo = std::min(ulo, r.lo);
+      uhi = std::max(uhi, r.hi);
+    }
+    float x[kTile], p[kTile];
+    for (int64_t t0 = (std::max<int64_t>(ulo, 0) / kTile) * kTile; t0 <= uhi; t0 += kTile) {
+      const int64_t j0 = std::max(ulo, t0), j1 = std::min(uhi + 1, t0 + kTile);
+      for (int64_t kvh = 0; kvh < s_.cache.num_kv_heads; ++kvh) {
+      prefetch(std::min(uhi + 1, t0 + kTile), std::min(uhi + 1, t0 + 2 * kTile), kvh, true);
+      select(kvh);
+      const float c2 = static_cast<float>(s_.scale() * static_cast<double>(sk_)) * 1.44269504088896340736f;
+      k_tile(t0, j0, j1, how, 0.0f);
+      deq_rows(false, j0, j1, how, sv_, vt_.data());
+      all_dots(kvh);
+      for (size_t ri = 0; ri < rows_.size(); ++ri) {
+        Row& r = rows_[ri];
+        if (r.kvh != kvh) continue;
+        const int64_t a = std::max(r.lo, t0), e = std::min(r.hi, t0 + kTile - 1);
+        if (a > e) continue;
+        const float* dots = dots_.data() + ri * kTile;
+        const int64_t n = e - a + 1;
+        float mt = r.M;
+        for (int64_t j = a; j <= e; ++j) {
+          float v;
+          if (fi) {
+            v = dots[j - t0] * c2;
+          } else {
+            v = sm * dots[j - t0];
+            if (cap > 0) {
+              const float t = v / cap;
+              const float p1 = ref::exp_sleef(t), p2 = ref::exp_sleef(-t);
+              v = (cap * (p1 - p2)) / (p1 + p2);
+            }
+          }
+          x[j - a] = v;
+          mt = std::max(mt, v);
+        }
+        float alpha;
+        if (fi) alpha = r.M == kNegInf ? 0.0f : ref::exp2_sleef(r.M - mt);
+        else alpha = r.M == kNegInf ? 0.0f : ref::exp_sleef(r.M - mt);
+        for (int64_t j = 0; j < n; ++j) x[j] = x[j] - mt;
+        HWY_DYNAMIC_DISPATCH(ExpArray)(x, p, static_cast<size_t>(n), fi);
+        const float* vt = vt_.data() + (a - j0) * Dv_;
+        if (fi) {
+          r.L = r.L * alpha;
+          for (int64_t j = 0; j < n; ++j) r.L = r.L + p[j];
+        } else {
+          float lsum = 0.0f;
+          for (int64_t j = 0; j < n; ++j) {
+            lsum = lsum + p[j];
+            p[j] = round_to(s_.q_format, p[j]);
+          }
+          r.L = r.L * alpha + lsum;
+        }
+        HWY_DYNAMIC_DISPATCH(PvTile)(vt, p, static_cast<size_t>(n), static_cast<size_t>(Dv_), r.acc.data(), alpha, !fi);
+        r.M = mt;
+      }
+      }
+    }
+    for (Row& r : rows_) {
+      const int64_t oidx = ((seq_.q_begin + r.i) * s_.num_q_heads + r.h) * Dv_;
+      for (int64_t d = 0; d < Dv_; ++d) {
+        float o = r.acc[static_cast<size_t>(d)] / r.L;
+        if (fi) {
+          const float sv = svs_[static_cast<size_t>(r.kvh)];
+          o = round_to(s_.out_format, o);
+          if (sv != 1.0f) o = round_to(s_.out_format, o * sv);
+        }
+        store_out(s_.out_format, a_.out, oidx + d, o);
+      }
+    }
+  }
+
+  void finish_rows_zero() {
+    for (Row& r : rows_) {
+      const int64_t oidx = ((seq_.q_begin + r.i) * s_.num_q_heads + r.h) * Dv_;
+      for (int64_t d = 0; d < Dv_; ++d) store_out(s_.out_format, a_.out, oidx + d, 0.0f);
+    }
+  }
+
+  const AttnSpec& s_;
+  const AttnArgs& a_;
+  int64_t Dk_, Dv_, G_, kvh_ = 0;
+  CacheShape vshape_;
+  bool e5m2_;
+  SeqPages seq_;
+  float sk_ = 1, sv_ = 1;
+  std::vector<float> sks_, svs_;  // per KV head
+  std::vector<Row> rows_;
+  std::vector<float> kT_, kr_, vt_, logits_, dots_, tmp_;
+  std::vector<const float*> qptr_;
+  std::vector<size_t> idx_;
+};
+
+}  // namespace
+
+void paged_attention(const AttnSpec& spec, const AttnArgs& args) {
+  check_paged_attention(spec, args);
+  if (spec.convention == AttnConvention::exact) {
+    // The exact convention is the f64 reference path itself (paged_attention_head), run in parallel.
+    const int64_t n = args.num_seqs * spec.num_q_heads;
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t u = 0; u < n; ++u) ref::paged_attention_head(spec, args, u / spec.num_q_heads, u % spec.num_q_heads, nullptr);
+    return;
+  }
+  constexpr int64_t kChunk = 4;  // query positions per unit
+  std::vector<Unit> units;
+  for (int64_t b = 0; b < args.num_seqs; ++b) {
+    const SeqPages s = seq_pages(spec, args, b);
+    for (int64_t i = 0; i < s.q_len; i += kChunk) units.push_back({b, i, std::min(s.q_len, i + kChunk)});
+  }
+  const int64_t nu = static_cast<int64_t>(units.size());
+#pragma omp parallel
+  {
+    Worker w(spec, args);
+#pragma omp for schedule(dynamic)
+    for (int64_t u = 0; u < nu; ++u) w.run(units[static_cast<size_t>(u)]);
+  }
+}
+
+std::vector<std::string> for_each_simd_target(const std::function<void()>& fn) {
+  std::vector<std::string> names;
+  for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(t);
+    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+    names.push_back(hwy::TargetName(t));
+    fn();
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  return names;
+}
+
+void exp_sleef(const float* x, float* y, size_t n) { HWY_DYNAMIC_DISPATCH(ExpArray)(x, y, n, false); }
+void exp2_sleef(const float* x, float* y, size_t n) { HWY_DYNAMIC_DISPATCH(ExpArray)(x, y, n, true); }
+
+}  // namespace attn::cpu
+}  // namespace fp8ref
+#endif  // HWY_ONCE
+
+#if HWY_ONCE
+namespace fp8ref::attn::cpu {
+// The cache write is one pass over T·Hkv·D elements (memory-bound, once per token): the cpu backend runs the
+// reference loop.
+void kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& args) { ref::kv_cache_write(spec, args); }
+}  // namespace fp8ref::attn::cpu
+#endif

@@ -1,0 +1,488 @@
+// fp8ref — the `fast` scaled_mm model (src/cpu/gemm_fast.h has the algorithm and its error bound).
+// oneDNN bf16 batched matmuls per output tile (AMX where present) for the K-group partials; the scale epilogue and
+// the output rounding in Highway (dynamic dispatch). OpenMP over output tiles; oneDNN runs single-threaded inside.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/gemm_fast.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "fp8ref/format.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace fp8ref::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// acc[j] += Σ_q p[q·p_stride + j] · RN32(sa[q] · sbv[q·sb_stride + j]) for j < n, q = 0..kc-1 in order (each
+// step one MulAdd: fused where the target has FMA; the bound allows both). acc stays in registers across q.
+void FastAccumulateRow(const float* p, size_t p_stride, const float* sbv, size_t sb_stride, const float* sa,
+                       size_t kc, float* acc, size_t n) {
+  const hn::ScalableTag<float> d;
+  const size_t L = hn::Lanes(d);
+  size_t j = 0;
+  for (; j + L <= n; j += L) {
+    auto v = hn::LoadU(d, acc + j);
+    for (size_t q = 0; q < kc; ++q) {
+      const auto w = hn::Mul(hn::Set(d, sa[q]), hn::LoadU(d, sbv + q * sb_stride + j));
+      v = hn::MulAdd(hn::LoadU(d, p + q * p_stride + j), w, v);
+    }
+    hn::StoreU(v, d, acc + j);
+  }
+  for (; j < n; ++j)
+    for (size_t q = 0; q < kc; ++q) {
+      const float w = sa[q] * sbv[q * sb_stride + j];
+      acc[j] = p[q * p_stride + j] * w + acc[j];
+    }
+}
+
+// FP8 codes -> bf16 bits, exactly (both formats' values are bf16 values): the f32 pattern built arithmetically
+// (normal: exponent rebias and fraction shift; subnormal: m · 2^(1-bias-mbits) by one exact f32 multiply; e5m2 Inf
+// and NaN; e4m3fn NaN), then its top half. e5m2: is_e5m2 = true.
+void FastCodesToBf16(bool is_e5m2, const uint8_t* src, uint16_t* dst, size_t n) {
+  const hn::ScalableTag<uint32_t> du;
+  const hn::ScalableTag<int32_t> di;
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<uint8_t, decltype(du)> d8;
+  const hn::Rebind<uint16_t, decltype(du)> d16;
+  const size_t L = hn::Lanes(du);
+  const uint32_t mbits = is_e5m2 ? 2 : 3, bias = is_e5m2 ? 15 : 7;
+  const auto mmask = hn::Set(du, (1u << mbits) - 1);
+  const auto sub_scale = hn::Set(df, is_e5m2 ? 1.0f / 65536.0f : 1.0f / 512.0f);  // 2^(1-bias-mbits)
+  size_t i = 0;
+  for (; i + L <= n; i += L) {
+    const auto c = hn::PromoteTo(du, hn::LoadU(d8, src + i));
+    const auto x = hn::And(c, hn::Set(du, 0x7Fu));
+    const auto sign = hn::ShiftLeft<24>(hn::And(c, hn::Set(du, 0x80u)));
+    const auto e = hn::ShiftRightSame(x, static_cast<int>(mbits));
+    const auto m = hn::And(x, mmask);
+    auto bits = hn::Or(hn::ShiftLeft<23>(hn::Add(e, hn::Set(du, 127 - bias))), hn::ShiftLeftSame(m, static_cast<int>(23 - mbits)));
+    const auto sub = hn::BitCast(du, hn::Mul(hn::ConvertTo(df, hn::BitCast(di, m)), sub_scale));
+    bits = hn::IfThenElse(hn::Eq(e, hn::Zero(du)), sub, bits);
+    if (is_e5m2) {
+      const auto special = hn::Eq(e, hn::Set(du, 31u));
+      const auto infnan = hn::IfThenElse(hn::Eq(m, hn::Zero(du)), hn::Set(du, 0x7F800000u), hn::Set(du, 0x7FC00000u));
+      bits = hn::IfThenElse(special, infnan, bits);
+    } else {
+      bits = hn::IfThenElse(hn::Eq(x, hn::Set(du, 0x7Fu)), hn::Set(du, 0x7FC00000u), bits);
+    }
+    bits = hn::ShiftRight<16>(hn::Or(bits, sign));
+    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, bits)), d16, dst + i);
+  }
+  for (; i < n; ++i) {  // tail: the same steps, one lane
+    const uint32_t c = src[i], x = c & 0x7F, e = x >> mbits, m = x & ((1u << mbits) - 1);
+    uint32_t bits = ((e + 127 - bias) << 23) | (m << (23 - mbits));
+    if (e == 0) {
+      const float v = static_cast<float>(m) * (is_e5m2 ? 1.0f / 65536.0f : 1.0f / 512.0f);
+      std::memcpy(&bits, &v, 4);
+    }
+    if (is_e5m2 && e == 31) bits = m == 0 ? 0x7F800000u : 0x7FC00000u;
+    if (!is_e5m2 && x == 0x7F) bits = 0x7FC00000u;
+    dst[i] = static_cast<uint16_t>((bits | (c & 0x80) << 24) >> 16);
+  }
+}
+
+// f32 -> bf16 bits, round to nearest even; NaN -> 0x7FC0 | sign.
+HWY_INLINE hn::Vec<hn::ScalableTag<uint32_t>> RneBf16(hn::Vec<hn::ScalableTag<float>> v) {
+  const hn::ScalableTag<uint32_t> du;
+  const auto b = hn::BitCast(du, v);
+  const auto r = hn::ShiftRight<16>(hn::Add(b, hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(b), hn::Set(du, 1u)))));
+  const auto nan = hn::Or(hn::ShiftRight<16>(b), hn::Set(du, 0x0040u));
+  return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), nan, r);
+}
+
+// One output row: mode 0 = acc; 1 = RN32(acc + bias); 2 = RN_bf16(RN32(RN_bf16(acc) + RN_bf16(bias))).
+// out_bf16: write bf16 bits (else f32 values). f16 output is done by the caller (scalar).
+void FastStoreRow(const float* acc, const float* bias, int mode, bool out_bf16, void* dst, size_t n) {
+  const hn::ScalableTag<float> d;
+  const hn::ScalableTag<uint32_t> du;
+  const size_t L = hn::Lanes(d);
+  size_t j = 0;
+  for (; j + L <= n; j += L) {
+    auto v = hn::LoadU(d, acc + j);
+    if (mode == 1) v = hn::Add(v, hn::LoadU(d, bias + j));
+    if (!out_bf16) {
+      if (mode == 2) v = hn::Add(v, hn::LoadU(d, bias + j));
+      hn::StoreU(v, d, static_cast<float*>(dst) + j);
+      continue;
+    }
+    auto r = RneBf16(v);
+    if (mode == 2) {
+      const auto rb = RneBf16(hn::LoadU(d, bias + j));
+      r = RneBf16(hn::Add(hn::BitCast(d, hn::ShiftLeft<16>(r)), hn::BitCast(d, hn::ShiftLeft<16>(rb))));
+    }
+    alignas(64) uint32_t tmp[HWY_MAX_BYTES / 4];
+    hn::Store(r, du, tmp);
+    uint16_t* o = static_cast<uint16_t*>(dst) + j;
+    for (size_t i = 0; i < L; ++i) o[i] = static_cast<uint16_t>(tmp[i]);
+  }
+  for (; j < n; ++j) {  // tail: the same steps, one lane
+    float v = acc[j];
+    if (mode == 1) v += bias[j];
+    if (!out_bf16) {
+      if (mode == 2) v += bias[j];
+      static_cast<float*>(dst)[j] = v;
+      continue;
+    }
+    auto rne = [](float x) {
+      uint32_t b;
+      std::memcpy(&b, &x, 4);
+      if ((b & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint32_t>((b >> 16) | 0x40u);
+      return (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;
+    };
+    uint32_t r = rne(v);
+    if (mode == 2) {
+      const uint32_t x = r << 16, y = rne(bias[j]) << 16;
+      float fx, fy;
+      std::memcpy(&fx, &x, 4);
+      std::memcpy(&fy, &y, 4);
+      r = rne(fx + fy);
+    }
+    static_cast<uint16_t*>(dst)[j] = static_cast<uint16_t>(r);
+  }
+}
+
+}  // namespace fp8ref::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+
+#include "cpu/gemm_fast.h"
+#include "fp8ref/convert.h"
+#include "fp8ref/error.h"
+
+namespace fp8ref {
+HWY_EXPORT(FastAccumulateRow);
+HWY_EXPORT(FastStoreRow);
+HWY_EXPORT(FastCodesToBf16);
+
+namespace cpu {
+namespace {
+
+constexpr int64_t kTileN = 256;        // output tile columns (B's packing; independent of M)
+constexpr int64_t kMaxTileM = 256;     // output tile rows
+constexpr int64_t kPartialBytes = 1 << 20;  // f32 partials per thread per matmul call
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up(int64_t a, int64_t b) { return cdiv(a, b) * b; }
+int64_t tile_n_for(int64_t N) { return std::min(kTileN, round_up(std::max<int64_t>(N, 1), 16)); }
+
+// The scale group along K: 128 (blockwise, group), 32 (mx), K (tensor, rowwise).
+int64_t k_group(const ScaledMmSpec& s, int64_t K) {
+  switch (s.scaling) {
+    case GemmScaling::blockwise:
+    case GemmScaling::group: return 128;
+    case GemmScaling::mx: return 32;
+    default: return std::max<int64_t>(K, 1);
+  }
+}
+
+// Rows r0..r0+R-1 of a rows x K code matrix -> [KB][R][G] bf16 at dst, zero-padded (rows past the end, K tail).
+void pack_tile(Format f, const uint8_t* codes, int64_t rows, int64_t K, int64_t r0, int64_t R, int64_t G,
+               uint16_t* dst) {
+  const int64_t KB = K == 0 ? 0 : cdiv(K, G);
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t kb = 0; kb < KB; ++kb) {
+      uint16_t* d = dst + (kb * R + i) * G;
+      const int64_t k0 = kb * G, n = r0 + i < rows ? std::min(G, K - k0) : 0;
+      if (n > 0) HWY_DYNAMIC_DISPATCH(FastCodesToBf16)(f == Format::e5m2, codes + (r0 + i) * K + k0, d, static_cast<size_t>(n));
+      std::fill(d + n, d + G, uint16_t{0});
+    }
+}
+
+// rows x K codes -> [ceil(rows/R)][KB][R][G] bf16, zero-padded.
+std::vector<uint16_t> pack(Format f, const uint8_t* codes, int64_t rows, int64_t K, int64_t R, int64_t G) {
+  const int64_t KB = K == 0 ? 0 : cdiv(K, G), tiles = cdiv(rows, R);
+  std::vector<uint16_t> out(static_cast<size_t>(tiles * KB * R * G));
+#pragma omp parallel for schedule(dynamic, 1) if (rows * K > (int64_t{1} << 20))
+  for (int64_t t = 0; t < tiles; ++t) pack_tile(f, codes, rows, K, t * R, R, G, out.data() + t * KB * R * G);
+  return out;
+}
+
+// Scale accessors (logical shapes of include/fp8ref/gemm.h).
+struct Scales {
+  GemmScaling kind;
+  const float* sa;
+  const float* sb;
+  int64_t KB, sb_stride;
+  float a(int64_t m, int64_t kb) const {
+    switch (kind) {
+      case GemmScaling::tensor: return sa[0];
+      case GemmScaling::rowwise: return sa[m];
+      default: return sa[m * KB + kb];
+    }
+  }
+  float b(int64_t n, int64_t kb) const {
+    switch (kind) {
+      case GemmScaling::tensor: return sb[0];
+      case GemmScaling::rowwise: return sb[n];
+      case GemmScaling::blockwise: return sb[(n / 128) * sb_stride + kb];
+      default: return sb[n * KB + kb];
+    }
+  }
+};
+
+uint16_t f16_bits(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, 4);
+  return static_cast<uint16_t>(ref::narrow(Format::f32, b, Format::f16));
+}
+
+}  // namespace
+
+void fp8_to_bf16(Format f, const uint8_t* codes, uint16_t* out, size_t n) {
+  if (f != Format::e4m3fn && f != Format::e5m2)
+    throw InputError(std::string("fp8_to_bf16: e4m3fn or e5m2, not ") + format_name(f));
+  HWY_DYNAMIC_DISPATCH(FastCodesToBf16)(f == Format::e5m2, codes, out, n);
+}
+
+FastGemmB::FastGemmB(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* bt)
+    : N_(g.N), K_(g.K), G_(k_group(spec, g.K)), Nt_(tile_n_for(g.N)) {
+  check_scaled_mm(spec, g);
+  data_ = pack(spec.fb, bt, N_, K_, Nt_, G_);
+}
+
+namespace {
+
+// The tile loop. B comes packed (b_packed: [tiles_n][KB][Nt][G]) or as codes (bt), then each thread converts one
+// n-tile of B at a time into its own buffer and runs every m-tile against it (no full bf16 copy of B).
+void run_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, const uint16_t* b_packed,
+              const uint8_t* bt, const float* sa, const float* sb, const float* bias, void* out) {
+  if ((spec.bias != BiasMode::none) != (bias != nullptr))
+    throw InputError("fast scaled_mm: a bias is given iff the spec has a bias mode");
+  const int64_t M = g.M, N = g.N, K = g.K, G = k_group(spec, g.K), Nt = tile_n_for(N);
+  if (M == 0 || N == 0) return;
+  const int64_t KB = K == 0 ? 0 : cdiv(K, G);
+  const int64_t Mt = std::min(kMaxTileM, round_up(M, 16));
+  const int64_t tiles_m = cdiv(M, Mt), tiles_n = cdiv(N, Nt);
+  const std::vector<uint16_t> ap = pack(spec.fa, a, M, K, Mt, G);
+  const Scales sc{spec.scaling, sa, sb, KB, spec.cublas_sb_stride ? round_up(KB, 4) : KB};
+  const int mode = spec.bias == BiasMode::f32 ? 1 : spec.bias == BiasMode::out ? 2 : 0;
+
+  using dnnl::memory;
+  const int64_t KC = std::max<int64_t>(1, std::min<int64_t>(KB, kPartialBytes / (Mt * Nt * 4)));
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  auto make = [&](int64_t kc) {
+    const memory::desc src({kc, Mt, G}, memory::data_type::bf16, memory::format_tag::abc);
+    const memory::desc wei({kc, G, Nt}, memory::data_type::bf16, memory::format_tag::acb);  // [kc][Nt][G] in memory
+    const memory::desc dst({kc, Mt, Nt}, memory::data_type::f32, memory::format_tag::abc);
+    // User scratchpads: oneDNN's own (global) scratchpad is not safe for concurrent executes from our threads.
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, dst), attr, eng);
+  };
+  dnnl::matmul::primitive_desc pd_full, pd_tail;
+  dnnl::matmul mm_full, mm_tail;
+  size_t scratch_bytes = 0;
+  if (KB > 0) {
+    pd_full = make(KC);
+    mm_full = dnnl::matmul(pd_full);
+    scratch_bytes = pd_full.scratchpad_desc().get_size();
+  }
+  if (KB % KC) {
+    pd_tail = make(KB % KC);
+    mm_tail = dnnl::matmul(pd_tail);
+    scratch_bytes = std::max(scratch_bytes, pd_tail.scratchpad_desc().get_size());
+  }
+
+  const size_t tile_elems = static_cast<size_t>(Mt * Nt);
+  std::exception_ptr error;
+  // Threads only where there is enough work (small problems lose more to the fork than they gain).
+#pragma omp parallel if (tiles_m * tiles_n > 1 && M * N * std::max<int64_t>(K, 1) > (int64_t{1} << 24))
+  {
+    // oneDNN runs single-threaded inside each call (nthreads-var is this implicit task's own), so every output's
+    // summation order depends on M, N, K and the spec only: results do not change with the thread count.
+    omp_set_num_threads(1);
+    dnnl::stream st(eng);
+    std::vector<float> part(static_cast<size_t>(KC) * tile_elems), acc(tile_elems);
+    std::vector<float> sbv(static_cast<size_t>(KC * Nt)), sav(static_cast<size_t>(KC));
+    std::vector<uint8_t> scratch(scratch_bytes + 64);
+    std::vector<uint16_t> btile(b_packed ? 0 : static_cast<size_t>(KB * Nt * G));
+    auto compute_tile = [&](int64_t tm, int64_t tn, const uint16_t* bp) {
+      const int64_t m0 = tm * Mt, n0 = tn * Nt, rows = std::min(Mt, M - m0), cols = std::min(Nt, N - n0);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t c0 = 0; c0 < KB; c0 += KC) {
+        const int64_t kc = std::min(KC, KB - c0);
+        memory::desc src({kc, Mt, G}, memory::data_type::bf16, memory::format_tag::abc);
+        memory::desc wei({kc, G, Nt}, memory::data_type::bf16, memory::format_tag::acb);
+        memory::desc dst({kc, Mt, Nt}, memory::data_type::f32, memory::format_tag::abc);
+        memory ms(src, eng, const_cast<uint16_t*>(ap.data() + (tm * KB + c0) * Mt * G));
+        memory mw(wei, eng, const_cast<uint16_t*>(bp + c0 * Nt * G));
+        memory md(dst, eng, part.data());
+        const dnnl::matmul::primitive_desc& pd = kc == KC ? pd_full : pd_tail;
+        memory mscr(pd.scratchpad_desc(), eng, scratch.data());
+        (kc == KC ? mm_full : mm_tail)
+            .execute(st, {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}, {DNNL_ARG_SCRATCHPAD, mscr}});
+        st.wait();
+        for (int64_t q = 0; q < kc; ++q)
+          for (int64_t j = 0; j < cols; ++j) sbv[static_cast<size_t>(q * Nt + j)] = sc.b(n0 + j, c0 + q);
+        for (int64_t i = 0; i < rows; ++i) {
+          for (int64_t q = 0; q < kc; ++q) sav[static_cast<size_t>(q)] = sc.a(m0 + i, c0 + q);
+          HWY_DYNAMIC_DISPATCH(FastAccumulateRow)(part.data() + i * Nt, tile_elems, sbv.data(), static_cast<size_t>(Nt),
+                                                  sav.data(), static_cast<size_t>(kc), acc.data() + i * Nt,
+                                                  static_cast<size_t>(cols));
+        }
+      }
+      for (int64_t i = 0; i < rows; ++i) {
+        const float* ar = acc.data() + i * Nt;
+        const float* br = bias ? bias + n0 : nullptr;
+        const size_t off = static_cast<size_t>((m0 + i) * N + n0);
+        if (spec.out == Format::f16) {
+          uint16_t* o = static_cast<uint16_t*>(out) + off;
+          for (int64_t j = 0; j < cols; ++j) {
+            if (mode == 1) o[j] = f16_bits(ar[j] + br[j]);
+            else if (mode == 2) {
+              const uint16_t h1 = f16_bits(ar[j]), h2 = f16_bits(br[j]);
+              const uint32_t fx = static_cast<uint32_t>(ref::narrow(Format::f16, h1, Format::f32)),
+                             fy = static_cast<uint32_t>(ref::narrow(Format::f16, h2, Format::f32));
+              float vx, vy;
+              std::memcpy(&vx, &fx, 4);
+              std::memcpy(&vy, &fy, 4);
+              o[j] = f16_bits(vx + vy);
+            } else o[j] = f16_bits(ar[j]);
+          }
+        } else {
+          void* dst = spec.out == Format::bf16 ? static_cast<void*>(static_cast<uint16_t*>(out) + off)
+                                               : static_cast<void*>(static_cast<float*>(out) + off);
+          HWY_DYNAMIC_DISPATCH(FastStoreRow)(ar, br, mode, spec.out == Format::bf16, dst, static_cast<size_t>(cols));
+        }
+      }
+    };
+    // Work items: one output tile (B packed), or one n-tile of B converted here and every m-tile against it.
+    const int64_t work = b_packed ? tiles_m * tiles_n : tiles_n;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t w = 0; w < work; ++w) {
+      const int64_t tn = b_packed ? w / tiles_m : w;
+      const int64_t tm_begin = b_packed ? w % tiles_m : 0, tm_end = b_packed ? tm_begin + 1 : tiles_m;
+      const uint16_t* bp = b_packed ? b_packed + tn * KB * Nt * G : btile.data();
+      try {  // nothing may leave an OpenMP region by an exception: keep the first, rethrow after it
+        if (!b_packed) pack_tile(spec.fb, bt, N, K, tn * Nt, Nt, G, btile.data());
+        for (int64_t tm = tm_begin; tm < tm_end; ++tm) compute_tile(tm, tn, bp);
+      } catch (...) {
+#pragma omp critical(fp8ref_gemm_fast_error)
+        if (!error) error = std::current_exception();
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
+void scaled_mm_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, const uint8_t* bt,
+                    const float* sa, const float* sb, const float* bias, void* out) {
+  check_scaled_mm(spec, g);
+  // B converted tile by tile inside the loop when there are enough n-tiles to keep every thread busy; else packed
+  // once up front (parallel over all output tiles).
+  if (cdiv(g.N, tile_n_for(g.N)) >= omp_get_max_threads()) {
+    run_fast(spec, g, a, nullptr, bt, sa, sb, bias, out);
+  } else {
+    const FastGemmB b(spec, g, bt);
+    run_fast(spec, g, a, b.data(), nullptr, sa, sb, bias, out);
+  }
+}
+
+void scaled_mm_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, const FastGemmB& b,
+                    const float* sa, const float* sb, const float* bias, void* out) {
+  check_scaled_mm(spec, g);
+  if (b.N() != g.N || b.K() != g.K || b.group() != k_group(spec, g.K) || b.tile_n() != tile_n_for(g.N))
+    throw InputError("fast scaled_mm: the packed B was made for another N, K or scaling");
+  run_fast(spec, g, a, b.data(), nullptr, sa, sb, bias, out);
+}
+
+double fast_accumulation_constant(const ScaledMmSpec& spec, int64_t K) {
+  const double u = std::ldexp(1.0, -24), up = std::ldexp(1.0, -23);
+  const int64_t G = k_group(spec, K), L = std::min(G, std::max<int64_t>(K, 1)), KB = K == 0 ? 1 : cdiv(K, G);
+  auto gamma = [](double n, double uu) { return n * uu / (1 - n * uu); };
+  return (1 + u) * (1 + u) * (1 + gamma(static_cast<double>(L - 1), up)) * (1 + gamma(static_cast<double>(KB), u)) - 1;
+}
+
+void scaled_mm_fast_bound(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, const uint8_t* bt,
+                          const float* sa, const float* sb, const float* bias, double* bound) {
+  check_scaled_mm(spec, g);
+  const int64_t M = g.M, N = g.N, K = g.K;
+  if (M == 0 || N == 0) return;
+  // T̂ = fast(|A|, |B|, |sa|, |sb|), f32, no bias.
+  std::vector<uint8_t> aa(a, a + M * K), ba(bt, bt + N * K);
+  for (uint8_t& c : aa) c &= 0x7F;
+  for (uint8_t& c : ba) c &= 0x7F;
+  const size_t nsa = [&] {
+    size_t n = 1;
+    for (int64_t d : gemm_sa_shape(spec, g)) n *= static_cast<size_t>(d);
+    return n;
+  }(), nsb = [&] {
+    size_t n = 1;
+    for (int64_t d : gemm_sb_shape(spec, g)) n *= static_cast<size_t>(d);
+    return n;
+  }();
+  std::vector<float> saa(sa, sa + nsa), sba(sb, sb + nsb);
+  float min_sa = std::numeric_limits<float>::infinity(), min_sb = min_sa;
+  for (float& s : saa) {
+    s = std::fabs(s);
+    if (s > 0) min_sa = std::min(min_sa, s);
+  }
+  for (float& s : sba) {
+    s = std::fabs(s);
+    if (s > 0) min_sb = std::min(min_sb, s);
+  }
+  ScaledMmSpec s2 = spec;
+  s2.out = Format::f32;
+  s2.bias = BiasMode::none;
+  std::vector<float> t(static_cast<size_t>(M * N));
+  scaled_mm_fast(s2, g, aa.data(), ba.data(), saa.data(), sba.data(), nullptr, t.data());
+  const double c = fast_accumulation_constant(spec, K);
+  // Scale products below the f32 normal range lose relative accuracy: then add 2^-148·(Σ|a·b| + KB) (absolute).
+  std::vector<float> s0;
+  const int64_t KB = K == 0 ? 0 : cdiv(K, k_group(spec, K));
+  if (static_cast<double>(min_sa) * static_cast<double>(min_sb) < std::ldexp(1.0, -125)) {
+    ScaledMmSpec s3 = s2;
+    s3.scaling = GemmScaling::tensor;
+    s3.cublas_sb_stride = false;
+    const float one = 1.0f;
+    s0.resize(t.size());
+    scaled_mm_fast(s3, g, aa.data(), ba.data(), &one, &one, nullptr, s0.data());
+  }
+  const double u = std::ldexp(1.0, -24);
+  const double u_out = spec.out == Format::bf16 ? std::ldexp(1.0, -8) : spec.out == Format::f16 ? std::ldexp(1.0, -11) : u;
+  const double eta = spec.out == Format::bf16 ? std::ldexp(1.0, -134) : spec.out == Format::f16 ? std::ldexp(1.0, -25)
+                                                                                                : std::ldexp(1.0, -150);
+  const double out_max = format_info(spec.out).max_value;
+  const double inf = std::numeric_limits<double>::infinity();
+#pragma omp parallel for schedule(static) if (M * N > (int64_t{1} << 16))
+  for (int64_t i = 0; i < M * N; ++i) {
+    const double that = t[static_cast<size_t>(i)];
+    if (!std::isfinite(that)) {
+      bound[i] = inf;
+      continue;
+    }
+    const double T = that / (1 - c);
+    double E = c * T;
+    if (!s0.empty()) E += std::ldexp(1.0, -148) * (static_cast<double>(s0[static_cast<size_t>(i)]) / (1 - c) + KB);
+    const double A = T + E, bb = bias ? std::fabs(static_cast<double>(bias[i % N])) : 0.0;
+    double B;
+    switch (spec.bias) {
+      case BiasMode::f32: B = E + u * (A + bb) + u_out * (A + bb) * (1 + u) + eta; break;
+      case BiasMode::out:
+        B = E + u_out * (A + bb) + 2 * eta + (u_out + u) * ((A + bb) * (1 + u_out) + 2 * eta) + eta;
+        break;
+      default: B = E + u_out * A + eta; break;
+    }
+    // No claim where any rounding step could reach the output format's overflow (or f32's).
+    if ((A + bb) * (1 + u_out) * (1 + u) >= std::min(out_max, static_cast<double>(std::numeric_limits<float>::max())))
+      B = inf;
+    bound[i] = B * (1 + std::ldexp(1.0, -40));
+  }
+}
+
+}  // namespace cpu
+}  // namespace fp8ref
+#endif  // HWY_ONCE

@@ -1,0 +1,77 @@
+// fp8ref — the `fast` scaled_mm model: the CPU fallback (src/cpu/gemm_fast.cc). Not bit-exact: any summation
+// order, within a derived bound of `exact` (include/fp8ref/gemm.h has the op, the scale shapes and the bias modes).
+//
+// How it computes (oneDNN bf16 matmul, AMX on CPUs that have it; ONEDNN_VERBOSE=1 names the kernel):
+//   1. fp8 -> bf16 (Highway, arithmetic): exact (e4m3fn and e5m2 values, subnormals included, are bf16 values).
+//      A and B are repacked into K-group-major tiles, A [M/Mt][KB][Mt][G] and B [N/Nt][KB][Nt][G], zero-padded
+//      (G = the scale group along K: 128 blockwise/group, 32 mx, K tensor/rowwise; KB = ceil(K/G)); FastGemmB
+//      holds a packed B, so a weight is converted once.
+//   2. Per output tile Mt×Nt (OpenMP over tiles): batched oneDNN matmuls over chunks of K groups give the f32 group
+//      partials P_kb = Σ_{k in group kb} a·b (products exact in f32; f32 accumulation, any order);
+//   3. acc += P_kb · RN32(sa(m,kb) · sb(n,kb)) in f32 (fma or mul+add), groups in increasing order, from +0;
+//   4. epilogue: bias=f32: RN_out(RN32(acc + bias)); bias=out: RN_out(RN32(RN_out(acc) + RN_out(bias))); else RN_out(acc)
+//      (RN_out = round to nearest even; f32/bf16/f16).
+// Memory beyond inputs and output: A's bf16 copy; B's (FastGemmB), or — when there are at least as many n-tiles as
+// threads — only one bf16 n-tile of B per thread, converted inside the tile loop; plus per thread one f32 tile and
+// its partials (≤ 1 MiB). Tiny scale products (min|sa|·min|sb| < 2^-125) add 2^-148·(Σ|a·b| + KB) to E_acc.
+//
+// Error bound (per output element; derivation in docs/gemm-fast.md). u = 2^-24 (f32), u' = 2^-23 (f32 accumulation
+// inside the matmul, allowing a non-RNE adder), γ_n = n·u/(1-n·u), γ'_n likewise with u'. L = G (or K), KB groups:
+//   T     = Σ_kb |sa(m,kb)·sb(n,kb)| · Σ_{k in kb} |a_k·b_k|               (the magnitude of the exact sum)
+//   c     = (1+u)^2 · (1+γ'_{L-1}) · (1+γ_{KB}) − 1
+//   E_acc = c · T                                                           (|acc − Σ_kb sa·sb·P_kb| ≤ E_acc)
+// then the epilogue's roundings (u_out = 2^-8 bf16, 2^-11 f16, 2^-24 f32; η_out = half the least subnormal):
+//   none: E_acc + u_out·A + η            f32: E_acc + u·(A+|bias|) + u_out·(A+|bias|)(1+u) + η
+//   out:  E_acc + u_out·(A+|bias|) + 2η + (u_out+u)·((A+|bias|)(1+u_out) + 2η) + η    with A = T + E_acc
+//         (the u: the f32 add of the two rounded terms before the last RN_out),
+// (f32 output: u_out = u, η = 2^-150, the RN_out steps being exact where they are no-ops). A bound that reaches the
+// output format's overflow threshold, an infinite scale or a NaN/Inf input gives +Inf (no claim).
+// scaled_mm_fast_bound computes T itself with the fast path (|A|·|B|ᵀ with |scales|: non-negative terms, so its
+// relative error is ≤ c too: T ≤ T̂/(1−c)).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "fp8ref/gemm.h"
+
+namespace fp8ref::cpu {
+
+// B converted to bf16 and packed for `fast` (N, K and the scaling's K group fixed). Reusable across calls with any
+// M, A, scales, bias and output type (a weight converted once).
+class FastGemmB {
+ public:
+  FastGemmB(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* bt);
+  int64_t N() const { return N_; }
+  int64_t K() const { return K_; }
+  int64_t group() const { return G_; }  // K group: 128, 32 or K
+  int64_t tile_n() const { return Nt_; }
+  const uint16_t* data() const { return data_.data(); }  // [ceil(N/Nt)][KB][Nt][G] bf16 bits
+
+ private:
+  int64_t N_, K_, G_, Nt_;
+  std::vector<uint16_t> data_;
+};
+
+// out: M·N of spec.out (f32 values or bf16/f16 bits); scales and bias as in include/fp8ref/gemm.h. spec.model is
+// not consulted. Throws InputError for shapes/specs check_scaled_mm refuses.
+void scaled_mm_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, const uint8_t* bt,
+                    const float* sa, const float* sb, const float* bias, void* out);
+void scaled_mm_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, const FastGemmB& b,
+                    const float* sa, const float* sb, const float* bias, void* out);
+
+// The per-element bound above: |fast(m,n) − v(m,n)| ≤ bound[m·N + n], v = the exact real result (bias included,
+// before any output rounding). +Inf where no claim is made.
+void scaled_mm_fast_bound(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, const uint8_t* bt,
+                          const float* sa, const float* sb, const float* bias, double* bound);
+
+// FP8 codes (e4m3fn or e5m2) -> bf16 bit patterns, exactly (NaN -> 0x7FC0 with the code's sign). The conversion
+// `fast` packs its operands with.
+void fp8_to_bf16(Format f, const uint8_t* codes, uint16_t* out, size_t n);
+
+// The constant c of the bound for this spec and K (exposed for the docs and tests).
+double fast_accumulation_constant(const ScaledMmSpec& spec, int64_t K);
+
+}  // namespace fp8ref::cpu

@@ -1,0 +1,1233 @@
+// fp8ref CPU backend — quantize / quantize_static / dequantize (the contract: include/fp8ref/quant.h, steps 1–9),
+// bit-identical to the reference (reference/quant_ref.cc) for every spec. Highway dynamic dispatch + OpenMP.
+//
+// ---- Which specs are vectorised (the one place that says it; cpu::quant_path returns the same answer) ----------
+// Vectorised: every source (f32/bf16/f16), target, granularity (tensor, row, col, group:G, block:BmxBk, mx:32),
+// tail policy, amax-nan rule, guard, clamp and cast convention, with
+//   scale-formula amax/max, amax*(1/max) or exact, scale-round rne / pow2-ceil / pow2-ceil-clamp / mx-floor, scale
+//   dtypes f32 / bf16 / f16 / ue8m0 (both stores) — the scales per group (vectors of groups where they are f32);
+//   formula x/s, x*(1/s), x*(max/amax), x*(max*rcp(amax)), x*rcp-bits(s), x*rcp-bits(s)@in, and exact (ue8m0
+//   scales: an exact multiply by 2^-k; other scales: the f32 quotient corrected by its FMA remainder, "Exact
+//   formula" below); div ieee and triton-nv.
+// Run by the reference (ref::quantize / ref::quantize_static / ref::dequantize, called explicitly):
+//   * calls that ask for exact.q / exact.x (the golden files' f64 tensors);
+//   * empty tensors (nothing to vectorise);
+//   * per chunk of a row, at run time: formula exact with non-power-of-two scales when an element or the scale
+//     lies outside [2^-60, 2^60] (or is 0/Inf/NaN) — there the FMA remainder argument below does not apply, so the
+//     chunk is quantized by ref::quantize_static with the scales just stored (identical by the contract: static
+//     quantization with sv = the stored value) — and every such chunk on a SIMD target without native FMA.
+//
+// ---- Steps, as the reference orders them (contract steps in brackets) -----------------------------------------
+// The named conventions' own step lists (research/quant-conventions.md §3–4, §10) are in src/core/
+// quant_conventions.cc and at the top of reference/quant_ref.cc; every one is a setting of the fields below.
+// [1, 2] amax: |y| as integer bits, monotone in the magnitude — bf16/f16 in their own 16-bit lanes (the group's
+//   maximum widened once), f32 as is; elsewhere the source is widened exactly to f32 (bf16: << 16; f16: PromoteTo,
+//   exact for numbers — a NaN's payload never matters: every NaN result is canonicalised). amax-nan=ignore zeroes
+//   NaN lanes (fmaxf skips them; amax starts at +0); propagate keeps them, and an integer max above 0x7F800000 is
+//   "a NaN was seen" -> the canonical 0x7FFFFFFF. Integer max is associative, so any split over threads and vectors
+//   gives the reference's sequential result.
+// [3–5] guards and the f32 scale, in f32 vectors, NaN rules as in the reference (fmaxf: NaN loses; torch.clamp:
+//   NaN wins), every NaN result canonical. scale-formula exact with f32 scales equals amax/max: the exact quotient
+//   rounded once to f32 is RN32(amax/max), and the min-scale floor commutes with a monotone rounding (its NaN is the
+//   reference's f64 quiet NaN narrowed: 0x7FC00000). With bf16/f16/ue8m0 scales, scale-formula exact rounds the
+//   f64 quotient once per group (exact_narrow_scale says why that is the exact quotient's rounding).
+// [6] the stored scale: f32 as is; bf16/f16 by ref::narrow (integer RNE); ue8m0 by cpu::encode_f32 with the same
+//   convert conventions the reference resolves (pow2-ceil, pow2-ceil-clamp; mx-floor: the "mx" convention on
+//   amax, then - emax_elem, clipped at 0x00). The scale value sv is the stored one.
+// [7] per element (one group's sv broadcast, or per-element scales for `col`):
+//   x/s       v = RN(y / sv). The division: Markstein's FMA sequence with r = RN(1/sv):
+//               q0 = RN(y·r); e = y − sv·q0 (exact, FMA); q1 = RN(q0 + e·r); e = y − sv·q1; q2 = RN(q1 + e·r)
+//             q1 is within one ulp of y/sv and r within half an ulp of 1/sv, so q2 = RN(y/sv) (Markstein's theorem;
+//             Muller et al., Handbook of Floating-Point Arithmetic, §4.7), provided nothing under/overflows: used
+//             only when sv ∈ [2^-60, 2^60] and every lane's |y| ∈ {0} ∪ [2^-60, 2^60] (then y/sv and every remainder
+//             are normal f32); y = ±0 takes q0 (keeps the sign). Any other vector divides (IEEE, exact).
+//   x*(1/s)   v = RN(y · RN(1/sv));  x*(max/amax) v = RN(y · RN(max/amax));
+//   x*(max*rcp(amax)) v = RN(y · RN(max · RN(1/amax))).
+//   exact, ue8m0 scales: sv = 2^k, so y/sv = y·2^-k, exact in f32 unless it underflows (then it rounds to a value
+//             below 2^-126, which every cast sends to ±0 exactly as the exact quotient) or overflows (then ±FLT_MAX
+//             stands for the finite quotient: both are finite overflows of every cast, after any clamp). sv = 0,
+//             ±Inf or NaN: IEEE y/sv, with 0/0 -> y (the contract's all-zero group).
+//   exact, other scales (Exact formula): v = RN(y/sv) as for x/s and its remainder e = y − sv·v (exact). Every
+//             decision point of the clamp and cast (FP8 values and midpoints: <= 5 significant bits; ±max) that
+//             could separate y/sv from v is v itself; if v has <= 5 significant bits and e != 0, v moves one f32
+//             ulp towards y/sv (the neighbour has 24 significant bits, so it is no decision point, and none lies
+//             between it and y/sv). A neighbour that is ±max: the clamp leaves both unclamped and the cast sees no
+//             decision point in between. Then v rounds like the exact quotient. Range as for x/s, else the chunk
+//             goes to the reference (above).
+//   div=triton-nv (Triton's div.full.f32, include/fp8ref/triton_div.h): a / y = RN(RN(a·f)·r) with f (1, 1/4 or
+//             2^24) and r = MUFU.RCP(y·f) depending on y only — so per group x/s is two multiplies by constants
+//             (f = 1: RN(y·1) = y), x*(1/s) and x*(max/amax) multiply by ref::triton_nv_div of the group, and the
+//             scale amax/max is RN(RN(amax·f)·r) with max's (f, r).
+//   x*rcp-bits(s): a multiply by the group's R (bits (254 − c) << 23); @in from bf16/f16: the product (exact in
+//             f32) rounded once to the source type (bf16: integer RNE; f16: vcvtps2ph on AVX2/AVX-512, else the chunk
+//             goes to the reference), R itself rounded to the source type per group.
+//   The result's NaN is the canonical +NaN 0x7FFFFFFF (f32 formulas; the GPU model) or 0x7FC00000 (exact: the
+//   reference's quiet NaN of the f64 quotient).
+// [8] clamp in f32 vectors (NaN -> +max / -max / kept).
+// [9] the cast: cpu::encode_f32 (src/cpu/convert_cpu.cc) on the chunk's v, with the spec's resolved cast — the
+//   f32 value carries exactly the information the reference's f32 (or exact f64) value does.
+// Dequantize: value(code) by rebiasing the exponent field (normals) or f32(fraction)·2^(1−bias−m) (subnormals),
+//   exact; the sign OR-ed in, NaN/Inf codes set; one f32 multiply by sv
+//   (= the reference's f64 product rounded once to f32); NaN -> 0x7FFFFFFF; bf16 output by integer RNE, f16 by
+//   vcvtps2ph (AVX2/AVX-512; RNE, IEEE), else ref::narrow per element.
+//
+// ---- Parallel structure ---------------------------------------------------------------------------------------
+// group/mx/row: one pass per chunk of a row (<= 8192 elements, whole groups): amax, scales, then the element pass
+// while the chunk is still in L1/L2 (the input is read from memory once). block, tensor, col and groups longer than
+// a chunk: an amax reduction over all rows (per-thread partial maxima combined by integer max), the scales, then
+// the element pass. OpenMP splits rows × chunks statically; results never depend on the split.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/quant_cpu.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "fp8ref/quant.h"
+
+#ifndef FP8REF_QUANT_CPU_ONCE
+#define FP8REF_QUANT_CPU_ONCE
+namespace fp8ref::quant_cpu_detail {
+// The per-element operation (step 7).
+enum Op : uint32_t {
+  kOpDiv = 0,    // a = sv, b = RN(1/sv) or 0 (divide)
+  kOpMul = 1,    // a = the multiplier
+  kOpPow2 = 2,   // a = 2^-k (exact inverse) or 0 (then b = sv: IEEE divide, 0/0 -> y)
+  kOpExact = 3,  // a = sv, b = RN(1/sv) or 0 (the chunk goes to the reference)
+  kOpTriton = 4, // div=triton-nv x/s: v = RN(RN(y·b)·a), a = MUFU.RCP(sv·b), b = the range factor (1, 1/4, 2^24)
+  kOpMulIn = 5,  // x*rcp-bits(s)@in from bf16/f16: v = RN_in(y·a), a = RN_in(R) (NaN kept)
+};
+// What the per-group parameters are computed from (step 7's constants).
+enum ParamKind : uint32_t { kPDiv, kPMulRcp, kPMaxDivAmax, kPMaxMulRcpAmax, kPPow2, kPExact, kPRcpBits, kPRcpBitsIn };
+struct ElemConst {
+  uint32_t op;
+  uint32_t src;       // 1 bf16, 2 f16 (kOpMulIn)
+  uint32_t clamp;     // Clamp
+  float mx;           // fp8-max
+  uint32_t nan_bits;  // the NaN v takes
+};
+struct ScaleConst {
+  bool propagate;
+  bool has_floor, has_min;
+  float floor, min_scale;
+  bool mul_rcp;  // scale-formula amax*(1/max), or div=triton-nv amax/max = RN(RN(amax·pre)·rcp_max)
+  float max, rcp_max, pre;
+  uint32_t nan_bits;  // a NaN scale: 0x7FFFFFFF (f32 arithmetic) or 0x7FC00000 (scale-formula exact: f64 quiet NaN)
+};
+// Dequantize: value(code) of magnitude bits c = code & 0x7F with m fraction bits: normal (c >> m != 0): the f32
+// with bits (c << (23 - m)) + ((127 - bias) << 23); subnormal: f32(c) · 2^(1 - bias - m) (exact: c < 2^m); the sign
+// OR-ed in; NaN/Inf codes by style. (No f32 subnormal operand ever reaches a multiply: they cost a microcode assist.)
+struct DeqConst {
+  uint32_t man_bits;  // m
+  uint32_t rebias;    // (127 - bias) << 23
+  float sub_mult;     // 2^(1 - bias - m)
+  uint32_t style;     // 0 fn (0x7F NaN), 1 ieee (0x7C Inf, above NaN), 2 fnuz (0x80 NaN)
+};
+}  // namespace fp8ref::quant_cpu_detail
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace fp8ref::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using namespace quant_cpu_detail;
+
+using DF = hn::ScalableTag<float>;
+using DU = hn::RebindToUnsigned<DF>;
+using VF = hn::Vec<DF>;
+using VU = hn::Vec<DU>;
+using MF = hn::Mask<DF>;
+constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+constexpr uint32_t kCanon = 0x7FFFFFFFu;
+#if HWY_NATIVE_FMA
+constexpr bool kFma = true;
+#else
+constexpr bool kFma = false;
+#endif
+
+// ---- Sources: 0 = f32, 1 = bf16, 2 = f16; f32 bit patterns in u32 lanes --------------------------------------
+template <int kSrc>
+using SrcT = std::conditional_t<kSrc == 0, uint32_t, uint16_t>;
+
+template <int kSrc>
+HWY_INLINE VF LoadY(const SrcT<kSrc>* p) {
+  const DF df;
+  const DU du;
+  if constexpr (kSrc == 0) {
+    return hn::BitCast(df, hn::LoadU(du, p));
+  } else if constexpr (kSrc == 1) {
+    const hn::Rebind<uint16_t, DF> d16;
+    return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+  } else {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+  }
+}
+// The first `count` (< N) elements, the rest +0.
+template <int kSrc>
+HWY_INLINE VF LoadYN(const SrcT<kSrc>* p, size_t count) {
+  HWY_ALIGN SrcT<kSrc> buf[kMaxLanes] = {};
+  std::memcpy(buf, p, count * sizeof(SrcT<kSrc>));
+  return LoadY<kSrc>(buf);
+}
+
+// |y| as integer bits for the max (step 2).
+HWY_INLINE VU AbsBits(VF y, bool propagate) {
+  const DU du;
+  VU a = hn::And(hn::BitCast(du, y), hn::Set(du, 0x7FFFFFFFu));
+  if (!propagate) a = hn::IfThenZeroElse(hn::Gt(a, hn::Set(du, 0x7F800000u)), a);
+  return a;
+}
+
+// out[g - g0] = max(out[g - g0], max |y| over [k0, k1) ∩ group g) for the groups of size G in [k0, k1).
+template <int kSrc>
+void AmaxGroupsT(const void* src, size_t k0, size_t k1, size_t G, bool propagate, size_t g0, uint32_t* out) {
+  const DU du;
+  const size_t N = hn::Lanes(du);
+  const auto* s = static_cast<const SrcT<kSrc>*>(src);
+  size_t k = k0;
+  while (k < k1) {
+    const size_t g = k / G;
+    const size_t e = (g + 1) * G < k1 ? (g + 1) * G : k1;
+    VU acc = hn::Zero(du);
+    for (; k + N <= e; k += N) acc = hn::Max(acc, AbsBits(LoadY<kSrc>(s + k), propagate));
+    if (k < e) {
+      acc = hn::Max(acc, AbsBits(LoadYN<kSrc>(s + k, e - k), propagate));
+      k = e;
+    }
+    const uint32_t m = hn::GetLane(hn::MaxOfLanes(du, acc));
+    uint32_t& o = out[g - g0];
+    if (m > o) o = m;
+  }
+}
+#if HWY_TARGET != HWY_SCALAR
+// The same for bf16 / f16 on their own 16-bit lanes (twice the lanes per vector): |x| bits are monotone there too;
+// the group maximum is widened to f32 bits once (bf16: << 16; f16: exact widening). NaN: abs above the Inf bits.
+template <int kSrc>
+void AmaxGroups16(const void* src, size_t k0, size_t k1, size_t G, bool propagate, size_t g0, uint32_t* out) {
+  const DU du;
+  const hn::Repartition<uint16_t, DU> d16;
+  const hn::Half<decltype(d16)> dh;
+  const size_t N = hn::Lanes(d16);
+  const auto* s = static_cast<const uint16_t*>(src);
+  const auto mag = hn::Set(d16, 0x7FFF), inf = hn::Set(d16, kSrc == 1 ? 0x7F80 : 0x7C00);
+  auto absv = [&](hn::Vec<decltype(d16)> v) {
+    const auto a = hn::And(v, mag);
+    return propagate ? a : hn::IfThenZeroElse(hn::Gt(a, inf), a);
+  };
+  size_t k = k0;
+  while (k < k1) {
+    const size_t g = k / G;
+    const size_t e = (g + 1) * G < k1 ? (g + 1) * G : k1;
+    auto acc = hn::Zero(d16);
+    for (; k + N <= e; k += N) acc = hn::Max(acc, absv(hn::LoadU(d16, s + k)));
+    if (k < e) {
+      HWY_ALIGN uint16_t buf[2 * kMaxLanes] = {};
+      std::memcpy(buf, s + k, (e - k) * 2);
+      acc = hn::Max(acc, absv(hn::Load(d16, buf)));
+      k = e;
+    }
+    const VU m32 = hn::Max(hn::PromoteTo(du, hn::LowerHalf(dh, acc)), hn::PromoteTo(du, hn::UpperHalf(dh, acc)));
+    const uint32_t m16 = hn::GetLane(hn::MaxOfLanes(du, m32));
+    const uint32_t m = kSrc == 1 ? m16 << 16 : static_cast<uint32_t>(ref::narrow(Format::f16, m16, Format::f32));
+    uint32_t& o = out[g - g0];
+    if (m > o) o = m;
+  }
+}
+#endif
+
+void AmaxGroups(int src, const void* p, size_t k0, size_t k1, size_t G, bool propagate, size_t g0, uint32_t* out) {
+#if HWY_TARGET != HWY_SCALAR
+  if (src == 1) return AmaxGroups16<1>(p, k0, k1, G, propagate, g0, out);
+  if (src == 2) return AmaxGroups16<2>(p, k0, k1, G, propagate, g0, out);
+#endif
+  if (src == 0) AmaxGroupsT<0>(p, k0, k1, G, propagate, g0, out);
+  else if (src == 1) AmaxGroupsT<1>(p, k0, k1, G, propagate, g0, out);
+  else AmaxGroupsT<2>(p, k0, k1, G, propagate, g0, out);
+}
+
+// out[k] = max(out[k], |y[k]|) for k in [0, K) (per-column amax).
+template <int kSrc>
+void AmaxElemsT(const void* src, size_t K, bool propagate, uint32_t* out) {
+  const DU du;
+  const size_t N = hn::Lanes(du);
+  const auto* s = static_cast<const SrcT<kSrc>*>(src);
+  size_t k = 0;
+  for (; k + N <= K; k += N) hn::StoreU(hn::Max(hn::LoadU(du, out + k), AbsBits(LoadY<kSrc>(s + k), propagate)), du, out + k);
+  for (; k < K; ++k) {
+    const uint32_t m = hn::GetLane(AbsBits(LoadYN<kSrc>(s + k, 1), propagate));
+    if (m > out[k]) out[k] = m;
+  }
+}
+void AmaxElems(int src, const void* p, size_t K, bool propagate, uint32_t* out) {
+  if (src == 0) AmaxElemsT<0>(p, K, propagate, out);
+  else if (src == 1) AmaxElemsT<1>(p, K, propagate, out);
+  else AmaxElemsT<2>(p, K, propagate, out);
+}
+
+HWY_INLINE VF Canon(VF v, uint32_t nan_bits = kCanon) {
+  const DF df;
+  const DU du;
+  return hn::IfThenElse(hn::IsNaN(v), hn::BitCast(df, hn::Set(du, nan_bits)), v);
+}
+// fmaxf (NaN loses) or torch.clamp (NaN wins, canonical) of v and a positive constant c.
+HWY_INLINE VF GuardMax(VF v, float c, bool propagate) {
+  const DF df;
+  const VF cv = hn::Set(df, c);
+  return hn::IfThenElse(hn::IsNaN(v), propagate ? Canon(v) : cv, hn::Max(v, cv));
+}
+
+// Steps 3–5 for n groups: amax bits -> guarded amax and the f32 scale s (before the scale dtype).
+void GroupScales(const uint32_t* amax_bits, size_t n, const ScaleConst& c, float* amax, float* s) {
+  const DF df;
+  const DU du;
+  const size_t N = hn::Lanes(df);
+  for (size_t i = 0; i < n; i += N) {
+    const size_t m = n - i < N ? n - i : N;
+    HWY_ALIGN uint32_t in[kMaxLanes] = {};
+    std::memcpy(in, amax_bits + i, m * 4);
+    VU ab = hn::Load(du, in);
+    ab = hn::IfThenElse(hn::Gt(ab, hn::Set(du, 0x7F800000u)), hn::Set(du, kCanon), ab);
+    VF a = hn::BitCast(df, ab);
+    if (c.has_floor) a = GuardMax(a, c.floor, c.propagate);
+    VF sv = c.mul_rcp ? hn::Mul(hn::Mul(a, hn::Set(df, c.pre)), hn::Set(df, c.rcp_max)) : hn::Div(a, hn::Set(df, c.max));
+    sv = Canon(sv);
+    if (c.has_min) sv = GuardMax(sv, c.min_scale, c.propagate);
+    sv = Canon(sv, c.nan_bits);
+    HWY_ALIGN float oa[kMaxLanes], os[kMaxLanes];
+    hn::Store(a, df, oa);
+    hn::Store(sv, df, os);
+    std::memcpy(amax + i, oa, m * 4);
+    std::memcpy(s + i, os, m * 4);
+  }
+}
+
+// |v| in [2^-60, 2^60], as f32 bits.
+HWY_INLINE hn::Mask<DU> InRange(VU absbits) {
+  const DU du;
+  return hn::Not(hn::Gt(hn::Sub(absbits, hn::Set(du, 0x21800000u)), hn::Set(du, 0x5D800000u - 0x21800000u)));
+}
+
+// Step 7's constants per group: a[i], b[i] from sv[i] (and the guarded amax[i]).
+void GroupParams(uint32_t kind, const float* sv, const float* amax, size_t n, float mx, float* a, float* b) {
+  const DF df;
+  const DU du;
+  const size_t N = hn::Lanes(df);
+  const VF one = hn::Set(df, 1.0f), zero = hn::Zero(df), vmx = hn::Set(df, mx);
+  for (size_t i = 0; i < n; i += N) {
+    const size_t m = n - i < N ? n - i : N;
+    HWY_ALIGN float ins[kMaxLanes] = {}, ina[kMaxLanes] = {};
+    std::memcpy(ins, sv + i, m * 4);
+    if (amax) std::memcpy(ina, amax + i, m * 4);
+    const VF s = hn::Load(df, ins), am = hn::Load(df, ina);
+    VF va = zero, vb = zero;
+    switch (kind) {
+      case kPDiv:
+      case kPExact: {
+        va = s;
+        const auto ok = hn::RebindMask(df, InRange(hn::And(hn::BitCast(du, s), hn::Set(du, 0x7FFFFFFFu))));
+        vb = kFma ? hn::IfThenElseZero(ok, hn::Div(one, s)) : zero;
+        break;
+      }
+      case kPMulRcp: va = Canon(hn::Div(one, s)); break;
+      case kPMaxDivAmax: va = Canon(hn::Div(vmx, am)); break;
+      case kPMaxMulRcpAmax: va = Canon(hn::Mul(vmx, Canon(hn::Div(one, am)))); break;
+      case kPPow2: {
+        // finite non-zero powers of two (the only finite non-zero ue8m0 values): the exact inverse
+        const VU abs = hn::And(hn::BitCast(du, s), hn::Set(du, 0x7FFFFFFFu));
+        const auto ok = hn::RebindMask(df, hn::And(hn::Ne(abs, hn::Zero(du)), hn::Lt(abs, hn::Set(du, 0x7F800000u))));
+        va = hn::IfThenElseZero(ok, hn::Div(one, s));
+        vb = s;
+        break;
+      }
+      default: break;
+    }
+    HWY_ALIGN float oa[kMaxLanes], ob[kMaxLanes];
+    hn::Store(va, df, oa);
+    hn::Store(vb, df, ob);
+    std::memcpy(a + i, oa, m * 4);
+    std::memcpy(b + i, ob, m * 4);
+  }
+}
+
+// RN(y / a) given b = RN(1/a) (b = 0: divide). Sets *slow when the FMA path could not be used.
+HWY_INLINE VF Quotient(VF y, VF a, VF b, VF* rem, bool* slow) {
+  const DF df;
+  const DU du;
+  if constexpr (kFma) {
+    const VU ay = hn::And(hn::BitCast(du, y), hn::Set(du, 0x7FFFFFFFu));
+    const auto yzero = hn::Eq(ay, hn::Zero(du));
+    const auto ok = hn::Or(yzero, InRange(ay));
+    if (hn::AllTrue(du, ok) && hn::AllFalse(df, hn::Eq(b, hn::Zero(df)))) {
+      const VF q0 = hn::Mul(y, b);
+      const VF q1 = hn::MulAdd(hn::NegMulAdd(q0, a, y), b, q0);
+      const VF e1 = hn::NegMulAdd(q1, a, y);
+      const VF q2 = hn::MulAdd(e1, b, q1);
+      if (rem) *rem = hn::IfThenZeroElse(hn::RebindMask(df, yzero), hn::NegMulAdd(q2, a, y));
+      return hn::IfThenElse(hn::RebindMask(df, yzero), q0, q2);
+    }
+  }
+  (void)b;
+  (void)rem;
+  *slow = true;
+  return hn::Div(y, a);
+}
+
+template <uint32_t kOp, uint32_t kClamp>
+HWY_INLINE VF ElemV(VF y, VF a, VF b, const ElemConst& c, bool* unsafe) {
+  const DF df;
+  const DU du;
+  VF v;
+  if constexpr (kOp == kOpDiv) {
+    bool slow = false;
+    v = Quotient(y, a, b, nullptr, &slow);
+  } else if constexpr (kOp == kOpMul) {
+    v = hn::Mul(y, a);
+  } else if constexpr (kOp == kOpTriton) {
+    v = hn::Mul(hn::Mul(y, b), a);
+  } else if constexpr (kOp == kOpMulIn) {
+    // the product of a 16-bit value and a power of two (or 0/Inf) is exact in f32; rounded once to the source type
+    v = Canon(hn::Mul(y, a));
+    const VU vb = hn::BitCast(du, v);
+    if (c.src == 1) {
+      const VU r = hn::And(hn::Add(vb, hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(vb), hn::Set(du, 1u)))),
+                           hn::Set(du, 0xFFFF0000u));
+      v = hn::IfThenElse(hn::IsNaN(v), v, hn::BitCast(df, r));
+    } else {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)
+      const hn::Rebind<hwy::float16_t, DF> dh;
+      v = hn::IfThenElse(hn::IsNaN(v), v, hn::PromoteTo(df, hn::DemoteTo(dh, v)));
+#else
+      *unsafe = true;  // no exact vector f16 rounding on this target: the chunk goes to the reference
+#endif
+    }
+  } else if constexpr (kOp == kOpPow2) {
+    const VF zero = hn::Zero(df);
+    v = hn::Mul(y, a);
+    // a finite quotient that overflows f32: ±FLT_MAX (a finite overflow for every cast, as the exact value)
+    const auto ovf = hn::And(hn::IsInf(v), hn::IsFinite(y));
+    v = hn::IfThenElse(ovf, hn::CopySign(hn::Set(df, 3.4028234663852886e38f), v), v);
+    const auto special = hn::Eq(a, zero);
+    if (!hn::AllFalse(df, special)) {
+      VF d = hn::Div(y, b);
+      d = hn::IfThenElse(hn::And(hn::Eq(y, zero), hn::Eq(b, zero)), y, d);
+      v = hn::IfThenElse(special, d, v);
+    }
+  } else {
+    bool slow = false;
+    VF e = hn::Zero(df);
+    v = Quotient(y, a, b, &e, &slow);
+    if (slow) {
+      *unsafe = true;
+      return v;
+    }
+    // v with <= 5 significant bits (the low 19 fraction bits clear) and a non-zero remainder: one ulp towards y/a
+    const VU vb = hn::BitCast(du, v);
+    const auto few = hn::Eq(hn::And(vb, hn::Set(du, 0x7FFFFu)), hn::Zero(du));
+    const auto inexact = hn::RebindMask(du, hn::Ne(e, hn::Zero(df)));
+    // |y/a| > |v| iff e and v have the same sign (sv may be negative for static scales: e·sign(a) is what counts)
+    const VU sgn = hn::And(hn::Xor(hn::Xor(hn::BitCast(du, e), vb), hn::BitCast(du, a)), hn::Set(du, 0x80000000u));
+    const VU step = hn::IfThenElse(hn::Eq(sgn, hn::Zero(du)), hn::Set(du, 1u), hn::Set(du, 0xFFFFFFFFu));
+    v = hn::BitCast(df, hn::IfThenElse(hn::And(few, inexact), hn::Add(vb, step), vb));
+  }
+  v = Canon(v, c.nan_bits);
+  const VF mx = hn::Set(df, c.mx), nmx = hn::Neg(mx);
+  switch (static_cast<Clamp>(kClamp)) {
+    case Clamp::none: break;
+    case Clamp::nan_to_max: v = hn::IfThenElse(hn::IsNaN(v), mx, hn::Min(hn::Max(v, nmx), mx)); break;
+    case Clamp::nan_to_min: v = hn::IfThenElse(hn::IsNaN(v), nmx, hn::Min(hn::Max(v, nmx), mx)); break;
+    case Clamp::nan_kept: v = hn::IfThenElse(hn::IsNaN(v), v, hn::Min(hn::Max(v, nmx), mx)); break;
+  }
+  return v;
+}
+
+// v for the elements [k0, k1) of a row into out[0, k1 - k0). G > 0: groups of G along the row, a[g - g0], b[g - g0]
+// (g = k / G); G = 0: per-element constants a[k - k0], b[k - k0]. Returns false when a kOpExact vector left the
+// FMA range (the caller runs the reference on the chunk).
+template <int kSrc, uint32_t kOp, uint32_t kClamp>
+bool ElemRangeT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const float* a, const float* b,
+                const ElemConst& cref, float* out) {
+  const ElemConst c = cref;  // a local copy: the stores through `out` cannot alias it (no reloads per vector)
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const auto* s = static_cast<const SrcT<kSrc>*>(src);
+  bool unsafe = false;
+  size_t k = k0;
+  if (G > 0) {
+    while (k < k1) {
+      const size_t g = k / G;
+      const size_t e = (g + 1) * G < k1 ? (g + 1) * G : k1;
+      const VF A = hn::Set(df, a[g - g0]), B = hn::Set(df, b[g - g0]);
+      for (; k + N <= e; k += N) hn::StoreU(ElemV<kOp, kClamp>(LoadY<kSrc>(s + k), A, B, c, &unsafe), df, out + (k - k0));
+      if (k < e) {
+        HWY_ALIGN float tmp[kMaxLanes];
+        hn::Store(ElemV<kOp, kClamp>(LoadYN<kSrc>(s + k, e - k), A, B, c, &unsafe), df, tmp);
+        std::memcpy(out + (k - k0), tmp, (e - k) * 4);
+        k = e;
+      }
+      if (unsafe) return false;
+    }
+  } else {
+    for (; k + N <= k1; k += N)
+      hn::StoreU(ElemV<kOp, kClamp>(LoadY<kSrc>(s + k), hn::LoadU(df, a + (k - k0)), hn::LoadU(df, b + (k - k0)), c, &unsafe),
+                 df, out + (k - k0));
+    if (k < k1) {
+      const size_t m = k1 - k;
+      HWY_ALIGN float pa[kMaxLanes], pb[kMaxLanes], tmp[kMaxLanes];
+      for (size_t l = 0; l < N; ++l) pa[l] = pb[l] = 1.0f;  // padding lanes: in range
+      std::memcpy(pa, a + (k - k0), m * 4);
+      std::memcpy(pb, b + (k - k0), m * 4);
+      hn::Store(ElemV<kOp, kClamp>(LoadYN<kSrc>(s + k, m), hn::Load(df, pa), hn::Load(df, pb), c, &unsafe), df, tmp);
+      std::memcpy(out + (k - k0), tmp, m * 4);
+    }
+  }
+  return !unsafe;
+}
+
+template <int kSrc, uint32_t kClamp>
+bool ElemRangeC(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const float* a, const float* b,
+                const ElemConst& c, float* out) {
+  switch (c.op) {
+    case kOpDiv: return ElemRangeT<kSrc, kOpDiv, kClamp>(src, k0, k1, G, g0, a, b, c, out);
+    case kOpMul: return ElemRangeT<kSrc, kOpMul, kClamp>(src, k0, k1, G, g0, a, b, c, out);
+    case kOpPow2: return ElemRangeT<kSrc, kOpPow2, kClamp>(src, k0, k1, G, g0, a, b, c, out);
+    case kOpTriton: return ElemRangeT<kSrc, kOpTriton, kClamp>(src, k0, k1, G, g0, a, b, c, out);
+    case kOpMulIn: return ElemRangeT<kSrc, kOpMulIn, kClamp>(src, k0, k1, G, g0, a, b, c, out);
+    default: return ElemRangeT<kSrc, kOpExact, kClamp>(src, k0, k1, G, g0, a, b, c, out);
+  }
+}
+template <int kSrc>
+bool ElemRangeS(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const float* a, const float* b,
+                const ElemConst& c, float* out) {
+  switch (static_cast<Clamp>(c.clamp)) {
+    case Clamp::none: return ElemRangeC<kSrc, 0>(src, k0, k1, G, g0, a, b, c, out);
+    case Clamp::nan_to_max: return ElemRangeC<kSrc, 1>(src, k0, k1, G, g0, a, b, c, out);
+    case Clamp::nan_to_min: return ElemRangeC<kSrc, 2>(src, k0, k1, G, g0, a, b, c, out);
+    default: return ElemRangeC<kSrc, 3>(src, k0, k1, G, g0, a, b, c, out);
+  }
+}
+bool ElemRange(int src, const void* p, size_t k0, size_t k1, size_t G, size_t g0, const float* a, const float* b,
+               const ElemConst& c, float* out) {
+  if (src == 0) return ElemRangeS<0>(p, k0, k1, G, g0, a, b, c, out);
+  if (src == 1) return ElemRangeS<1>(p, k0, k1, G, g0, a, b, c, out);
+  return ElemRangeS<2>(p, k0, k1, G, g0, a, b, c, out);
+}
+
+// ---- Dequantize ------------------------------------------------------------------------------------------------
+template <int kOut>  // 0 f32, 1 bf16, 2 f16
+HWY_INLINE void StoreOut(VF x, void* out, size_t i, size_t count) {
+  const DF df;
+  const DU du;
+  const size_t N = hn::Lanes(df);
+  if constexpr (kOut == 0) {
+    if (count == N) {
+      hn::StoreU(x, df, static_cast<float*>(out) + i);
+    } else {
+      HWY_ALIGN float tmp[kMaxLanes];
+      hn::Store(x, df, tmp);
+      std::memcpy(static_cast<float*>(out) + i, tmp, count * 4);
+    }
+  } else {
+    const hn::Rebind<uint16_t, DF> d16;
+    hn::Vec<decltype(d16)> h;
+    if constexpr (kOut == 1) {
+      // RNE to bf16; NaN (always 0x7FFFFFFF here) -> 0x7FFF
+      const VU bits = hn::BitCast(du, x);
+      const VU r = hn::ShiftRight<16>(
+          hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u)))));
+      const VU o = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(x)), hn::Set(du, 0x7FFFu), r);
+      h = hn::DemoteTo(d16, hn::BitCast(hn::RebindToSigned<DU>(), o));
+    } else {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)
+      const hn::Rebind<hwy::float16_t, DF> dh;
+      h = hn::BitCast(d16, hn::DemoteTo(dh, x));
+#else
+      HWY_ALIGN uint32_t xb[kMaxLanes];
+      HWY_ALIGN uint16_t hb[kMaxLanes];
+      hn::Store(hn::BitCast(du, x), du, xb);
+      for (size_t l = 0; l < N; ++l) hb[l] = static_cast<uint16_t>(ref::narrow(Format::f32, xb[l], Format::f16));
+      h = hn::Load(d16, hb);
+#endif
+    }
+    if (count == N) {
+      hn::StoreU(h, d16, static_cast<uint16_t*>(out) + i);
+    } else {
+      HWY_ALIGN uint16_t tmp[kMaxLanes];
+      hn::Store(h, d16, tmp);
+      std::memcpy(static_cast<uint16_t*>(out) + i, tmp, count * 2);
+    }
+  }
+}
+
+HWY_INLINE VF DecodeTimes(VU code, VF s, const DeqConst& c) {
+  const DF df;
+  const DU du;
+  const VU mag = hn::And(code, hn::Set(du, 0x7Fu));
+  const VU sign = hn::ShiftLeft<24>(hn::And(code, hn::Set(du, 0x80u)));
+  const auto sub = hn::RebindMask(df, hn::Eq(hn::ShiftRightSame(mag, static_cast<int>(c.man_bits)), hn::Zero(du)));
+  const VF normal = hn::BitCast(df, hn::Add(hn::ShiftLeftSame(mag, static_cast<int>(23 - c.man_bits)), hn::Set(du, c.rebias)));
+  const VF subv = hn::Mul(hn::ConvertTo(df, hn::BitCast(hn::RebindToSigned<DU>(), mag)), hn::Set(df, c.sub_mult));
+  VF v = hn::IfThenElse(sub, subv, normal);
+  v = hn::BitCast(df, hn::Or(hn::BitCast(du, v), sign));
+  hn::Mask<DU> nan;
+  if (c.style == 0) {
+    nan = hn::Eq(mag, hn::Set(du, 0x7Fu));
+  } else if (c.style == 1) {
+    nan = hn::Gt(mag, hn::Set(du, 0x7Cu));
+    v = hn::IfThenElse(hn::RebindMask(df, hn::Eq(mag, hn::Set(du, 0x7Cu))),
+                       hn::BitCast(df, hn::Or(hn::Set(du, 0x7F800000u), sign)), v);
+  } else {
+    nan = hn::Eq(code, hn::Set(du, 0x80u));
+  }
+  v = hn::IfThenElse(hn::RebindMask(df, nan), hn::BitCast(df, hn::Set(du, kCanon)), v);
+  return Canon(hn::Mul(v, s));
+}
+
+template <int kOut>
+void DeqRangeT(const uint8_t* q, size_t k0, size_t k1, size_t G, size_t g0, const float* sv, const DeqConst& c,
+               void* out) {
+  const DF df;
+  const DU du;
+  const hn::Rebind<uint8_t, DU> d8;
+  const size_t N = hn::Lanes(df);
+  auto codes = [&](size_t k, size_t m) {
+    if (m == N) return hn::PromoteTo(du, hn::LoadU(d8, q + k));
+    HWY_ALIGN uint8_t buf[kMaxLanes] = {};
+    std::memcpy(buf, q + k, m);
+    return hn::PromoteTo(du, hn::LoadU(d8, buf));
+  };
+  size_t k = k0;
+  if (G > 0) {
+    while (k < k1) {
+      const size_t g = k / G;
+      const size_t e = (g + 1) * G < k1 ? (g + 1) * G : k1;
+      const VF S = hn::Set(df, sv[g - g0]);
+      for (; k < e; k += N) {
+        const size_t m = e - k < N ? e - k : N;
+        StoreOut<kOut>(DecodeTimes(codes(k, m), S, c), out, k, m);
+      }
+      k = e;
+    }
+  } else {
+    for (; k < k1; k += N) {
+      const size_t m = k1 - k < N ? k1 - k : N;
+      HWY_ALIGN float ps[kMaxLanes] = {};
+      std::memcpy(ps, sv + (k - k0), m * 4);
+      StoreOut<kOut>(DecodeTimes(codes(k, m), hn::Load(df, ps), c), out, k, m);
+    }
+  }
+}
+// out is the row's output (indexed by k); codes q indexed by k.
+void DeqRange(int out_kind, const uint8_t* q, size_t k0, size_t k1, size_t G, size_t g0, const float* sv,
+              const DeqConst& c, void* out) {
+  if (out_kind == 0) DeqRangeT<0>(q, k0, k1, G, g0, sv, c, out);
+  else if (out_kind == 1) DeqRangeT<1>(q, k0, k1, G, g0, sv, c, out);
+  else DeqRangeT<2>(q, k0, k1, G, g0, sv, c, out);
+}
+
+bool QuantHasFma() { return kFma; }
+
+}  // namespace fp8ref::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "fp8ref/error.h"
+#include "fp8ref/triton_div.h"
+
+namespace fp8ref {
+HWY_EXPORT(AmaxGroups);
+HWY_EXPORT(AmaxElems);
+HWY_EXPORT(GroupScales);
+HWY_EXPORT(GroupParams);
+HWY_EXPORT(ElemRange);
+HWY_EXPORT(DeqRange);
+HWY_EXPORT(QuantHasFma);
+
+namespace cpu {
+namespace {
+using namespace quant_cpu_detail;
+
+constexpr size_t kChunk = 8192;             // elements per work item (whole groups when G <= kChunk)
+constexpr int64_t kParallelMin = 1 << 15;  // smaller tensors run on one thread
+
+float f32_of(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+int src_kind(Format from) { return from == Format::f32 ? 0 : from == Format::bf16 ? 1 : 2; }
+size_t src_size(Format from) { return from == Format::f32 ? 4 : 2; }
+
+ConversionSpec ue8m0_spec(const char* name) {
+  std::string err;
+  auto s = resolve_convention(name, Format::f32, Format::ue8m0, &err);
+  if (!s) throw InputError("internal: " + err);
+  return *s;
+}
+
+// Why a spec is not vectorised ("" = it is). exact_out: the caller asks for exact.q / exact.x.
+std::string reference_reason(const QuantSpec& s, bool dynamic, bool exact_out) {
+  if (exact_out) return "the exact (f64) tensors are computed by the reference";
+  switch (s.formula) {
+    case QuantFormula::div:
+    case QuantFormula::mul_rcp:
+    case QuantFormula::max_div_amax:
+    case QuantFormula::max_mul_rcp_amax:
+    case QuantFormula::exact:
+    case QuantFormula::mul_rcp_bits:
+    case QuantFormula::mul_rcp_bits_in: break;
+    default: return std::string("formula ") + to_string(s.formula);
+  }
+  // (div=triton-nv is vectorised: Triton's x / y is RN(RN(x·f)·r) with f, r depending on y only — see the top)
+  (void)dynamic;
+  return "";
+}
+
+// Everything one call needs, resolved once.
+struct Ctx {
+  const QuantSpec* spec;
+  QuantLayout L;
+  Format from;
+  int src;
+  size_t es;        // source element bytes
+  size_t ss;        // scale storage bytes
+  Format storage;   // scale storage format
+  ParamKind pkind;
+  ElemConst ec;
+  ScaleConst sc;
+  ConversionSpec ue;  // ue8m0 rounding (pow2-ceil / pow2-ceil-clamp / mx)
+  ConversionSpec ue_exact;  // scale-formula exact to ue8m0: the smallest power of two >= the f64 quotient
+  int emax_elem = 0;
+  // the row-local group structure: G (0: per element, `col`), groups per row nk
+  size_t G = 0, nk = 0;
+  bool triton = false;  // div=triton-nv
+};
+
+// Triton's x / y = RN(RN(x·f)·r) (include/fp8ref/triton_div.h): f = 1/4 above 2^126, 2^24 below 2^-126 (not NaN),
+// else 1; r = MUFU.RCP(y·f), which is triton_nv_div(1, y·f) (after the scaling the divisor needs none).
+void triton_factors(float y, float* f, float* r) {
+  const float ay = std::fabs(y);
+  *f = ay > 0x1p126f ? 0.25f : (!(ay >= 0x1p-126f) && !std::isnan(y)) ? 0x1p24f : 1.0f;
+  const float ys = y * *f;
+  const uint32_t b = bits_of(ys), e = (b >> 23) & 0xFFu;
+  if (e >= 1 && e <= 251) {
+    // MUFU.RCP(ys) = ±T(m)·2^(127−e), T in (1/2, 1]: the exponent field moves by 127 − e and stays normal
+    const uint32_t t = bits_of(ref::triton_nv_rcp_mantissa(b & 0x7FFFFFu));
+    *r = f32_of((t + ((127u - e) << 23)) | (b & 0x80000000u));
+  } else {
+    *r = ref::triton_nv_div(1.0f, ys);  // (0, Inf, NaN, and the top binades)
+  }
+}
+
+ParamKind param_kind(const QuantSpec& s) {
+  switch (s.formula) {
+    case QuantFormula::div: return kPDiv;
+    case QuantFormula::mul_rcp: return kPMulRcp;
+    case QuantFormula::max_div_amax: return kPMaxDivAmax;
+    case QuantFormula::max_mul_rcp_amax: return kPMaxMulRcpAmax;
+    case QuantFormula::exact: return s.scale_dtype == ScaleDtype::ue8m0 ? kPPow2 : kPExact;
+    case QuantFormula::mul_rcp_bits: return kPRcpBits;
+    case QuantFormula::mul_rcp_bits_in: return kPRcpBitsIn;
+    default: break;
+  }
+  return kPDiv;
+}
+
+Ctx make_ctx(const QuantSpec& spec, Format from, const std::vector<int64_t>& shape) {
+  Ctx c;
+  c.spec = &spec;
+  c.L = quant_layout(spec, shape);
+  c.from = from;
+  c.src = src_kind(from);
+  c.es = src_size(from);
+  c.storage = scale_storage(spec);
+  c.ss = static_cast<size_t>(format_info(c.storage).bits / 8);
+  c.pkind = param_kind(spec);
+  c.ec.op = c.pkind == kPDiv ? kOpDiv : c.pkind == kPPow2 ? kOpPow2 : c.pkind == kPExact ? kOpExact : kOpMul;
+  c.ec.src = static_cast<uint32_t>(c.src);
+  if (c.pkind == kPRcpBitsIn && from != Format::f32) c.ec.op = kOpMulIn;
+  c.ec.clamp = static_cast<uint32_t>(spec.clamp);
+  c.ec.mx = spec.fp8_max;
+  c.ec.nan_bits = spec.formula == QuantFormula::exact ? 0x7FC00000u : 0x7FFFFFFFu;
+  c.sc.propagate = spec.amax_nan == AmaxNan::propagate;
+  c.sc.has_floor = spec.amax_floor.has_value();
+  c.sc.floor = spec.amax_floor.value_or(0.0f);
+  c.sc.has_min = spec.min_scale.has_value();
+  c.sc.min_scale = spec.min_scale.value_or(0.0f);
+  c.sc.max = spec.fp8_max;
+  c.triton = spec.div == Division::triton_nv;
+  c.sc.nan_bits = spec.scale_formula == ScaleFormula::exact ? 0x7FC00000u : 0x7FFFFFFFu;
+  // amax*(1/max): RN(amax · divide(1, max)); amax/max: IEEE, or Triton's RN(RN(amax·f)·r) with (f, r) of max
+  c.sc.pre = 1.0f;
+  c.sc.mul_rcp = spec.scale_formula == ScaleFormula::mul_rcp || (c.triton && spec.scale_formula == ScaleFormula::div);
+  if (spec.scale_formula == ScaleFormula::div && c.triton) {
+    triton_factors(spec.fp8_max, &c.sc.pre, &c.sc.rcp_max);
+  } else {
+    const float one = 1.0f, mx = spec.fp8_max;  // max > 0 finite: no NaN
+    c.sc.rcp_max = c.triton ? ref::triton_nv_div(one, mx) : one / mx;
+  }
+  if (c.triton && c.pkind == kPDiv) c.ec.op = kOpTriton;
+  if (spec.scale_dtype == ScaleDtype::ue8m0) {
+    c.ue = ue8m0_spec(spec.scale_round == ScaleRound::mx_floor       ? "mx"
+                      : spec.scale_round == ScaleRound::pow2_ceil_clamp ? "pow2-ceil-clamp"
+                                                                        : "pow2-ceil");
+    c.emax_elem = std::ilogb(format_info(spec.to).max_value);
+    // (as the reference builds it: cuda-nosat from f64, rounding up; pow2-ceil-clamp: codes clamped to [1, 254])
+    std::string err;
+    auto up = resolve_convention("cuda-nosat", Format::f64, Format::ue8m0, &err);
+    if (!up) throw InputError("internal: " + err);
+    c.ue_exact = *up;
+    c.ue_exact.rounding = Rounding::ru;
+    if (spec.scale_round == ScaleRound::pow2_ceil_clamp) {
+      c.ue_exact.ue8m0_clamp = true;
+      c.ue_exact.exp_lo = 1;
+      c.ue_exact.exp_hi = 254;
+    }
+  }
+  const Granularity& g = spec.granularity;
+  switch (g.kind) {
+    case GranularityKind::group:
+    case GranularityKind::mx: c.G = static_cast<size_t>(g.bk); c.nk = static_cast<size_t>(c.L.scale_shape.back()); break;
+    case GranularityKind::block: c.G = static_cast<size_t>(g.bk); c.nk = static_cast<size_t>(c.L.scale_shape.back()); break;
+    case GranularityKind::row:
+    case GranularityKind::tensor: c.G = static_cast<size_t>(c.L.K); c.nk = 1; break;
+    case GranularityKind::col: c.G = 0; c.nk = static_cast<size_t>(c.L.K); break;
+  }
+  return c;
+}
+
+// A ue8m0 code as stored, and its value (the reference's from_ue8m0).
+void put_ue8m0(const Ctx& c, uint8_t code, bool was_inf, void* scales, size_t gid, float* sv) {
+  uint8_t* p = static_cast<uint8_t*>(scales);
+  if (c.spec->scale_store == ScaleStore::native) {
+    p[gid] = code;
+    *sv = code == 0xFF ? f32_of(0x7FFFFFFFu) : static_cast<float>(std::ldexp(1.0, code - 127));
+    return;
+  }
+  const uint32_t bits = code == 0xFF ? (was_inf ? 0x7F800000u : 0x7FFFFFFFu) : static_cast<uint32_t>(code) << 23;
+  std::memcpy(p + 4 * gid, &bits, 4);
+  *sv = f32_of(bits);
+}
+
+// scale-formula exact with a bf16 / f16 / ue8m0 scale: amax/max (A/m, two f32) rounded once to the scale dtype, per
+// group, from d = RN64(A/m). d rounds like A/m: every decision point of the target rounding (bf16/f16 values and
+// midpoints, <= 12 significant bits; powers of two for ue8m0's rounding up) is an f64, so none lies strictly between
+// A/m and d; and d is a decision point only if A/m is — A − p·m for such a p is 0 or at least about 2^-36·A (p has
+// <= 12 significant bits and m 24, so p·m lies on a grid of 2^-36 relative), far beyond half an f64 ulp (the
+// reference's exact quotient says the same: with f32 operands its nudge never triggers). min-scale: A < min_scale·m (exact in f64) gives min_scale. NaN A: the f64
+// quiet NaN narrowed, as the reference.
+void exact_narrow_scale(const Ctx& c, float A, void* scales, size_t gid, float* sv) {
+  const QuantSpec& s = *c.spec;
+  const double m = s.fp8_max;
+  double d;
+  if (std::isnan(A)) d = std::numeric_limits<double>::quiet_NaN();
+  else if (s.min_scale && static_cast<double>(A) < static_cast<double>(*s.min_scale) * m) d = *s.min_scale;
+  else d = static_cast<double>(A) / m;
+  uint64_t db;
+  std::memcpy(&db, &d, 8);
+  uint8_t* out = static_cast<uint8_t*>(scales);
+  if (s.scale_dtype == ScaleDtype::ue8m0) {
+    put_ue8m0(c, ref::encode(Format::f64, db, c.ue_exact), std::isinf(d), scales, gid, sv);
+    return;
+  }
+  const Format dt = s.scale_dtype == ScaleDtype::bf16 ? Format::bf16 : Format::f16;
+  const uint16_t h = static_cast<uint16_t>(ref::narrow(Format::f64, db, dt));
+  std::memcpy(out + 2 * gid, &h, 2);
+  *sv = f32_of(static_cast<uint32_t>(ref::narrow(dt, h, Format::f32)));
+}
+
+// Steps 3–6 for the n groups gid0.. of one work item: amax bits -> stored scales, sv and the guarded amax.
+void compute_scales(const Ctx& c, const uint32_t* amax_bits, size_t n, size_t gid0, void* scales, float* amax,
+                    float* sv, float* tmp, uint8_t* codes) {
+  HWY_DYNAMIC_DISPATCH(GroupScales)(amax_bits, n, c.sc, amax, tmp);
+  const QuantSpec& s = *c.spec;
+  uint8_t* out = static_cast<uint8_t*>(scales);
+  if (s.scale_round == ScaleRound::mx_floor) {
+    cpu::encode_f32(amax, codes, n, c.ue);
+    for (size_t i = 0; i < n; ++i) {
+      const int cc = codes[i];
+      const uint8_t code = cc == 0xFF ? uint8_t{0xFF} : static_cast<uint8_t>(cc > c.emax_elem ? cc - c.emax_elem : 0);
+      put_ue8m0(c, code, false, scales, gid0 + i, &sv[i]);
+    }
+    return;
+  }
+  if (s.scale_formula == ScaleFormula::exact && s.scale_dtype != ScaleDtype::f32) {
+    for (size_t i = 0; i < n; ++i) exact_narrow_scale(c, amax[i], scales, gid0 + i, &sv[i]);
+    return;
+  }
+  switch (s.scale_dtype) {
+    case ScaleDtype::f32:
+      std::memcpy(out + 4 * gid0, tmp, 4 * n);
+      std::memcpy(sv, tmp, 4 * n);
+      break;
+    case ScaleDtype::bf16:
+    case ScaleDtype::f16: {
+      const Format dt = s.scale_dtype == ScaleDtype::bf16 ? Format::bf16 : Format::f16;
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = static_cast<uint16_t>(ref::narrow(Format::f32, bits_of(tmp[i]), dt));
+        std::memcpy(out + 2 * (gid0 + i), &h, 2);
+        sv[i] = f32_of(static_cast<uint32_t>(ref::narrow(dt, h, Format::f32)));
+      }
+      break;
+    }
+    case ScaleDtype::ue8m0:
+      cpu::encode_f32(tmp, codes, n, c.ue);
+      for (size_t i = 0; i < n; ++i) put_ue8m0(c, codes[i], std::isinf(tmp[i]), scales, gid0 + i, &sv[i]);
+      break;
+  }
+}
+
+// Per-thread scratch.
+struct Scratch {
+  std::vector<uint32_t> amax_bits;
+  std::vector<float> amax, sv, tmp, a, b, v;
+  std::vector<uint8_t> codes;
+  void groups(size_t n) {
+    if (amax_bits.size() < n) {
+      amax_bits.resize(n);
+      amax.resize(n);
+      sv.resize(n);
+      tmp.resize(n);
+      a.resize(n);
+      b.resize(n);
+      codes.resize(n);
+    }
+  }
+};
+
+// Work items: rows × chunks; a chunk is a multiple of the row's group size when G <= kChunk.
+size_t chunk_len(const Ctx& c) {
+  if (c.G == 0) return kChunk;
+  if (c.G >= kChunk) return c.G;  // one group per chunk (row, tensor, huge groups): split further below
+  return (kChunk / c.G) * c.G;
+}
+
+// The reference on one chunk of a row (static scales = the scales stored for it). Used for kOpExact vectors
+// outside the FMA range (see the top of the file).
+void chunk_reference(const Ctx& c, const void* src_row, size_t k0, size_t k1, const void* scales, size_t gid_row,
+                     uint8_t* q_row) {
+  QuantSpec s = *c.spec;
+  s.tail = TailPolicy::partial;
+  const uint8_t* sp = static_cast<const uint8_t*>(scales);
+  auto run = [&](size_t a, size_t b, size_t first) {
+    ref::quantize_static(s, c.from, static_cast<const uint8_t*>(src_row) + a * c.es, {1, static_cast<int64_t>(b - a)},
+                         sp + first * c.ss, q_row + a);
+  };
+  if (c.G == 0) {
+    s.granularity = Granularity{GranularityKind::col, 1, 1};
+    run(k0, k1, gid_row + k0);
+    return;
+  }
+  if (k0 % c.G != 0 || (k1 - 1) / c.G == k0 / c.G) {  // a head inside one group (chunks of a long group)
+    const size_t e = std::min(k1, (k0 / c.G + 1) * c.G);
+    s.granularity = Granularity{GranularityKind::tensor, 1, 1};
+    run(k0, e, gid_row + k0 / c.G);
+    k0 = e;
+  }
+  if (k0 < k1) {  // whole groups from a group boundary
+    s.granularity = Granularity{GranularityKind::group, 1, static_cast<int64_t>(c.G)};
+    run(k0, k1, gid_row + k0 / c.G);
+  }
+}
+
+// Step 7–9 for [k0, k1) of row `row` whose groups start at gid_row in the scale tensor; a, b: the constants of
+// the groups (G > 0: from group k0 / G; G = 0: from element k0).
+void elements(const Ctx& c, const void* x, size_t row, size_t k0, size_t k1, size_t gid_row, const float* a,
+              const float* b, const void* scales, uint8_t* q, Scratch& w) {
+  const size_t K = static_cast<size_t>(c.L.K);
+  const void* src_row = static_cast<const uint8_t*>(x) + row * K * c.es;
+  uint8_t* q_row = q + row * K;
+  if (w.v.size() < k1 - k0) w.v.resize(k1 - k0);
+  const size_t g0 = c.G ? k0 / c.G : 0;
+  if (HWY_DYNAMIC_DISPATCH(ElemRange)(c.src, src_row, k0, k1, c.G, g0, a, b, c.ec, w.v.data())) {
+    cpu::encode_f32(w.v.data(), q_row + k0, k1 - k0, c.spec->cast);
+  } else {
+    chunk_reference(c, src_row, k0, k1, scales, gid_row, q_row);
+  }
+}
+
+// Runs fn(scratch, row, k0, k1) over every row × chunk of C elements (OpenMP, static split; one Scratch a thread).
+template <typename Fn>
+void for_each_chunk(const Ctx& c, size_t C, Fn fn) {
+  const size_t rows = static_cast<size_t>(c.L.B * c.L.M), K = static_cast<size_t>(c.L.K);
+  const size_t per_row = (K + C - 1) / C;
+  const long long items = static_cast<long long>(rows * per_row);
+#pragma omp parallel if (c.L.n_elems >= kParallelMin)
+  {
+    Scratch w;
+#pragma omp for schedule(static)
+    for (long long it = 0; it < items; ++it) {
+      const size_t r = static_cast<size_t>(it) / per_row, k0 = (static_cast<size_t>(it) % per_row) * C;
+      fn(w, r, k0, std::min(K, k0 + C));
+    }
+  }
+}
+// Chunks of the element pass: whole groups, or kChunk-element pieces of longer groups / per-element scales.
+size_t element_chunk(const Ctx& c) { return c.G == 0 || c.G >= kChunk ? kChunk : chunk_len(c); }
+
+// The element pass over every row with constants a, b for all n_scales groups (tensor, col, block, static).
+// row_gid(r): the scale index of the row's first group.
+template <typename RowGid>
+void element_pass(const Ctx& c, const void* x, const std::vector<float>& a, const std::vector<float>& b,
+                  const void* scales, uint8_t* q, RowGid row_gid) {
+  for_each_chunk(c, element_chunk(c), [&](Scratch& w, size_t r, size_t k0, size_t k1) {
+    const size_t gid = row_gid(r);
+    const size_t off = c.G ? gid + k0 / c.G : gid + k0;
+    elements(c, x, r, k0, k1, gid, a.data() + off, b.data() + off, scales, q, w);
+  });
+}
+
+// Step 7's constants of n groups. div=triton-nv: per group, scalar (Triton's reciprocal is a table).
+void group_params(const Ctx& c, const float* sv, const float* amax, size_t n, float* a, float* b) {
+  if (c.pkind == kPRcpBits || c.pkind == kPRcpBitsIn) {
+    // R = the f32 with bits (254 − c) << 23, c the exponent field of the scale's value (255 for NaN/Inf: −Inf);
+    // @in from bf16/f16: R rounded to the source type (f16: 2^16 and above -> Inf)
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t code = (bits_of(sv[i]) >> 23) & 0xFFu;  // the exponent field (the reference's ue8m0_code)
+      float r = f32_of((254u - code) << 23);
+      if (c.ec.op == kOpMulIn) {
+        const Format f = c.from;
+        r = f32_of(static_cast<uint32_t>(ref::narrow(f, ref::narrow(Format::f32, bits_of(r), f), Format::f32)));
+      }
+      a[i] = r;
+      b[i] = 0;
+    }
+    return;
+  }
+  if (c.triton && (c.pkind == kPDiv || c.pkind == kPMulRcp || c.pkind == kPMaxDivAmax)) {
+    for (size_t i = 0; i < n; ++i) {
+      if (c.pkind == kPDiv) {
+        triton_factors(sv[i], &b[i], &a[i]);
+      } else {
+        a[i] = c.pkind == kPMulRcp ? ref::triton_nv_div(1.0f, sv[i]) : ref::triton_nv_div(c.spec->fp8_max, amax[i]);
+        b[i] = 0;
+      }
+    }
+    return;
+  }
+  HWY_DYNAMIC_DISPATCH(GroupParams)(c.pkind, sv, amax, n, c.spec->fp8_max, a, b);
+}
+
+void params_all(const Ctx& c, const std::vector<float>& sv, const std::vector<float>& amax, std::vector<float>& a,
+                std::vector<float>& b) {
+  const size_t n = sv.size();
+  a.resize(n);
+  b.resize(n);
+  group_params(c, sv.data(), amax.empty() ? nullptr : amax.data(), n, a.data(), b.data());
+}
+
+// ---- dynamic, by granularity ------------------------------------------------------------------------------------
+
+// group / mx / row (when a row's groups fit a chunk): amax, scales and elements per chunk, fused.
+void quantize_rowlocal(const Ctx& c, const void* x, uint8_t* q, void* scales) {
+  const size_t K = static_cast<size_t>(c.L.K);
+  const bool prop = c.sc.propagate;
+  for_each_chunk(c, chunk_len(c), [&](Scratch& w, size_t r, size_t k0, size_t k1) {
+      const size_t g0 = k0 / c.G, ng = (k1 - 1) / c.G + 1 - g0;
+      w.groups(ng);
+      std::fill(w.amax_bits.begin(), w.amax_bits.begin() + static_cast<long>(ng), 0u);
+      const void* src_row = static_cast<const uint8_t*>(x) + r * K * c.es;
+      HWY_DYNAMIC_DISPATCH(AmaxGroups)(c.src, src_row, k0, k1, c.G, prop, g0, w.amax_bits.data());
+      const size_t gid_row = r * c.nk;
+      compute_scales(c, w.amax_bits.data(), ng, gid_row + g0, scales, w.amax.data(), w.sv.data(), w.tmp.data(),
+                     w.codes.data());
+      group_params(c, w.sv.data(), w.amax.data(), ng, w.a.data(), w.b.data());
+      elements(c, x, r, k0, k1, gid_row, w.a.data(), w.b.data(), scales, q, w);
+  });
+}
+
+// Per-thread partial amax over all rows, combined (integer max: order-free): n groups, `add` accumulates a row.
+template <typename AddRow>
+std::vector<uint32_t> reduce_amax(const Ctx& c, size_t n, AddRow add) {
+  const long long rows = static_cast<long long>(c.L.B * c.L.M);
+  std::vector<uint32_t> all(n, 0u);
+#pragma omp parallel if (c.L.n_elems >= kParallelMin)
+  {
+    std::vector<uint32_t> mine(n, 0u);
+#pragma omp for schedule(static)
+    for (long long r = 0; r < rows; ++r) add(static_cast<size_t>(r), mine.data());
+#pragma omp critical(fp8ref_quant_amax)
+    for (size_t i = 0; i < n; ++i) all[i] = std::max(all[i], mine[i]);
+  }
+  return all;
+}
+
+void scales_all(const Ctx& c, const std::vector<uint32_t>& amax_bits, void* scales, std::vector<float>& amax,
+                std::vector<float>& sv) {
+  const size_t n = amax_bits.size();
+  amax.resize(n);
+  sv.resize(n);
+  std::vector<float> tmp(n);
+  std::vector<uint8_t> codes(n);
+  compute_scales(c, amax_bits.data(), n, 0, scales, amax.data(), sv.data(), tmp.data(), codes.data());
+}
+
+void quantize_vector(const Ctx& c, const void* x, uint8_t* q, void* scales) {
+  const size_t K = static_cast<size_t>(c.L.K);
+  const bool prop = c.sc.propagate;
+  const GranularityKind kind = c.spec->granularity.kind;
+  if ((kind == GranularityKind::group || kind == GranularityKind::mx || kind == GranularityKind::row) &&
+      c.G <= kChunk) {
+    quantize_rowlocal(c, x, q, scales);
+    return;
+  }
+  std::vector<uint32_t> bits;
+  std::function<size_t(size_t)> row_gid;
+  const size_t M = static_cast<size_t>(c.L.M);
+  switch (kind) {
+    case GranularityKind::tensor:
+    case GranularityKind::row:  // (a row longer than a chunk)
+    case GranularityKind::group:
+    case GranularityKind::mx: {
+      const size_t per_row = kind == GranularityKind::tensor ? 0 : c.nk;
+      const size_t n = kind == GranularityKind::tensor ? 1 : static_cast<size_t>(c.L.n_scales);
+      bits = reduce_amax(c, n, [&](size_t r, uint32_t* acc) {
+        const void* row = static_cast<const uint8_t*>(x) + r * K * c.es;
+        HWY_DYNAMIC_DISPATCH(AmaxGroups)(c.src, row, 0, K, c.G, prop, 0, acc + r * per_row);
+      });
+      row_gid = [per_row](size_t r) { return r * per_row; };
+      break;
+    }
+    case GranularityKind::col:
+      bits = reduce_amax(c, K, [&](size_t r, uint32_t* acc) {
+        HWY_DYNAMIC_DISPATCH(AmaxElems)(c.src, static_cast<const uint8_t*>(x) + r * K * c.es, K, prop, acc);
+      });
+      row_gid = [](size_t) { return size_t{0}; };
+      break;
+    case GranularityKind::block: {
+      const size_t bm = static_cast<size_t>(c.spec->granularity.bm);
+      const size_t nbm = static_cast<size_t>(c.L.scale_shape[c.L.scale_shape.size() - 2]);
+      bits = reduce_amax(c, static_cast<size_t>(c.L.n_scales), [&](size_t r, uint32_t* acc) {
+        const size_t b = r / M, m = r % M;
+        const void* row = static_cast<const uint8_t*>(x) + r * K * c.es;
+        HWY_DYNAMIC_DISPATCH(AmaxGroups)(c.src, row, 0, K, c.G, prop, 0, acc + (b * nbm + m / bm) * c.nk);
+      });
+      row_gid = [=](size_t r) { return (r / M * nbm + (r % M) / bm) * c.nk; };
+      break;
+    }
+  }
+  std::vector<float> amax, sv, a, b;
+  scales_all(c, bits, scales, amax, sv);
+  params_all(c, sv, amax, a, b);
+  element_pass(c, x, a, b, scales, q, row_gid);
+}
+
+std::function<size_t(size_t)> static_row_gid(const Ctx& c) {
+  const size_t M = static_cast<size_t>(c.L.M);
+  switch (c.spec->granularity.kind) {
+    case GranularityKind::tensor:
+    case GranularityKind::col: return [](size_t) { return size_t{0}; };
+    case GranularityKind::row: return [](size_t r) { return r; };
+    case GranularityKind::group:
+    case GranularityKind::mx: {
+      const size_t nk = c.nk;
+      return [nk](size_t r) { return r * nk; };
+    }
+    case GranularityKind::block: {
+      const size_t bm = static_cast<size_t>(c.spec->granularity.bm), nk = c.nk;
+      const size_t nbm = static_cast<size_t>(c.L.scale_shape[c.L.scale_shape.size() - 2]);
+      return [=](size_t r) { return (r / M * nbm + (r % M) / bm) * nk; };
+    }
+  }
+  return [](size_t) { return size_t{0}; };
+}
+
+std::vector<float> scale_values(const QuantSpec& spec, const void* scales, size_t n) {
+  std::vector<float> sv(n);
+  const long long nn = static_cast<long long>(n);
+#pragma omp parallel for schedule(static) if (n >= (size_t{1} << 16))
+  for (long long i = 0; i < nn; ++i) sv[static_cast<size_t>(i)] = ref::scale_value(spec, scales, static_cast<size_t>(i));
+  return sv;
+}
+
+}  // namespace
+
+std::string quant_path(const QuantSpec& spec, bool dynamic, bool exact_out) {
+  const std::string why = reference_reason(spec, dynamic, exact_out);
+  if (!why.empty()) return "reference: " + why;
+  std::string s = std::string("vector (") + simd_target() + ")";
+  if (spec.formula == QuantFormula::exact && spec.scale_dtype != ScaleDtype::ue8m0)
+    s += HWY_DYNAMIC_DISPATCH(QuantHasFma)() ? "; chunks with elements or scales outside [2^-60, 2^60]: reference"
+                                             : "; no native FMA on this target: every chunk by the reference";
+  return s;
+}
+
+void quantize(const QuantSpec& spec, Format from, const void* x, const std::vector<int64_t>& shape, uint8_t* q,
+              void* scales, double* exact_q) {
+  if (exact_q || (from != Format::f32 && from != Format::bf16 && from != Format::f16) ||
+      !reference_reason(spec, true, false).empty())
+    return ref::quantize(spec, from, x, shape, q, scales, exact_q);
+  const Ctx c = make_ctx(spec, from, shape);
+  if (c.L.n_elems == 0) return ref::quantize(spec, from, x, shape, q, scales, exact_q);
+  quantize_vector(c, x, q, scales);
+}
+
+void quantize_static(const QuantSpec& spec, Format from, const void* x, const std::vector<int64_t>& shape,
+                     const void* scales, uint8_t* q, double* exact_q) {
+  if (exact_q || (from != Format::f32 && from != Format::bf16 && from != Format::f16) ||
+      spec.formula == QuantFormula::max_div_amax || spec.formula == QuantFormula::max_mul_rcp_amax ||
+      !reference_reason(spec, false, false).empty())
+    return ref::quantize_static(spec, from, x, shape, scales, q, exact_q);  // (refuses the amax formulas)
+  Ctx c = make_ctx(spec, from, shape);
+  if (c.L.n_elems == 0) return ref::quantize_static(spec, from, x, shape, scales, q, exact_q);
+  const std::vector<float> sv = scale_values(spec, scales, static_cast<size_t>(c.L.n_scales));
+  if (c.pkind == kPPow2) {
+    // ue8m0 scales held as f32 are read as given: a finite non-zero value that is not a power of two takes the
+    // general exact path (the exact-inverse multiply needs 2^k)
+    for (float v : sv) {
+      int e;
+      if (std::isfinite(v) && v != 0 && std::fabs(std::frexp(v, &e)) != 0.5f) {
+        c.pkind = kPExact;
+        c.ec.op = kOpExact;
+        break;
+      }
+    }
+  }
+  std::vector<float> a, b;
+  params_all(c, sv, {}, a, b);
+  element_pass(c, x, a, b, scales, q, static_row_gid(c));
+}
+
+void dequantize(const QuantSpec& spec, const uint8_t* q, const std::vector<int64_t>& shape, const void* scales,
+                Format out_format, void* out, double* exact_x) {
+  if (exact_x || (out_format != Format::f32 && out_format != Format::bf16 && out_format != Format::f16) ||
+      !is_fp8(spec.to) || spec.to == Format::ue8m0)
+    return ref::dequantize(spec, q, shape, scales, out_format, out, exact_x);
+  Ctx c = make_ctx(spec, Format::f32, shape);
+  if (c.L.n_elems == 0) return ref::dequantize(spec, q, shape, scales, out_format, out, exact_x);
+  const std::vector<float> sv = scale_values(spec, scales, static_cast<size_t>(c.L.n_scales));
+  const FormatInfo& fi = format_info(spec.to);
+  const DeqConst dc{static_cast<uint32_t>(fi.man_bits), static_cast<uint32_t>(127 - fi.bias) << 23,
+                    static_cast<float>(std::ldexp(1.0, 1 - fi.bias - fi.man_bits)),
+                    fi.special == SpecialStyle::fnuz ? 2u : fi.special == SpecialStyle::ieee ? 1u : 0u};
+  const int out_kind = out_format == Format::f32 ? 0 : out_format == Format::bf16 ? 1 : 2;
+  const size_t os = out_kind == 0 ? 4 : 2;
+  const size_t K = static_cast<size_t>(c.L.K);
+  const auto row_gid = static_row_gid(c);
+  for_each_chunk(c, element_chunk(c), [&](Scratch&, size_t r, size_t k0, size_t k1) {
+    const size_t gid = row_gid(r);
+    const size_t g0 = c.G ? k0 / c.G : 0;
+    const float* s = sv.data() + (c.G ? gid + g0 : gid + k0);
+    HWY_DYNAMIC_DISPATCH(DeqRange)(out_kind, q + r * K, k0, k1, c.G, g0, s, dc,
+                                   static_cast<uint8_t*>(out) + r * K * os);
+  });
+}
+
+}  // namespace cpu
+}  // namespace fp8ref
+#endif  // HWY_ONCE

@@ -1,0 +1,665 @@
+// fp8ref CPU backend — fused (residual add +) RMSNorm + FP8 group quantization (include/fp8ref/rmsnorm.h).
+//
+// Highway dynamic dispatch + OpenMP over rows; bit-identical to reference/rmsnorm_quant_ref.cc for every spec
+// (tests/test_rmsnorm_quant.cc compares them over random and adversarial rows, every convention and field).
+// Per row, in one thread, with the row held in three thread-local f32 buffers (L2-resident for K <= ~16k):
+//   1. z = the (residual-added) row; bf16 loads/rounding in u32 lanes (RNE by integer code: b + 0x7FFF + lsb,
+//      NaN quieted), f16 element-wise through ref::narrow (exact, not vectorised).
+//   2. the mean of squares:
+//      exact    Σ z² in f64 lanes (z² is exact in f64; any order). For n non-negative terms the computed sum is
+//               within γ_(n-1) = (n-1)u/(1-(n-1)u) of Σ (u = 2^-53; Higham, Accuracy and Stability, §4.2, any
+//               summation tree), the f64 division adds one more u. If RN32 of the lower and the upper end of the
+//               interval q·(1 ± (n+4)·2^-52) agree, that is RN32(Σ/n) (RN32 is monotone); otherwise (a quotient
+//               within ~n·2^-52 of an f32 midpoint, rare) and for NaN/Inf rows: ref::mean_square_exact.
+//      cub:T    the per-thread fma chains in f32 lanes, lane = thread (LoadInterleaved4 splits the vec4s), then the
+//               warp trees and the warp sum as the reference; on targets without native FMA the chains run in
+//               scalar std::fma.
+//      f32-seq  a scalar std::fma chain (inherently sequential).
+//   3.–4. u = v + eps; rsqrt: rn and cuda-rsqrtf use ref::rsqrt_rn / ref::rsqrt_cuda (scalar, once per row),
+//         ieee 1/sqrtf.
+//   5.–6. normalize and weight in f32 lanes (Mul; bf16 rounding as in 1).
+//   7. the group quant, vectorised for the f32 kernels' specs (scale-dtype f32, scale-formula amax/max or
+//      amax*(1/max), formula x/s or x*(1/s)): amax per group in lanes (NaN lanes masked to 0; amax-nan=propagate
+//      tracks them apart), the scale per group in scalar f32 (the reference's steps 3–6), the quotient, the GPU NaN
+//      model and the clamp in lanes, then the cast with cpu::encode_f32 (Highway, serial for a row). Every other
+//      quant spec (exact formulas, div=triton-nv, bf16/f16/ue8m0 scales) runs cpu::quantize (src/cpu/quant_cpu.cc)
+//      on the normed rows after the loop.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/rmsnorm_quant_cpu.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "fp8ref/convert.h"
+#include "fp8ref/rmsnorm.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace fp8ref::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using DU = hn::RebindToUnsigned<DF>;
+using DU16 = hn::Rebind<uint16_t, DF>;
+
+constexpr uint32_t kCanonicalNan = 0x7FFFFFFFu;
+
+HWY_INLINE hn::Vec<DF> Canonical(hn::Vec<DF> v) {
+  const DF df;
+  const DU du;
+  return hn::IfThenElse(hn::IsNaN(v), hn::BitCast(df, hn::Set(du, kCanonicalNan)), v);
+}
+
+// bf16 bits (in u32 lanes) -> f32
+HWY_INLINE hn::Vec<DF> LoadBf16(const uint16_t* p) {
+  const DF df;
+  const DU du;
+  const DU16 du16;
+  return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(du16, p))));
+}
+
+// RNE f32 -> bf16 bits in u32 lanes (ref::narrow: NaN keeps sign and top payload, quieted).
+HWY_INLINE hn::Vec<DU> RoundBf16Bits(hn::Vec<DF> v) {
+  const DU du;
+  const auto b = hn::BitCast(du, v);
+  const auto lsb = hn::And(hn::ShiftRight<16>(b), hn::Set(du, 1));
+  const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(b, hn::Set(du, 0x7FFF)), lsb));
+  const auto nan = hn::Or(hn::ShiftRight<16>(b), hn::Set(du, 0x40));
+  return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), nan, rounded);
+}
+HWY_INLINE hn::Vec<DF> RoundBf16(hn::Vec<DF> v) {
+  const DF df;
+  return hn::BitCast(df, hn::ShiftLeft<16>(RoundBf16Bits(v)));
+}
+
+// Step 1 for bf16 rows. z[k] (f32); residual_out bits when a residual is given.
+void LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_sum, float* z, uint16_t* res_out) {
+  const DF df;
+  const DU16 du16;
+  const size_t N = hn::Lanes(df);
+  size_t k = 0;
+  for (; k + N <= K; k += N) {
+    auto v = LoadBf16(x + k);
+    if (res) {
+      v = Canonical(hn::Add(v, LoadBf16(res + k)));
+      const auto bits = RoundBf16Bits(v);
+      if (dtype_sum) v = hn::BitCast(df, hn::ShiftLeft<16>(bits));
+      if (res_out) hn::StoreU(hn::DemoteTo(du16, hn::BitCast(hn::RebindToSigned<DF>(), bits)), du16, res_out + k);
+    }
+    hn::StoreU(v, df, z + k);
+  }
+  for (; k < K; ++k) {
+    uint32_t b = static_cast<uint32_t>(x[k]) << 16;
+    float v;
+    std::memcpy(&v, &b, 4);
+    if (res) {
+      uint32_t rb = static_cast<uint32_t>(res[k]) << 16;
+      float r;
+      std::memcpy(&r, &rb, 4);
+      v = v + r;
+      if (std::isnan(v)) {
+        const uint32_t c = kCanonicalNan;
+        std::memcpy(&v, &c, 4);
+      }
+      uint32_t vb;
+      std::memcpy(&vb, &v, 4);
+      const uint16_t h = static_cast<uint16_t>(ref::narrow(Format::f32, vb, Format::bf16));
+      if (dtype_sum) {
+        const uint32_t w = static_cast<uint32_t>(h) << 16;
+        std::memcpy(&v, &w, 4);
+      }
+      if (res_out) res_out[k] = h;
+    }
+    z[k] = v;
+  }
+}
+
+// Σ z² in f64 lanes, any order. NaN/Inf in z give a non-finite result.
+double SumSquaresF64(const float* z, size_t K) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> dfh;
+  const size_t N = hn::Lanes(dd);
+  auto a0 = hn::Zero(dd), a1 = hn::Zero(dd), a2 = hn::Zero(dd), a3 = hn::Zero(dd);
+  size_t k = 0;
+  for (; k + 4 * N <= K; k += 4 * N) {
+    const auto v0 = hn::PromoteTo(dd, hn::LoadU(dfh, z + k));
+    const auto v1 = hn::PromoteTo(dd, hn::LoadU(dfh, z + k + N));
+    const auto v2 = hn::PromoteTo(dd, hn::LoadU(dfh, z + k + 2 * N));
+    const auto v3 = hn::PromoteTo(dd, hn::LoadU(dfh, z + k + 3 * N));
+    a0 = hn::MulAdd(v0, v0, a0);
+    a1 = hn::MulAdd(v1, v1, a1);
+    a2 = hn::MulAdd(v2, v2, a2);
+    a3 = hn::MulAdd(v3, v3, a3);
+  }
+  HWY_ALIGN double lanes[HWY_MAX_BYTES / sizeof(double)];
+  hn::Store(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)), dd, lanes);
+  double s = 0;
+  for (size_t i = 0; i < N; ++i) s += lanes[i];
+  for (; k < K; ++k) s += static_cast<double>(z[k]) * z[k];
+  return s;
+}
+
+// The per-thread partial sums of vLLM's compute_rms (variance=cub:T): part[t] for t < T.
+void CubPartials(const float* z, size_t nvec, size_t T, float* part) {
+  size_t t0 = 0;
+#if HWY_NATIVE_FMA
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  for (; t0 + N <= T; t0 += N) {
+    auto acc = hn::Zero(df);
+    size_t i = t0;  // the vec4 index of lane 0
+    for (; i + N <= nvec; i += T) {
+      hn::Vec<DF> v0, v1, v2, v3;
+      hn::LoadInterleaved4(df, z + 4 * i, v0, v1, v2, v3);  // v_j[lane] = z[4(i + lane) + j]
+      acc = hn::MulAdd(v0, v0, acc);
+      acc = hn::MulAdd(v1, v1, acc);
+      acc = hn::MulAdd(v2, v2, acc);
+      acc = hn::MulAdd(v3, v3, acc);
+    }
+    hn::StoreU(acc, df, part + t0);
+    // the last, partial step: only lanes whose vec4 index is < nvec (i >= nvec - N + 1 here)
+    for (size_t l = 0; l < N && i + l < nvec; ++l)
+      for (size_t j = 0; j < 4; ++j) part[t0 + l] = std::fma(z[4 * (i + l) + j], z[4 * (i + l) + j], part[t0 + l]);
+  }
+#endif
+  for (size_t t = t0; t < T; ++t) {
+    float a = 0.0f;
+    for (size_t i = t; i < nvec; i += T)
+      for (size_t j = 0; j < 4; ++j) a = std::fma(z[4 * i + j], z[4 * i + j], a);
+    part[t] = a;
+  }
+}
+
+// Steps 5–6 for bf16 rows: y = weight-mode(RN32(z · r)), group by group (G elements; the last may be shorter),
+// with each group's amax over the non-NaN |y| (amax[g]) and whether it held a NaN (nan[g]) — step 2 of the quant.
+HWY_INLINE float Bf16ToF32(uint16_t h) {
+  const uint32_t b = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+HWY_INLINE float CanonScalar(float v) {
+  if (std::isnan(v)) {
+    const uint32_t c = kCanonicalNan;
+    std::memcpy(&v, &c, 4);
+  }
+  return v;
+}
+HWY_INLINE float RoundBf16Scalar(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, 4);
+  return Bf16ToF32(static_cast<uint16_t>(ref::narrow(Format::f32, b, Format::bf16)));
+}
+
+// A group's running amax over the non-NaN |y| and whether a NaN was seen: lanes, then scalar tail elements.
+struct GroupMax {
+  hn::Vec<DF> acc, nanv;  // start both at hn::Zero
+  HWY_INLINE void Add(hn::Vec<DF> v) {
+    const auto m = hn::IsNaN(v);
+    acc = hn::Max(acc, hn::IfThenZeroElse(m, hn::Abs(v)));
+    nanv = hn::Or(nanv, hn::IfThenElseZero(m, hn::Set(DF(), 1.0f)));
+  }
+  // Folds the lanes and the scalar elements y[k, end) into amax / nan.
+  HWY_INLINE void Finish(const float* y, size_t k, size_t end, float* amax, uint8_t* nan) const {
+    const DF df;
+    const size_t N = hn::Lanes(df);
+    HWY_ALIGN float la[HWY_MAX_BYTES / sizeof(float)], ln[HWY_MAX_BYTES / sizeof(float)];
+    hn::Store(acc, df, la);
+    hn::Store(nanv, df, ln);
+    float mx = 0.0f;
+    bool anyn = false;
+    for (size_t l = 0; l < N; ++l) {
+      mx = la[l] > mx ? la[l] : mx;
+      anyn = anyn || ln[l] != 0;
+    }
+    for (; k < end; ++k) {
+      if (std::isnan(y[k])) anyn = true;
+      else mx = std::fabs(y[k]) > mx ? std::fabs(y[k]) : mx;
+    }
+    *amax = mx;
+    *nan = anyn;
+  }
+};
+
+void NormWeightBf16(const float* z, const uint16_t* w, size_t K, float r, NormWeight mode, float* y, size_t G,
+                    float* amax, uint8_t* nan) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const auto vr = hn::Set(df, r);
+  for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
+    const size_t end = k0 + G < K ? k0 + G : K;
+    GroupMax gm{hn::Zero(df), hn::Zero(df)};
+    size_t k = k0;
+    for (; k + N <= end; k += N) {
+      const auto a = Canonical(hn::Mul(hn::LoadU(df, z + k), vr));
+      const auto wv = LoadBf16(w + k);
+      hn::Vec<DF> out;
+      switch (mode) {
+        case NormWeight::f32: out = Canonical(hn::Mul(a, wv)); break;
+        case NormWeight::dtype_twice: out = RoundBf16(Canonical(hn::Mul(RoundBf16(a), wv))); break;
+        default: out = RoundBf16(Canonical(hn::Mul(a, wv))); break;
+      }
+      hn::StoreU(out, df, y + k);
+      gm.Add(out);
+    }
+    for (size_t i = k; i < end; ++i) {
+      const float a = CanonScalar(z[i] * r), wf = Bf16ToF32(w[i]);
+      switch (mode) {
+        case NormWeight::f32: y[i] = CanonScalar(a * wf); break;
+        case NormWeight::dtype_twice: y[i] = RoundBf16Scalar(CanonScalar(RoundBf16Scalar(a) * wf)); break;
+        default: y[i] = RoundBf16Scalar(CanonScalar(a * wf)); break;
+      }
+    }
+    gm.Finish(y, k, end, amax + g, nan + g);
+  }
+}
+
+// Steps 5–6 for bf16 rows on the fast path: the row has no NaN z (its mean of squares is not NaN) and r is not NaN,
+// and y only feeds the vectorised group quant (not exported). Weights pre-widened to f32 (wf). Then every NaN that
+// can arise here is x86's default NaN or a widened bf16 NaN, both with the low 16 bits zero, so the bf16 rounding
+// needs no NaN branch (b + 0x7FFF + lsb keeps such a NaN a NaN), and NaN bits of y never matter (the quotient is
+// canonicalised). The group amax is a u32 max of |y| bits; a value above 0x7F800000 means a NaN was in the group,
+// which is then rescanned (amax over the non-NaN |y|, nan flag).
+template <int kMode>  // 0: weight=f32, 1: dtype-twice, 2: dtype-once
+void NormWeightBf16FastT(const float* z, const float* w, size_t K, float r, float* y, size_t G, float* amax,
+                         uint8_t* nan) {
+  const DF df;
+  const DU du;
+  const size_t N = hn::Lanes(df);
+  const auto vr = hn::Set(df, r);
+  const auto k7fff = hn::Set(du, 0x7FFFu), one = hn::Set(du, 1u), hi16 = hn::Set(du, 0xFFFF0000u);
+  const auto absm = hn::Set(du, 0x7FFFFFFFu);
+  auto rnd = [&](hn::Vec<DF> v) {
+    const auto b = hn::BitCast(du, v);
+    return hn::BitCast(df, hn::And(hn::Add(hn::Add(b, k7fff), hn::And(hn::ShiftRight<16>(b), one)), hi16));
+  };
+  auto rnd1 = [](float v) {
+    uint32_t b;
+    std::memcpy(&b, &v, 4);
+    b = (b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u;
+    std::memcpy(&v, &b, 4);
+    return v;
+  };
+  for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
+    const size_t end = k0 + G < K ? k0 + G : K;
+    auto mx = hn::Zero(du);
+    size_t k = k0;
+    for (; k + N <= end; k += N) {
+      const auto a = hn::Mul(hn::LoadU(df, z + k), vr);
+      const auto wv = hn::LoadU(df, w + k);
+      hn::Vec<DF> out;
+      if (kMode == 0) out = hn::Mul(a, wv);
+      else if (kMode == 1) out = rnd(hn::Mul(rnd(a), wv));
+      else out = rnd(hn::Mul(a, wv));
+      hn::StoreU(out, df, y + k);
+      mx = hn::Max(mx, hn::And(hn::BitCast(du, out), absm));
+    }
+    uint32_t m = k > k0 ? hn::GetLane(hn::MaxOfLanes(du, mx)) : 0u;
+    for (size_t i = k; i < end; ++i) {
+      const float a = z[i] * r;
+      const float o = kMode == 0 ? a * w[i] : kMode == 1 ? rnd1(rnd1(a) * w[i]) : rnd1(a * w[i]);
+      y[i] = o;
+      uint32_t b;
+      std::memcpy(&b, &o, 4);
+      b &= 0x7FFFFFFFu;
+      m = b > m ? b : m;
+    }
+    if (m <= 0x7F800000u) {
+      std::memcpy(&amax[g], &m, 4);
+      nan[g] = 0;
+    } else {  // a NaN in the group
+      float mxf = 0.0f;
+      for (size_t i = k0; i < end; ++i)
+        if (!std::isnan(y[i])) mxf = std::fabs(y[i]) > mxf ? std::fabs(y[i]) : mxf;
+      amax[g] = mxf;
+      nan[g] = 1;
+    }
+  }
+}
+void NormWeightBf16Fast(const float* z, const float* w, size_t K, float r, NormWeight mode, float* y, size_t G,
+                        float* amax, uint8_t* nan) {
+  switch (mode) {
+    case NormWeight::f32: return NormWeightBf16FastT<0>(z, w, K, r, y, G, amax, nan);
+    case NormWeight::dtype_twice: return NormWeightBf16FastT<1>(z, w, K, r, y, G, amax, nan);
+    default: return NormWeightBf16FastT<2>(z, w, K, r, y, G, amax, nan);
+  }
+}
+
+// f32 rows: steps 5–6 with weight modes that do not round (f32 input: RN_dt is the identity).
+void NormWeightF32(const float* z, const float* w, size_t K, float r, float* y) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const auto vr = hn::Set(df, r);
+  size_t k = 0;
+  for (; k + N <= K; k += N)
+    hn::StoreU(Canonical(hn::Mul(Canonical(hn::Mul(hn::LoadU(df, z + k), vr)), hn::LoadU(df, w + k))), df, y + k);
+  for (; k < K; ++k) {
+    float o = (z[k] * r) * w[k];  // a NaN product gives a NaN result either way: canonical below
+    const uint32_t c = kCanonicalNan;
+    if (std::isnan(o)) std::memcpy(&o, &c, 4);
+    y[k] = o;
+  }
+}
+
+// Step 2 of the quant for f32/f16 rows: per group, the amax over the non-NaN |y| and whether a NaN was seen.
+void RowAmax(const float* y, size_t K, size_t G, float* amax, uint8_t* nan) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
+    const size_t end = k0 + G < K ? k0 + G : K;
+    GroupMax gm{hn::Zero(df), hn::Zero(df)};
+    size_t k = k0;
+    for (; k + N <= end; k += N) gm.Add(hn::LoadU(df, y + k));
+    gm.Finish(y, k, end, amax + g, nan + g);
+  }
+}
+
+// Steps 7–9 over a row, group g with divisor sv[g] (x/s) or multiplier sv[g] = RN32(1/s) (x*(1/s)): the quotient,
+// the GPU NaN model and the clamp in lanes; then either the values v for cpu::encode_f32 (q == nullptr), or, with
+// `cast_e4m3`, the cast itself in lanes: RNE to e4m3fn of a value the clamp left finite in [-448, 448] (every RNE
+// cast convention gives the same code there, -0 -> 0x80):
+//   |v| >= 2^-6: bits + 0x7FFFF + lsb(bits >> 20), >> 20, minus the bias difference (127 - 7) << 3;
+//   |v| <  2^-6: n = RNE(|v| · 2^9) = bits(|v| + 2^14) - bits(2^14) (the ulp of 2^14 is 2^-9), code n (8 = the
+//                smallest normal).
+void RowQuant(const float* y, size_t K, size_t G, const float* sv, bool mul, Clamp clamp, float mx, bool cast_e4m3,
+              float* v, uint8_t* q) {
+  const DF df;
+  const DU du;
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<uint8_t, DF> d8;
+  const size_t N = hn::Lanes(df);
+  const auto hi = hn::Set(df, mx), lo = hn::Set(df, -mx);
+  auto quotient = [&](hn::Vec<DF> yv, hn::Vec<DF> s) {
+    const auto raw = mul ? hn::Mul(yv, s) : hn::Div(yv, s);
+    // The clamps that replace a NaN make its bits irrelevant: no canonicalisation needed there.
+    if (clamp == Clamp::nan_to_max) return hn::IfThenElse(hn::IsNaN(raw), hi, hn::Min(hn::Max(raw, lo), hi));
+    if (clamp == Clamp::nan_to_min) return hn::IfThenElse(hn::IsNaN(raw), lo, hn::Min(hn::Max(raw, lo), hi));
+    auto t = Canonical(raw);
+    switch (clamp) {
+      case Clamp::none: return t;
+      case Clamp::nan_to_max: return hn::IfThenElse(hn::IsNaN(t), hi, hn::Min(hn::Max(t, lo), hi));
+      case Clamp::nan_to_min: return hn::IfThenElse(hn::IsNaN(t), lo, hn::Min(hn::Max(t, lo), hi));
+      case Clamp::nan_kept: return hn::IfThenElse(hn::IsNaN(t), t, hn::Min(hn::Max(t, lo), hi));
+    }
+    return t;
+  };
+  auto cast = [&](hn::Vec<DF> t) {
+    const auto b = hn::BitCast(du, t);
+    const auto sign = hn::ShiftLeft<7>(hn::ShiftRight<31>(b));
+    const auto a = hn::And(b, hn::Set(du, 0x7FFFFFFFu));
+    const auto lsb = hn::And(hn::ShiftRight<20>(a), hn::Set(du, 1));
+    const auto normal = hn::Sub(hn::ShiftRight<20>(hn::Add(hn::Add(a, hn::Set(du, 0x7FFFFu)), lsb)),
+                                hn::Set(du, (127u - 7u) << 3));
+    // |v| + 2^14 rounds |v| to a multiple of 2^-9 (the ulp of 2^14), RNE; minus 2^14's bits: RNE(|v|·2^9) in [0, 8].
+    const auto sub = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, a), hn::Set(df, 16384.0f))),
+                             hn::Set(du, 0x46800000u));
+    const auto code = hn::IfThenElse(hn::Lt(a, hn::Set(du, 0x3C800000u)), sub, normal);
+    return hn::DemoteTo(d8, hn::BitCast(di, hn::Or(code, sign)));
+  };
+  for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
+    const size_t end = k0 + G < K ? k0 + G : K;
+    const auto s = hn::Set(df, sv[g]);
+    size_t k = k0;
+    for (; k + N <= end; k += N) {
+      const auto t = quotient(hn::LoadU(df, y + k), s);
+      if (cast_e4m3) hn::StoreU(cast(t), d8, q + k);
+      else hn::StoreU(t, df, v + k);
+    }
+    if (k < end) {  // the group's tail through a padded vector
+      HWY_ALIGN float buf[HWY_MAX_BYTES / sizeof(float)] = {};
+      HWY_ALIGN uint8_t cb[HWY_MAX_BYTES / sizeof(float)] = {};
+      for (size_t i = k; i < end; ++i) buf[i - k] = y[i];
+      const auto t = quotient(hn::Load(df, buf), s);
+      if (cast_e4m3) {
+        hn::Store(cast(t), d8, cb);
+        for (size_t i = k; i < end; ++i) q[i] = cb[i - k];
+      } else {
+        hn::Store(t, df, buf);
+        for (size_t i = k; i < end; ++i) v[i] = buf[i - k];
+      }
+    }
+  }
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace fp8ref::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <omp.h>
+
+#include <limits>
+
+#include "fp8ref/error.h"
+
+namespace fp8ref {
+namespace cpu {
+
+HWY_EXPORT(LoadRowBf16);
+HWY_EXPORT(SumSquaresF64);
+HWY_EXPORT(CubPartials);
+HWY_EXPORT(NormWeightBf16);
+HWY_EXPORT(NormWeightBf16Fast);
+HWY_EXPORT(NormWeightF32);
+HWY_EXPORT(RowAmax);
+HWY_EXPORT(RowQuant);
+
+namespace {
+
+constexpr uint32_t kNan = 0x7FFFFFFFu;
+
+float f32_of(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+float gpu(float v) { return std::isnan(v) ? f32_of(kNan) : v; }
+float round_to(Format dt, float v) {
+  if (dt == Format::f32) return v;
+  return f32_of(static_cast<uint32_t>(ref::narrow(dt, ref::narrow(Format::f32, bits_of(v), dt), Format::f32)));
+}
+
+// The quant specs the vectorised group quant handles (see the top of the file).
+bool fast_quant(const QuantSpec& q) {
+  return q.scale_dtype == ScaleDtype::f32 && q.scale_round == ScaleRound::rne && q.div == Division::ieee &&
+         q.scale_layout == ScaleLayout::row_major &&
+         (q.scale_formula == ScaleFormula::div || q.scale_formula == ScaleFormula::mul_rcp) &&
+         (q.formula == QuantFormula::div || q.formula == QuantFormula::mul_rcp) &&
+         (q.granularity.kind == GranularityKind::group || q.granularity.kind == GranularityKind::row);
+}
+
+float fmax_nan_loses(float a, float b) {
+  if (std::isnan(a)) return b;
+  if (std::isnan(b)) return a;
+  return a < b ? b : a;
+}
+float guard(const QuantSpec& q, float v, float floor) {
+  if (q.amax_nan == AmaxNan::ignore) return fmax_nan_loses(v, floor);
+  if (std::isnan(v) || std::isnan(floor)) return f32_of(kNan);
+  return v < floor ? floor : v;
+}
+
+// Step 2 `exact`: the verified f64 sum, else the reference's superaccumulator.
+float mean_square_exact(const float* z, int64_t n) {
+  const double s = HWY_DYNAMIC_DISPATCH(SumSquaresF64)(z, static_cast<size_t>(n));
+  if (!std::isfinite(s)) return ref::mean_square_exact(z, n);
+  if (s == 0) return 0.0f;  // non-negative terms: every z is ±0
+  const double q = s / static_cast<double>(n);
+  const double d = static_cast<double>(n + 4) * 0x1p-52;
+  const double lo = q * (1 - d), hi = q * (1 + d);
+  const float flo = static_cast<float>(lo), fhi = static_cast<float>(hi);  // RNE, monotone
+  if (bits_of(flo) == bits_of(fhi)) return flo;
+  return ref::mean_square_exact(z, n);
+}
+
+float mean_square_cub(const float* z, int64_t n, int threads, float* part) {
+  HWY_DYNAMIC_DISPATCH(CubPartials)(z, static_cast<size_t>(n / 4), static_cast<size_t>(threads), part);
+  for (int t = 0; t < threads; ++t) part[t] = gpu(part[t]);
+  float block = 0.0f;
+  for (int w = 0; w * 32 < threads; ++w) {
+    const int valid = threads - w * 32 < 32 ? threads - w * 32 : 32;
+    float* lane = part + w * 32;
+    for (int o = 1; o < 32; o *= 2)
+      for (int l = 0; l + o < valid; ++l) lane[l] = gpu(lane[l] + lane[l + o]);
+    block = w == 0 ? lane[0] : gpu(block + lane[0]);
+  }
+  return gpu(block / static_cast<float>(n));
+}
+
+}  // namespace
+
+void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
+  const RmsNormLayout L = rmsnorm_layout(spec, a.from, a.shape, a.weight_shape, a.residual ? &a.shape : nullptr);
+  const int64_t M = L.M, K = L.K;
+  const QuantSpec& qs = spec.quant;
+  const bool fast = fast_quant(qs) && !a.exact_q && K > 0;
+  // The normed rows are kept whole only when the reference quant runs after the loop (or they are asked for).
+  std::vector<float> all_y;
+  if (!fast && !a.normed) all_y.resize(static_cast<size_t>(M * K));
+  float* y_out = a.normed ? a.normed : all_y.data();
+  const int64_t G = qs.granularity.kind == GranularityKind::row ? (K > 0 ? K : 1) : qs.granularity.bk;
+  const int64_t ngroups = L.quant.n_scales / (M > 0 ? M : 1);
+  const float max = qs.fp8_max;
+  const float rcp_max = gpu(1.0f / max);
+  const size_t esz = a.from == Format::f32 ? 4 : 2;
+  // The cast in lanes (RowQuant): an RNE cast to e4m3fn of values a NaN-replacing clamp leaves in [-448, 448].
+  const bool cast_in_lanes = fast && qs.to == Format::e4m3fn && qs.cast.rounding == Rounding::rne &&
+                             (qs.clamp == Clamp::nan_to_max || qs.clamp == Clamp::nan_to_min) && max <= 448.0f;
+
+#pragma omp parallel
+  {
+    std::vector<float> z(static_cast<size_t>(K)), ybuf(static_cast<size_t>(K)), v(static_cast<size_t>(K));
+    std::vector<float> part(static_cast<size_t>(L.cub_threads > 0 ? L.cub_threads : 1));
+    std::vector<float> gamax(static_cast<size_t>(ngroups > 0 ? ngroups : 1)), gsv(gamax.size());
+    std::vector<uint8_t> gnan(gamax.size());
+    std::vector<float> wf;
+    if (a.from != Format::bf16 || fast) {  // weights widened once per thread (bf16: for the fast path)
+      wf.resize(static_cast<size_t>(K));
+      for (int64_t k = 0; k < K; ++k) {
+        if (a.from == Format::f32) {
+          std::memcpy(&wf[k], static_cast<const uint8_t*>(a.weight) + 4 * k, 4);
+        } else if (a.from == Format::bf16) {
+          uint16_t h;
+          std::memcpy(&h, static_cast<const uint8_t*>(a.weight) + 2 * k, 2);
+          wf[k] = f32_of(static_cast<uint32_t>(h) << 16);
+        } else {
+          uint16_t h;
+          std::memcpy(&h, static_cast<const uint8_t*>(a.weight) + 2 * k, 2);
+          wf[k] = f32_of(static_cast<uint32_t>(ref::narrow(Format::f16, h, Format::f32)));
+        }
+      }
+    }
+#pragma omp for schedule(static)
+    for (int64_t m = 0; m < M; ++m) {
+      const size_t off = static_cast<size_t>(m * K);
+      const uint8_t* xr = static_cast<const uint8_t*>(a.x) + off * esz;
+      const uint8_t* rr = a.residual ? static_cast<const uint8_t*>(a.residual) + off * esz : nullptr;
+      uint8_t* ro = a.residual && a.residual_out ? static_cast<uint8_t*>(a.residual_out) + off * esz : nullptr;
+      const bool dtype_sum = spec.residual_sum == ResidualSum::dtype;
+      // 1. the residual sum
+      if (a.from == Format::bf16) {
+        HWY_DYNAMIC_DISPATCH(LoadRowBf16)(reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr),
+                                          static_cast<size_t>(K), dtype_sum, z.data(), reinterpret_cast<uint16_t*>(ro));
+      } else {
+        for (int64_t k = 0; k < K; ++k) {
+          auto ld = [&](const uint8_t* p) {
+            if (a.from == Format::f32) {
+              float f;
+              std::memcpy(&f, p + 4 * k, 4);
+              return f;
+            }
+            uint16_t h;
+            std::memcpy(&h, p + 2 * k, 2);
+            return f32_of(static_cast<uint32_t>(ref::narrow(Format::f16, h, Format::f32)));
+          };
+          float zv = ld(xr);
+          if (rr) {
+            zv = gpu(zv + ld(rr));
+            if (dtype_sum) zv = round_to(a.from, zv);
+            if (ro) {
+              if (a.from == Format::f32) {
+                std::memcpy(ro + 4 * k, &zv, 4);
+              } else {
+                const uint16_t h = static_cast<uint16_t>(ref::narrow(Format::f32, bits_of(zv), Format::f16));
+                std::memcpy(ro + 2 * k, &h, 2);
+              }
+            }
+          }
+          z[k] = zv;
+        }
+      }
+      if (K == 0) continue;
+      // 2. the mean of squares
+      float var = 0;
+      switch (spec.variance) {
+        case Variance::exact: var = mean_square_exact(z.data(), K); break;
+        case Variance::f32_seq: {
+          float acc = 0.0f;
+          for (int64_t k = 0; k < K; ++k) acc = gpu(std::fma(z[k], z[k], acc));
+          var = gpu(acc / static_cast<float>(K));
+          break;
+        }
+        case Variance::cub: var = mean_square_cub(z.data(), K, L.cub_threads, part.data()); break;
+      }
+      // 3.–4.
+      const float u = gpu(var + spec.eps);
+      const float r = spec.rsqrt == Rsqrt::rn     ? ref::rsqrt_rn(u)
+                      : spec.rsqrt == Rsqrt::cuda ? ref::rsqrt_cuda(u)
+                                                  : gpu(1.0f / gpu(std::sqrt(u)));
+      if (a.rms) a.rms[m] = r;
+      // 5.–6. (and, for bf16 rows, the groups' amax)
+      float* y = fast && !a.normed ? ybuf.data() : y_out + off;
+      if (a.from == Format::bf16 && fast && !a.normed && !std::isnan(var) && !std::isnan(r)) {
+        HWY_DYNAMIC_DISPATCH(NormWeightBf16Fast)(z.data(), wf.data(), static_cast<size_t>(K), r, spec.weight, y,
+                                                 static_cast<size_t>(G), gamax.data(), gnan.data());
+      } else if (a.from == Format::bf16) {
+        HWY_DYNAMIC_DISPATCH(NormWeightBf16)(z.data(), static_cast<const uint16_t*>(a.weight), static_cast<size_t>(K), r,
+                                             spec.weight, y, static_cast<size_t>(G), gamax.data(), gnan.data());
+      } else if (a.from == Format::f32) {
+        HWY_DYNAMIC_DISPATCH(NormWeightF32)(z.data(), wf.data(), static_cast<size_t>(K), r, y);
+      } else {
+        for (int64_t k = 0; k < K; ++k) {
+          const float an = gpu(z[k] * r);
+          switch (spec.weight) {
+            case NormWeight::f32: y[k] = gpu(an * wf[k]); break;
+            case NormWeight::dtype_twice: y[k] = round_to(Format::f16, gpu(round_to(Format::f16, an) * wf[k])); break;
+            case NormWeight::dtype_once: y[k] = round_to(Format::f16, gpu(an * wf[k])); break;
+          }
+        }
+      }
+      if (!fast) continue;
+      // 7. the group quant (reference steps 2–9 of quant.h for the f32 kernels' specs)
+      if (a.from != Format::bf16)
+        HWY_DYNAMIC_DISPATCH(RowAmax)(y, static_cast<size_t>(K), static_cast<size_t>(G), gamax.data(), gnan.data());
+      float* scales = static_cast<float*>(a.scales) + m * ngroups;
+      const bool mul = qs.formula == QuantFormula::mul_rcp;
+      for (int64_t g = 0; g < ngroups; ++g) {
+        float amax = gamax[g];
+        if (qs.amax_nan == AmaxNan::propagate && gnan[g]) amax = f32_of(kNan);
+        if (qs.amax_floor) amax = guard(qs, amax, *qs.amax_floor);
+        float s = qs.scale_formula == ScaleFormula::div ? gpu(amax / max) : gpu(amax * rcp_max);
+        if (qs.min_scale) s = guard(qs, s, *qs.min_scale);
+        scales[g] = s;
+        gsv[g] = mul ? gpu(1.0f / s) : s;
+      }
+      HWY_DYNAMIC_DISPATCH(RowQuant)(y, static_cast<size_t>(K), static_cast<size_t>(G), gsv.data(), mul, qs.clamp, max,
+                                     cast_in_lanes, v.data(), a.q + off);
+      if (!cast_in_lanes) encode_f32(v.data(), a.q + off, static_cast<size_t>(K), qs.cast);
+    }
+  }
+  // Every other quant spec: the CPU backend's group quant over the normed rows (src/cpu/quant_cpu.cc, bit-identical
+  // to ref::quantize; it defers to the reference itself where it is not vectorised, e.g. for exact_q).
+  if (!fast) quantize(qs, Format::f32, y_out, a.shape, a.q, a.scales, a.exact_q);
+}
+
+}  // namespace cpu
+}  // namespace fp8ref
+#endif  // HWY_ONCE

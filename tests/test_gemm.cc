@@ -1,0 +1,326 @@
+// scaled_mm: the cpu implementations of exact, f32-kblock and hopper-tc are bit-identical to the reference on random
+// cases (every scaling, format pair, output type, bias mode, odd shapes and K tails, NaN/Inf codes, Inf and zero
+// scales, split-K, fast accumulation, the cuBLAS scale_b stride); hand-computed cases of each model; the spec checks.
+// The reference itself is checked against exact rational arithmetic in tests/python/test_scaled_mm_oracle.py and
+// against the H200 in tests/python/test_scaled_mm_h200.py.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "fp8ref/error.h"
+#include "fp8ref/gemm.h"
+#include "fp8ref/golden.h"
+#include "fp8ref/mma.h"
+
+using namespace fp8ref;
+
+namespace {
+
+struct Problem {
+  ScaledMmSpec s;
+  GemmShape g;
+  std::vector<uint8_t> a, b;
+  std::vector<float> sa, sb, bias;
+};
+
+size_t numel(const std::vector<int64_t>& v) {
+  size_t n = 1;
+  for (int64_t d : v) n *= static_cast<size_t>(d);
+  return n;
+}
+
+Problem make(std::mt19937_64& rng, const ScaledMmSpec& s, GemmShape g, bool specials) {
+  Problem p{s, g, {}, {}, {}, {}, {}};
+  auto codes = [&](Format f, size_t n) {
+    std::vector<uint8_t> c(n);
+    for (auto& x : c) {
+      x = static_cast<uint8_t>(rng() & 0xFF);
+      const bool special = f == Format::e4m3fn ? (x & 0x7F) == 0x7F : (x & 0x7C) == 0x7C;
+      if (special && !(specials && rng() % 64 == 0)) x = static_cast<uint8_t>(x & 0x83);  // mostly finite
+      if (rng() % 8 == 0) x = 0;
+    }
+    return c;
+  };
+  p.a = codes(s.fa, static_cast<size_t>(g.M * g.K));
+  p.b = codes(s.fb, static_cast<size_t>(g.N * g.K));
+  std::uniform_real_distribution<double> u(-4, 4);
+  auto scales = [&](size_t n) {
+    std::vector<float> v(n);
+    for (auto& x : v) {
+      x = s.scaling == GemmScaling::mx ? std::ldexp(1.0f, static_cast<int>(rng() % 12) - 6)
+                                       : static_cast<float>(std::exp2(u(rng)));
+      if (specials && rng() % 50 == 0) x = 0.0f;
+    }
+    return v;
+  };
+  p.sa = scales(numel(gemm_sa_shape(s, g)));
+  p.sb = scales(numel(gemm_sb_shape(s, g)));
+  p.bias.resize(static_cast<size_t>(g.N));
+  for (auto& x : p.bias) x = static_cast<float>(u(rng) * 30);
+  return p;
+}
+
+std::vector<uint8_t> run(const Problem& p, bool cpu) {
+  std::vector<uint8_t> out(static_cast<size_t>(p.g.M * p.g.N) * (p.s.out == Format::f32 ? 4 : 2));
+  const float* bias = p.s.bias == BiasMode::none ? nullptr : p.bias.data();
+  if (cpu) cpu::scaled_mm(p.s, p.g, p.a.data(), p.b.data(), p.sa.data(), p.sb.data(), bias, out.data());
+  else ref::scaled_mm(p.s, p.g, p.a.data(), p.b.data(), p.sa.data(), p.sb.data(), bias, out.data());
+  return out;
+}
+
+float f32_at(const std::vector<uint8_t>& v, size_t i) {
+  float f;
+  std::memcpy(&f, v.data() + 4 * i, 4);
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("scaled_mm: cpu is bit-identical to the reference for exact, f32-kblock and hopper-tc") {
+  std::mt19937_64 rng(12345);
+  const Format outs[] = {Format::f32, Format::bf16, Format::f16};
+  const std::pair<Format, Format> fmts[] = {{Format::e4m3fn, Format::e4m3fn}, {Format::e4m3fn, Format::e5m2},
+                                            {Format::e5m2, Format::e4m3fn}, {Format::e5m2, Format::e5m2}};
+  const GemmShape shapes[] = {{37, 70, 300}, {9, 130, 272}, {5, 3, 16}, {3, 4, 1}};
+  int i = 0, checked = 0;
+  for (GemmModel model : {GemmModel::exact, GemmModel::f32_kblock, GemmModel::hopper_tc})
+    for (GemmScaling sc : {GemmScaling::tensor, GemmScaling::rowwise, GemmScaling::blockwise, GemmScaling::group,
+                           GemmScaling::mx}) {
+      if (model == GemmModel::hopper_tc && sc == GemmScaling::mx) continue;
+      for (int rep = 0; rep < 4; ++rep, ++i) {
+        ScaledMmSpec s;
+        s.fa = fmts[i % 4].first, s.fb = fmts[i % 4].second;
+        s.scaling = sc;
+        s.model = model;
+        s.out = outs[i % 3];
+        s.bias = static_cast<BiasMode>(i % 3);
+        if (model == GemmModel::f32_kblock) {
+          s.promote_arith = i % 2 ? PromoteArith::fma : PromoteArith::mul_mul_add;
+          if (rep == 3) s.kblock = sc == GemmScaling::mx ? 16 : 64;
+        }
+        if (model == GemmModel::hopper_tc) {
+          const bool blocked = sc == GemmScaling::blockwise || sc == GemmScaling::group;
+          s.promote_never = !blocked && rep % 2 == 1;
+          s.split_k = 1 + rep % 3;
+        }
+        if (sc == GemmScaling::blockwise && rep == 2) s.cublas_sb_stride = true;
+        const Problem p = make(rng, s, shapes[rep], rep == 1);
+        CAPTURE(s.describe());
+        CAPTURE(rep);
+        const auto r = run(p, false), c = run(p, true);
+        CHECK(r == c);
+        ++checked;
+      }
+    }
+  CHECK(checked == 56);
+}
+
+TEST_CASE("scaled_mm: Inf scales and NaN / Inf codes follow IEEE rules in every model") {
+  ScaledMmSpec s;
+  s.fa = s.fb = Format::e5m2;
+  s.out = Format::f32;
+  const GemmShape g{1, 3, 4};
+  // row 0 of A: 1, 1, 0, 0; BT rows: (1,1,0,0), (+Inf,0,0,0) [Inf·1], (NaN,...)
+  std::vector<uint8_t> a = {0x3C, 0x3C, 0, 0};
+  std::vector<uint8_t> b = {0x3C, 0x3C, 0, 0, 0x7C, 0, 0, 0, 0x7E, 0, 0, 0};
+  std::vector<float> sa = {1.0f}, sb = {2.0f};
+  for (GemmModel m : {GemmModel::exact, GemmModel::f32_kblock, GemmModel::hopper_tc}) {
+    s.model = m;
+    std::vector<uint8_t> out(12);
+    for (bool cpu : {false, true}) {
+      if (cpu) cpu::scaled_mm(s, g, a.data(), b.data(), sa.data(), sb.data(), nullptr, out.data());
+      else ref::scaled_mm(s, g, a.data(), b.data(), sa.data(), sb.data(), nullptr, out.data());
+      CHECK(f32_at(out, 0) == 4.0f);
+      CHECK(f32_at(out, 1) == INFINITY);
+      uint32_t nan_bits;
+      std::memcpy(&nan_bits, out.data() + 8, 4);
+      CHECK(nan_bits == 0x7FFFFFFFu);  // canonical NaN
+    }
+    // Inf scale times a zero sum: NaN; times a non-zero sum: Inf
+    std::vector<float> sbi = {INFINITY};
+    std::vector<uint8_t> b0 = {0x3C, 0x3C, 0, 0, 0, 0, 0, 0, 0x3C, 0, 0, 0};
+    for (bool cpu : {false, true}) {
+      if (cpu) cpu::scaled_mm(s, g, a.data(), b0.data(), sa.data(), sbi.data(), nullptr, out.data());
+      else ref::scaled_mm(s, g, a.data(), b0.data(), sa.data(), sbi.data(), nullptr, out.data());
+      CHECK(f32_at(out, 0) == INFINITY);
+      CHECK(std::isnan(f32_at(out, 1)));
+      CHECK(f32_at(out, 2) == INFINITY);
+    }
+  }
+}
+
+TEST_CASE("scaled_mm: hand-computed hopper-tc and f32-kblock cases") {
+  ScaledMmSpec s;
+  s.out = Format::f32;
+  s.scaling = GemmScaling::tensor;
+  // K = 32, one step: 448·1 (E = 8 + 0) and 31 products of 2^-6 · 1 = 2^-6 ... the grid is 2^(8-13) = 2^-5, so each
+  // 2^-6 product is truncated to 0: hopper-tc gives 448 while the exact sum is 448 + 31·2^-6.
+  GemmShape g{1, 1, 32};
+  std::vector<uint8_t> a(32, 0x08), b(32, 0x38);  // a = 2^-6 (e4m3fn 0x08), b = 1
+  a[0] = 0x7E;                                     // 448
+  std::vector<float> one = {1.0f};
+  std::vector<uint8_t> out(4);
+  s.model = GemmModel::hopper_tc;
+  ref::scaled_mm(s, g, a.data(), b.data(), one.data(), one.data(), nullptr, out.data());
+  CHECK(f32_at(out, 0) == 448.0f);
+  s.model = GemmModel::exact;
+  ref::scaled_mm(s, g, a.data(), b.data(), one.data(), one.data(), nullptr, out.data());
+  CHECK(f32_at(out, 0) == 448.0f + 31.0f / 64.0f);
+  // promotion: with the 448 in the first 128-K tile and the small products in the second tile, promote=128 keeps them
+  g.K = 256;
+  a.assign(256, 0);
+  b.assign(256, 0x38);
+  a[0] = 0x7E;
+  for (int k = 128; k < 160; ++k) a[k] = 0x08;
+  s.model = GemmModel::hopper_tc;
+  ref::scaled_mm(s, g, a.data(), b.data(), one.data(), one.data(), nullptr, out.data());
+  CHECK(f32_at(out, 0) == 448.5f);
+  s.promote_never = true;  // fast accumulation: the small products meet the 448 in the accumulator and vanish
+  ref::scaled_mm(s, g, a.data(), b.data(), one.data(), one.data(), nullptr, out.data());
+  CHECK(f32_at(out, 0) == 448.0f);
+  // f32-kblock: mul-mul-add vs fma differ when RN(sa·sb) loses bits
+  s = ScaledMmSpec{};
+  s.out = Format::f32;
+  s.model = GemmModel::f32_kblock;
+  g = GemmShape{1, 1, 1};
+  std::vector<uint8_t> a1 = {0x38}, b1 = {0x3B};  // 1 · 1.375
+  const float x = 1.0f + std::ldexp(1.0f, -12), y = 1.0f + std::ldexp(1.0f, -12);
+  std::vector<float> sa = {x}, sb = {y};
+  ref::scaled_mm(s, g, a1.data(), b1.data(), sa.data(), sb.data(), nullptr, out.data());
+  const float mma = (1.375f * x) * y;
+  CHECK(f32_at(out, 0) == mma);
+  s.promote_arith = PromoteArith::fma;
+  ref::scaled_mm(s, g, a1.data(), b1.data(), sa.data(), sb.data(), nullptr, out.data());
+  CHECK(f32_at(out, 0) == std::fma(x * y, 1.375f, 0.0f));
+}
+
+TEST_CASE("scaled_mm: mma-sync-sm90 chains the instruction model over K") {
+  ScaledMmSpec s;
+  s.model = GemmModel::mma_sync_sm90;
+  s.out = Format::f32;
+  std::mt19937_64 rng(5);
+  const GemmShape g{2, 3, 64};
+  const Problem p = make(rng, s, g, false);
+  std::vector<uint8_t> out(static_cast<size_t>(g.M * g.N) * 4);
+  cpu::scaled_mm(s, g, p.a.data(), p.b.data(), p.sa.data(), p.sb.data(), nullptr, out.data());
+  for (int64_t m = 0; m < g.M; ++m)
+    for (int64_t n = 0; n < g.N; ++n) {
+      float d = ref::mma_sm90_element(s.fa, s.fb, p.a.data() + m * 64, p.b.data() + n * 64, 0.0f);
+      d = ref::mma_sm90_element(s.fa, s.fb, p.a.data() + m * 64 + 32, p.b.data() + n * 64 + 32, d);
+      CHECK(f32_at(out, static_cast<size_t>(m * g.N + n)) == d * (p.sa[0] * p.sb[0]));
+    }
+}
+
+TEST_CASE("scaled_mm: spec checks and names") {
+  ScaledMmSpec s;
+  GemmShape g{4, 4, 256};
+  CHECK_NOTHROW(check_scaled_mm(s, g));
+  s.fa = Format::e4m3fnuz;
+  CHECK_THROWS_AS(check_scaled_mm(s, g), InputError);
+  s = ScaledMmSpec{};
+  s.model = GemmModel::hopper_tc;
+  s.scaling = GemmScaling::mx;
+  CHECK_THROWS_AS(check_scaled_mm(s, g), InputError);
+  s.scaling = GemmScaling::blockwise;
+  s.promote_never = true;
+  CHECK_THROWS_AS(check_scaled_mm(s, g), InputError);
+  s = ScaledMmSpec{};
+  s.model = GemmModel::f32_kblock;
+  s.scaling = GemmScaling::group;
+  s.kblock = 96;  // does not divide 128
+  CHECK_THROWS_AS(check_scaled_mm(s, g), InputError);
+  s.kblock = 0;
+  s.split_k = 2;  // split-K is a hopper-tc parameter
+  CHECK_THROWS_AS(check_scaled_mm(s, g), InputError);
+  const float nan_scale[] = {1.0f, NAN};
+  CHECK_THROWS_AS(check_gemm_scales(s, nan_scale, 2, "sa"), InputError);
+  s.scaling = GemmScaling::mx;
+  const float not_pow2[] = {0.75f};
+  CHECK_THROWS_AS(check_gemm_scales(s, not_pow2, 1, "sa"), InputError);
+  GemmModel m;
+  int kb = 0;
+  CHECK(parse_gemm_model("f32-kblock:64", &m, &kb));
+  CHECK(m == GemmModel::f32_kblock);
+  CHECK(kb == 64);
+  CHECK_FALSE(parse_gemm_model("f32-kblock:x", &m, &kb));
+  CHECK(parse_gemm_model("hopper-tc", &m, &kb));
+  CHECK(m == GemmModel::hopper_tc);
+  s = ScaledMmSpec{};
+  s.scaling = GemmScaling::blockwise;
+  s.cublas_sb_stride = true;
+  CHECK(gemm_sb_shape(s, GemmShape{4, 384, 640}) == std::vector<int64_t>{2 * 8 + 5});
+  s.cublas_sb_stride = false;
+  CHECK(gemm_sb_shape(s, GemmShape{4, 384, 640}) == std::vector<int64_t>{3, 5});
+  CHECK(gemm_sa_shape(s, GemmShape{4, 384, 650}) == std::vector<int64_t>{4, 6});
+}
+
+TEST_CASE("scaled_mm: exact on ties and near-ties (the cpu fast path's fallback) equals the reference") {
+  // Small integers with unit scales: many sums are odd integers above 256, exact bf16 midpoints; a tiny subnormal
+  // product on some k makes near-ties; K = 2^17 + 5 > 2^17 also takes the integer path.
+  std::mt19937_64 rng(77);
+  for (GemmScaling sc : {GemmScaling::tensor, GemmScaling::group}) {
+    for (Format out : {Format::bf16, Format::f16, Format::f32}) {
+      ScaledMmSpec s;
+      s.scaling = sc;
+      s.out = out;
+      const GemmShape g{6, 40, 384};
+      Problem p = make(rng, s, g, false);
+      const uint8_t ints[] = {0x38, 0x40, 0x44, 0x48, 0x4A, 0x4C, 0x4E, 0x50, 0xB8, 0xC0, 0xC4, 0};  // ±1..8, 0
+      for (auto& c : p.a) c = ints[rng() % 12];
+      for (auto& c : p.b) c = ints[rng() % 12];
+      for (size_t i = 0; i < p.b.size(); i += 97) p.b[i] = 0x01;  // 2^-9 (with a = ±1..8: tiny offsets)
+      std::fill(p.sa.begin(), p.sa.end(), 1.0f);
+      std::fill(p.sb.begin(), p.sb.end(), sc == GemmScaling::group ? 0.5f : 1.0f);
+      CAPTURE(s.describe());
+      CHECK(run(p, false) == run(p, true));
+    }
+  }
+  ScaledMmSpec s;
+  s.out = Format::bf16;
+  const GemmShape g{2, 3, (int64_t{1} << 17) + 5};
+  Problem p = make(rng, s, g, false);
+  CHECK(run(p, false) == run(p, true));
+}
+
+TEST_CASE("scaled_mm: golden ops — every model in a descriptor, reference and cpu backends agree") {
+  using namespace fp8ref::golden;
+  for (const char* line :
+       {"scaled_mm shape=8x130x300 scaling=blockwise model=hopper-tc split-k=2 seed=1",
+        "scaled_mm shape=4x16x96 a=e5m2 scaling=mx model=f32-kblock:32 promote-arith=fma bias=f32 out=f16 seed=2",
+        "scaled_mm shape=4x16x64 scaling=rowwise model=hopper-tc promote=never bias=out out=f32 seed=3",
+        "scaled_mm shape=4x16x64 model=mma-sync-sm90 out=f32 seed=4",
+        "scaled_mm shape=8x260x520 scaling=blockwise model=exact sb-stride=cublas seed=5",
+        "scaled_bmm shape=3x4x16x256 scaling=group model=exact b-batched=false batch-scales=a seed=6",
+        "scaled_bmm shape=2x4x16x64 model=hopper-tc batch-scales=ab out=f32 seed=7"}) {
+    INFO(line);
+    const Descriptor d = parse_descriptor(line);
+    CHECK(parse_descriptor(to_string(d)) == d);
+    const io::SafetensorsFile g = make_golden(d);
+    REQUIRE(g.find("output.out") != nullptr);
+    REQUIRE(g.find("exact.out") != nullptr);
+    const io::SafetensorsFile r = run_case(g, "cpu", "golden");
+    CHECK(r.find("output.out")->data == g.find("output.out")->data);
+  }
+  const io::SafetensorsFile g = make_golden(parse_descriptor("scaled_mm shape=4x16x256 scaling=group model=fast seed=8"));
+  CHECK(g.find("bound.out") != nullptr);
+  CHECK_THROWS_AS(make_golden(parse_descriptor("scaled_mm scaling=mx model=hopper-tc")), InputError);
+  CHECK_THROWS_AS(make_golden(parse_descriptor("scaled_mm shape=4x4 model=exact")), InputError);
+}
+
+TEST_CASE("scaled_mm: exact with many K groups (the error-free fast path's bound) equals the reference") {
+  std::mt19937_64 rng(99);
+  for (GemmScaling sc : {GemmScaling::blockwise, GemmScaling::mx})
+    for (Format out : {Format::bf16, Format::f16}) {
+      ScaledMmSpec s;
+      s.scaling = sc;
+      s.out = out;
+      s.bias = BiasMode::f32;
+      const GemmShape g{4, 70, 4096};
+      const Problem p = make(rng, s, g, false);
+      CAPTURE(s.describe());
+      CHECK(run(p, false) == run(p, true));
+    }
+}

@@ -1,0 +1,297 @@
+// The `fast` scaled_mm model (src/cpu/gemm_fast.h): within its derived bound of the exact result on random cases
+// (every scaling, format pair, output type and bias mode; M, N, K tails), against an oracle written here: exact
+// integer group sums (__int128 on the 2^-32 grid every fp8 product lies on), then the scales in long double.
+#include <doctest/doctest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/gemm_fast.h"
+#include "fp8ref/convert.h"
+#include "fp8ref/error.h"
+#include "fp8ref/gemm.h"
+
+using namespace fp8ref;
+
+namespace {
+
+size_t numel(const std::vector<int64_t>& s) {
+  size_t n = 1;
+  for (int64_t d : s) n *= static_cast<size_t>(d);
+  return n;
+}
+
+uint8_t random_finite_code(Format f, std::mt19937_64& rng) {
+  for (;;) {
+    const uint8_t c = static_cast<uint8_t>(rng());
+    if (std::isfinite(ref::value_of(f, c))) return c;
+  }
+}
+
+struct Case {
+  ScaledMmSpec spec;
+  GemmShape g;
+  std::vector<uint8_t> a, bt;
+  std::vector<float> sa, sb, bias;
+};
+
+Case make_case(std::mt19937_64& rng, GemmScaling scaling, Format fa, Format fb, Format out, BiasMode bias, int64_t M,
+               int64_t N, int64_t K) {
+  Case c;
+  c.spec.fa = fa;
+  c.spec.fb = fb;
+  c.spec.scaling = scaling;
+  c.spec.out = out;
+  c.spec.model = GemmModel::fast;
+  c.spec.bias = bias;
+  c.g = {M, N, K};
+  c.a.resize(static_cast<size_t>(M * K));
+  c.bt.resize(static_cast<size_t>(N * K));
+  for (auto& x : c.a) x = random_finite_code(fa, rng);
+  for (auto& x : c.bt) x = random_finite_code(fb, rng);
+  std::uniform_real_distribution<double> mant(1.0, 2.0);
+  std::uniform_int_distribution<int> ex(-6, 6);
+  auto scale = [&]() -> float {
+    if (scaling == GemmScaling::mx) return rng() % 16 == 0 ? 0.0f : std::ldexp(1.0f, ex(rng));
+    return static_cast<float>(std::ldexp(mant(rng), ex(rng)));
+  };
+  c.sa.resize(numel(gemm_sa_shape(c.spec, c.g)));
+  c.sb.resize(numel(gemm_sb_shape(c.spec, c.g)));
+  for (auto& s : c.sa) s = scale();
+  for (auto& s : c.sb) s = scale();
+  if (bias != BiasMode::none) {
+    c.bias.resize(static_cast<size_t>(N));
+    for (auto& b : c.bias) b = static_cast<float>((mant(rng) - 1.5) * std::ldexp(1.0, ex(rng) + 8));
+  }
+  return c;
+}
+
+// The oracle: v(m,n) = Σ_kb sa·sb·P_kb (+ bias), P_kb exact (integer), then long double. Also returns the oracle's
+// own error bound (relative 2^-62 per long double step on the magnitudes).
+void oracle(const Case& c, std::vector<long double>* v, std::vector<long double>* err) {
+  const int64_t M = c.g.M, N = c.g.N, K = c.g.K;
+  const int64_t G = c.spec.scaling == GemmScaling::mx ? 32
+                    : (c.spec.scaling == GemmScaling::tensor || c.spec.scaling == GemmScaling::rowwise) ? std::max<int64_t>(K, 1)
+                                                                                                         : 128;
+  const int64_t KB = K == 0 ? 0 : (K + G - 1) / G;
+  v->assign(static_cast<size_t>(M * N), 0.0L);
+  err->assign(static_cast<size_t>(M * N), 0.0L);
+  auto sa_at = [&](int64_t m, int64_t kb) -> long double {
+    if (c.spec.scaling == GemmScaling::tensor) return c.sa[0];
+    if (c.spec.scaling == GemmScaling::rowwise) return c.sa[static_cast<size_t>(m)];
+    return c.sa[static_cast<size_t>(m * KB + kb)];
+  };
+  auto sb_at = [&](int64_t n, int64_t kb) -> long double {
+    if (c.spec.scaling == GemmScaling::tensor) return c.sb[0];
+    if (c.spec.scaling == GemmScaling::rowwise) return c.sb[static_cast<size_t>(n)];
+    if (c.spec.scaling == GemmScaling::blockwise) return c.sb[static_cast<size_t>((n / 128) * KB + kb)];
+    return c.sb[static_cast<size_t>(n * KB + kb)];
+  };
+  double va[256], vb[256];
+  for (int i = 0; i < 256; ++i) {
+    va[i] = ref::value_of(c.spec.fa, static_cast<uint8_t>(i));
+    vb[i] = ref::value_of(c.spec.fb, static_cast<uint8_t>(i));
+  }
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      long double sum = 0, mag = 0;
+      for (int64_t kb = 0; kb < KB; ++kb) {
+        __int128 p = 0;
+        for (int64_t k = kb * G; k < std::min(K, (kb + 1) * G); ++k) {
+          const double prod = va[c.a[static_cast<size_t>(m * K + k)]] * vb[c.bt[static_cast<size_t>(n * K + k)]];  // exact
+          p += static_cast<__int128>(std::ldexp(prod, 32));                                   // exact integer
+        }
+        const long double w = sa_at(m, kb) * sb_at(n, kb);  // exact: 48 bits
+        const long double t = std::ldexp(static_cast<long double>(p), -32) * w;
+        sum += t;
+        mag += std::fabs(t);
+      }
+      if (!c.bias.empty()) {
+        sum += c.bias[static_cast<size_t>(n)];
+        mag += std::fabs(static_cast<long double>(c.bias[static_cast<size_t>(n)]));
+      }
+      (*v)[static_cast<size_t>(m * N + n)] = sum;
+      (*err)[static_cast<size_t>(m * N + n)] = mag * (KB + 4) * std::ldexp(1.0L, -62);
+    }
+}
+
+double out_value(const Case& c, const std::vector<uint8_t>& out, size_t i) {
+  if (c.spec.out == Format::f32) {
+    float f;
+    std::memcpy(&f, &out[4 * i], 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, &out[2 * i], 2);
+  const uint32_t b = static_cast<uint32_t>(ref::narrow(c.spec.out, h, Format::f32));
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+// Runs fast and the bound; returns the largest |fast − v| / bound (CHECKs every element).
+double check_case(const Case& c, const std::string& what) {
+  const size_t MN = static_cast<size_t>(c.g.M * c.g.N);
+  std::vector<uint8_t> out(MN * (c.spec.out == Format::f32 ? 4 : 2));
+  const float* bias = c.bias.empty() ? nullptr : c.bias.data();
+  cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), c.bt.data(), c.sa.data(), c.sb.data(), bias, out.data());
+  std::vector<double> bound(MN);
+  cpu::scaled_mm_fast_bound(c.spec, c.g, c.a.data(), c.bt.data(), c.sa.data(), c.sb.data(), bias, bound.data());
+  std::vector<long double> v, oerr;
+  oracle(c, &v, &oerr);
+  double worst = 0;
+  size_t bad = 0;
+  for (size_t i = 0; i < MN; ++i) {
+    const long double diff = std::fabs(static_cast<long double>(out_value(c, out, i)) - v[i]);
+    if (!(diff <= bound[i] + oerr[i])) {
+      if (++bad <= 3) {
+        char buf[256];
+        std::snprintf(buf, sizeof buf, "%s: element %zu: fast %.9g exact %.12Lg |diff| %.3Lg > bound %.3g", what.c_str(), i,
+                      out_value(c, out, i), v[i], diff, bound[i]);
+        MESSAGE(std::string(buf));
+      }
+    }
+    if (bound[i] > 0 && std::isfinite(bound[i])) worst = std::max(worst, static_cast<double>(diff / bound[i]));
+  }
+  CHECK_MESSAGE(bad == 0, what);
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("fast scaled_mm stays within its derived bound of the exact result") {
+  std::mt19937_64 rng(20261201);
+  const GemmScaling scalings[] = {GemmScaling::tensor, GemmScaling::rowwise, GemmScaling::blockwise, GemmScaling::group,
+                                  GemmScaling::mx};
+  const Format fmts[][2] = {{Format::e4m3fn, Format::e4m3fn}, {Format::e5m2, Format::e5m2}, {Format::e4m3fn, Format::e5m2},
+                            {Format::e5m2, Format::e4m3fn}};
+  const Format outs[] = {Format::f32, Format::bf16, Format::f16};
+  const BiasMode biases[] = {BiasMode::none, BiasMode::f32, BiasMode::out};
+  const int64_t Ms[] = {1, 5, 17, 40}, Ns[] = {1, 7, 130, 300}, Ks[] = {1, 31, 128, 200, 300, 520};
+  double worst = 0;
+  int cases = 0;
+  for (GemmScaling s : scalings)
+    for (int i = 0; i < 10; ++i) {
+      const auto& f = fmts[rng() % 4];
+      const Format out = f[0] == Format::e5m2 && f[1] == Format::e5m2 && rng() % 2 ? Format::f32 : outs[rng() % 3];
+      const BiasMode bias = biases[rng() % 3];
+      const int64_t M = Ms[rng() % 4], N = Ns[rng() % 4], K = Ks[rng() % 6];
+      const Case c = make_case(rng, s, f[0], f[1], out, bias, M, N, K);
+      const std::string what = "seed 20261201 case " + std::to_string(cases) + ": " + c.spec.describe() + " M=" +
+                                std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
+      worst = std::max(worst, check_case(c, what));
+      ++cases;
+    }
+  // The bound is not vacuous: some output uses a good part of it (the output rounding alone is tight).
+  CHECK(worst > 0.25);
+}
+
+TEST_CASE("fast scaled_mm: the bound is tight enough to catch a wrong scale") {
+  std::mt19937_64 rng(7);
+  Case c = make_case(rng, GemmScaling::blockwise, Format::e4m3fn, Format::e4m3fn, Format::bf16, BiasMode::none, 16, 256, 384);
+  CHECK(check_case(c, "blockwise e4m3 bf16") <= 1.0);
+  // One weight-scale block 3% off: the output of that block leaves the bound (it is ~2^-8 relative for bf16 output).
+  std::vector<uint8_t> out(16 * 256 * 2);
+  std::vector<float> sb = c.sb;
+  sb[1 * 3 + 2] *= 1.03f;  // n-block 1, k-block 2
+  cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), c.bt.data(), c.sa.data(), sb.data(), nullptr, out.data());
+  std::vector<double> bound(16 * 256);
+  cpu::scaled_mm_fast_bound(c.spec, c.g, c.a.data(), c.bt.data(), c.sa.data(), c.sb.data(), nullptr, bound.data());
+  std::vector<long double> v, oerr;
+  oracle(c, &v, &oerr);
+  size_t outside_block1 = 0, outside_elsewhere = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const bool outside = std::fabs(out_value(c, out, i) - v[i]) > bound[i] + oerr[i];
+    ((i % 256) / 128 == 1 ? outside_block1 : outside_elsewhere) += outside;
+  }
+  CHECK(outside_elsewhere == 0);
+  CHECK(outside_block1 > 16 * 128 / 4);
+}
+
+TEST_CASE("fast scaled_mm: packed B reuse, zero sizes and bad input") {
+  std::mt19937_64 rng(11);
+  const Case c = make_case(rng, GemmScaling::group, Format::e4m3fn, Format::e4m3fn, Format::f32, BiasMode::none, 9, 40, 256);
+  const cpu::FastGemmB packed(c.spec, c.g, c.bt.data());
+  std::vector<float> o1(9 * 40), o2(9 * 40);
+  cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), c.bt.data(), c.sa.data(), c.sb.data(), nullptr, o1.data());
+  cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), packed, c.sa.data(), c.sb.data(), nullptr, o2.data());
+  CHECK(std::memcmp(o1.data(), o2.data(), o1.size() * 4) == 0);
+  // The same bits on 1 thread (oneDNN never splits a reduction across our threads), for both B paths.
+  const int threads = omp_get_max_threads();
+  for (const GemmShape& g : {GemmShape{300, 600, 1000}, GemmShape{40, 200, 3000}}) {
+    ScaledMmSpec t = c.spec;
+    t.scaling = GemmScaling::tensor;
+    const float sa1 = 0.5f, sb1 = 0.25f;
+    std::vector<uint8_t> a(static_cast<size_t>(g.M * g.K)), b(static_cast<size_t>(g.N * g.K));
+    for (auto& x : a) x = random_finite_code(Format::e4m3fn, rng);
+    for (auto& x : b) x = random_finite_code(Format::e4m3fn, rng);
+    std::vector<float> r1(static_cast<size_t>(g.M * g.N)), r2(r1.size());
+    omp_set_num_threads(1);
+    cpu::scaled_mm_fast(t, g, a.data(), b.data(), &sa1, &sb1, nullptr, r1.data());
+    omp_set_num_threads(std::max(threads, 2));
+    cpu::scaled_mm_fast(t, g, a.data(), b.data(), &sa1, &sb1, nullptr, r2.data());
+    omp_set_num_threads(threads);
+    CHECK(std::memcmp(r1.data(), r2.data(), r1.size() * 4) == 0);
+  }
+  // K = 0: the empty sum (+0), plus the bias.
+  ScaledMmSpec s = c.spec;
+  s.scaling = GemmScaling::tensor;
+  s.bias = BiasMode::f32;
+  const float one = 1.0f, bias[3] = {1.5f, -2.0f, 0.0f};
+  std::vector<float> o3(6, 7.0f);
+  cpu::scaled_mm_fast(s, {2, 3, 0}, nullptr, nullptr, &one, &one, bias, o3.data());
+  CHECK(o3 == std::vector<float>{1.5f, -2.0f, 0.0f, 1.5f, -2.0f, 0.0f});
+  // A packed B of another shape or scaling, a missing bias, a bad format: InputError.
+  ScaledMmSpec other = c.spec;
+  other.scaling = GemmScaling::tensor;
+  CHECK_THROWS_AS(cpu::scaled_mm_fast(other, c.g, c.a.data(), packed, &one, &one, nullptr, o2.data()), InputError);
+  CHECK_THROWS_AS(cpu::scaled_mm_fast(s, {2, 3, 0}, nullptr, nullptr, &one, &one, nullptr, o3.data()), InputError);
+  other.fa = Format::e4m3fnuz;
+  CHECK_THROWS_AS(cpu::scaled_mm_fast(other, c.g, c.a.data(), c.bt.data(), &one, &one, nullptr, o2.data()), InputError);
+}
+
+TEST_CASE("fast scaled_mm: fp8 -> bf16 is exact for every code") {
+  for (Format f : {Format::e4m3fn, Format::e5m2}) {
+    std::vector<uint8_t> codes(256 + 37);  // 37 more: the vector tail path too
+    for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>(i * 7 + 3 * (i >= 256));
+    std::vector<uint16_t> out(codes.size());
+    cpu::fp8_to_bf16(f, codes.data(), out.data(), codes.size());
+    for (size_t i = 0; i < codes.size(); ++i) {
+      const uint32_t want = ref::decode_f32_bits(f, codes[i], DecodeSpec{});
+      CAPTURE(format_name(f));
+      CAPTURE(static_cast<int>(codes[i]));
+      const uint32_t got = static_cast<uint32_t>(out[i]) << 16;
+      CHECK(got == want);
+    }
+  }
+}
+
+TEST_CASE("fast scaled_mm: tiny scale products (f32 subnormal) and the cuBLAS scale_b stride") {
+  std::mt19937_64 rng(5);
+  // Scale products near 2^-140: RN32(sa·sb) is subnormal; the bound's absolute underflow term must cover it.
+  Case c = make_case(rng, GemmScaling::group, Format::e5m2, Format::e4m3fn, Format::f32, BiasMode::none, 7, 50, 300);
+  for (auto& s : c.sa) s = std::ldexp(s, -66);
+  for (auto& s : c.sb) s = std::ldexp(s, -70);
+  CHECK(check_case(c, "group e5m2 x e4m3fn, scale products ~2^-136") <= 1.0);
+  // Blockwise with cublas_sb_stride: block (nb, kb) read at nb·roundup(KB, 4) + kb. The same values laid out densely
+  // must give bit-identical results.
+  Case d = make_case(rng, GemmScaling::blockwise, Format::e4m3fn, Format::e4m3fn, Format::bf16, BiasMode::none, 9, 300, 640);
+  const int64_t KB = 5, NB = 3, stride = 8;
+  ScaledMmSpec strided = d.spec;
+  strided.cublas_sb_stride = true;
+  std::vector<float> buf(static_cast<size_t>((NB - 1) * stride + KB), 1e9f);
+  for (int64_t nb = 0; nb < NB; ++nb)
+    for (int64_t kb = 0; kb < KB; ++kb) buf[static_cast<size_t>(nb * stride + kb)] = d.sb[static_cast<size_t>(nb * KB + kb)];
+  REQUIRE(numel(gemm_sb_shape(strided, d.g)) == buf.size());
+  std::vector<uint16_t> o1(9 * 300), o2(9 * 300);
+  cpu::scaled_mm_fast(d.spec, d.g, d.a.data(), d.bt.data(), d.sa.data(), d.sb.data(), nullptr, o1.data());
+  cpu::scaled_mm_fast(strided, d.g, d.a.data(), d.bt.data(), d.sa.data(), buf.data(), nullptr, o2.data());
+  CHECK(o1 == o2);
+}

@@ -1,0 +1,470 @@
+// The CPU quantization backend (src/cpu/quant_cpu.cc) against the reference (reference/quant_ref.cc), bit for bit:
+// codes, stored scales and dequantized values, for every named convention and each of its targets and scale dtypes,
+// every granularity, f32/bf16/f16 sources, tails, empty tensors, static scales and dequantization, on inputs built
+// to reach the hard cases: magnitudes 2^-140 .. 2^130, rows of zeros, groups under the guard, NaN/Inf inside a
+// group, values at ±max and at the overflow thresholds, quotients at and next to FP8 midpoints (the FMA division
+// and the exact formula's correction), K not a multiple of the vector width, rows longer than a work chunk.
+// The reference is the oracle here; it is itself checked against exact arithmetic in test_quant.cc, against numpy +
+// ml_dtypes (tests/python) and against the H200 captures.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fp8ref/convert.h"
+#include "fp8ref/error.h"
+#include "fp8ref/quant.h"
+
+using namespace fp8ref;
+
+namespace {
+
+uint32_t f32_bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+float f32_val(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+// A spec by convention, dtype and overrides; nullopt where the convention or finalize refuses the combination.
+std::optional<QuantSpec> try_spec(const char* conv, Format to, std::optional<ScaleDtype> dt,
+                                  const std::vector<std::pair<std::string, std::string>>& ov, bool dynamic) {
+  std::string err;
+  auto s = resolve_quant_convention(conv, to, dt, &err);
+  if (!s) return std::nullopt;
+  for (const auto& [k, v] : ov)
+    if (!apply_quant_override(k, v, &*s, &err)) return std::nullopt;
+  try {
+    finalize_quant_spec(&*s, dynamic);
+  } catch (const InputError&) {
+    return std::nullopt;
+  }
+  return s;
+}
+
+// Inputs as f32 values; the source tensor is their bit patterns narrowed (RNE) to `from`.
+struct Input {
+  std::vector<float> x;
+  std::vector<uint8_t> bytes;  // in `from`
+};
+
+Input make_source(Format from, std::vector<float> x) {
+  Input in;
+  in.x = std::move(x);
+  const size_t es = from == Format::f32 ? 4 : 2;
+  in.bytes.resize(in.x.size() * es);
+  for (size_t i = 0; i < in.x.size(); ++i) {
+    const uint32_t b = f32_bits(in.x[i]);
+    if (from == Format::f32) {
+      std::memcpy(&in.bytes[4 * i], &b, 4);
+    } else {
+      const uint16_t h = static_cast<uint16_t>(ref::narrow(Format::f32, b, from));
+      std::memcpy(&in.bytes[2 * i], &h, 2);
+    }
+  }
+  return in;
+}
+
+// Values that reach every branch: per row a kind (normal data at a random magnitude in 2^-140 .. 2^130, zeros,
+// tiny values under a guard, NaN/Inf inside, ±max·s and the overflow thresholds, FP8 midpoints times the group's
+// scale ± 1 ulp), K elements a row.
+std::vector<float> adversarial(std::mt19937_64& rng, int64_t rows, int64_t K, Format to) {
+  std::vector<float> x(static_cast<size_t>(rows * K));
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const double mx = format_info(to).max_value;
+  // FP8 grid points: values and midpoints of e4m3/e5m2 significands (1.mmm, 1.mmm1) and the overflow thresholds
+  const double mids[] = {1.0, 1.0625, 1.125, 1.1875, 1.25, 1.3125, 1.5, 1.625, 1.75, 1.875, 1.9375, 1.96875};
+  for (int64_t r = 0; r < rows; ++r) {
+    const int kind = static_cast<int>(rng() % 9);
+    const int e = static_cast<int>(rng() % 271) - 140;  // 2^-140 .. 2^130
+    for (int64_t k = 0; k < K; ++k) {
+      float& v = x[static_cast<size_t>(r * K + k)];
+      const double sgn = (rng() & 1) ? -1.0 : 1.0;
+      switch (kind) {
+        case 0: v = static_cast<float>(std::ldexp(normal(rng), e)); break;                       // any magnitude
+        case 1: v = (rng() % 4 == 0) ? -0.0f : 0.0f; break;                                      // zeros
+        case 2: v = static_cast<float>(sgn * std::ldexp(1.0 + (rng() % 1000) / 1000.0, -40 - static_cast<int>(rng() % 90))); break;
+        case 3: {  // NaN / Inf inside a group
+          const uint64_t t = rng() % 16;
+          v = t == 0 ? f32_val(0x7FC00000u | static_cast<uint32_t>(rng() & 0x3FFFFF) | (rng() & 1 ? 0x80000000u : 0))
+              : t == 1 ? static_cast<float>(sgn * INFINITY)
+                       : static_cast<float>(std::ldexp(normal(rng), e % 20));
+          break;
+        }
+        case 4: {  // ±max times a scale and the overflow thresholds: 448, 464, 480 (e4m3fn) or the format's own
+          const double s = std::ldexp(1.0 + (rng() % 7) / 8.0, static_cast<int>(rng() % 40) - 20);
+          const double t[] = {mx, mx * 1.0625, mx * 1.125, mx * 0.5, mx * 1.03125, mx * 0.96875};
+          v = static_cast<float>(sgn * s * t[rng() % 6]);
+          if (k == 0) v = static_cast<float>(s * mx);
+          break;
+        }
+        case 5: {  // quotients at FP8 midpoints: element = RN32(m · 2^j · s) with s = RN32(amax / max)
+          const double amax = std::ldexp(1.0 + (rng() % 97) / 97.0, static_cast<int>(rng() % 30) - 15);
+          const float s = static_cast<float>(amax) / static_cast<float>(mx);
+          const float m = static_cast<float>(std::ldexp(mids[rng() % 12], -static_cast<int>(rng() % 14)));
+          float t = m * s;
+          const int nudge = static_cast<int>(rng() % 3) - 1;
+          if (nudge) t = std::nextafter(t, nudge > 0 ? INFINITY : 0.0f);
+          v = k == 0 ? static_cast<float>(amax) : static_cast<float>(sgn) * t;
+          break;
+        }
+        case 6: v = static_cast<float>(std::ldexp(normal(rng), static_cast<int>(rng() % 40) - 20)); break;
+        case 7: {  // amax/max at a bf16 / f16 midpoint or a power of two (the scale's own rounding), ± 1 ulp
+          const double m[] = {1.0 + 0x1p-8, 1.0 + 3 * 0x1p-8, 1.0 + 0x1p-11, 1.5 + 0x1p-11, 1.0, 2.0};
+          float a = static_cast<float>(std::ldexp(m[rng() % 6], static_cast<int>(rng() % 30) - 15) * mx);
+          const int nudge = static_cast<int>(rng() % 3) - 1;
+          if (nudge) a = std::nextafter(a, nudge > 0 ? INFINITY : 0.0f);
+          v = k == 0 ? a : static_cast<float>(sgn * std::ldexp(normal(rng), -3)) * a / 8;
+          break;
+        }
+        default: v = f32_val(static_cast<uint32_t>(rng()));  // any bit pattern (subnormals, NaN payloads)
+      }
+    }
+  }
+  return x;
+}
+
+struct Out {
+  std::vector<uint8_t> q, s;
+};
+
+Out run_dynamic(bool cpu_backend, const QuantSpec& spec, Format from, const Input& in, const std::vector<int64_t>& shape) {
+  const QuantLayout L = quant_layout(spec, shape);
+  Out o;
+  o.q.assign(static_cast<size_t>(L.n_elems), 0xA5);
+  o.s.assign(static_cast<size_t>(L.n_scales) * static_cast<size_t>(format_info(scale_storage(spec)).bits / 8), 0xA5);
+  if (cpu_backend) cpu::quantize(spec, from, in.bytes.data(), shape, o.q.data(), o.s.data());
+  else ref::quantize(spec, from, in.bytes.data(), shape, o.q.data(), o.s.data());
+  return o;
+}
+
+std::string first_diff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  if (a.size() != b.size()) return "sizes differ";
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i])
+      return "byte " + std::to_string(i) + ": cpu " + std::to_string(a[i]) + " ref " + std::to_string(b[i]);
+  return "";
+}
+
+// cpu == ref for dynamic and static quantization of `in`; returns the number of elements compared.
+size_t check_both(const QuantSpec& spec, Format from, const Input& in, const std::vector<int64_t>& shape,
+                  const std::string& what) {
+  const Out r = run_dynamic(false, spec, from, in, shape);
+  const Out c = run_dynamic(true, spec, from, in, shape);
+  const std::string dq = first_diff(c.q, r.q), ds = first_diff(c.s, r.s);
+  CHECK_MESSAGE(dq.empty(), what, " codes: ", dq);
+  CHECK_MESSAGE(ds.empty(), what, " scales: ", ds);
+  // static with the reference's scales: the same codes by the contract, and cpu == ref
+  if (spec.formula != QuantFormula::max_div_amax && spec.formula != QuantFormula::max_mul_rcp_amax) {
+    std::vector<uint8_t> qr(r.q.size(), 0x5A), qc(r.q.size(), 0x5A);
+    ref::quantize_static(spec, from, in.bytes.data(), shape, r.s.data(), qr.data());
+    cpu::quantize_static(spec, from, in.bytes.data(), shape, r.s.data(), qc.data());
+    const std::string d = first_diff(qc, qr);
+    CHECK_MESSAGE(d.empty(), what, " static codes: ", d);
+  }
+  return r.q.size();
+}
+
+const char* const kGranularities[] = {"tensor", "row", "col", "group:16", "group:128", "group:7", "group:40",
+                                      "block:3x32", "block:4x20", "mx:32"};
+
+}  // namespace
+
+TEST_SUITE("quant_cpu") {
+  TEST_CASE("cpu == reference: every convention × target × scale dtype × granularity × source, adversarial data") {
+    std::mt19937_64 rng(20261201);
+    size_t cases = 0, elems = 0;
+    const std::vector<std::vector<int64_t>> shapes = {{2, 3, 70}, {9, 33}, {1, 161}};
+    for (const QuantConventionInfo& ci : quant_conventions()) {
+      for (Format to : {Format::e4m3fn, Format::e5m2, Format::e4m3fnuz, Format::e5m2fnuz}) {
+        for (std::optional<ScaleDtype> dt : {std::optional<ScaleDtype>{}, std::optional<ScaleDtype>{ScaleDtype::f32},
+                                             std::optional<ScaleDtype>{ScaleDtype::bf16},
+                                             std::optional<ScaleDtype>{ScaleDtype::f16},
+                                             std::optional<ScaleDtype>{ScaleDtype::ue8m0}}) {
+          for (const char* g : kGranularities) {
+            auto spec = try_spec(ci.name, to, dt, {{"granularity", g}, {"tail", "partial"}}, true);
+            if (!spec) continue;
+            for (Format from : {Format::f32, Format::bf16, Format::f16}) {
+              const auto& shape = shapes[cases % shapes.size()];
+              int64_t n = 1;
+              for (int64_t d : shape) n *= d;
+              const Input in = make_source(from, adversarial(rng, n / shape.back(), shape.back(), to));
+              elems += check_both(*spec, from, in, shape,
+                                  std::string(ci.name) + " " + format_name(to) + " " + to_string(spec->scale_dtype) +
+                                      " " + g + " from " + format_name(from));
+              ++cases;
+            }
+          }
+        }
+      }
+    }
+    MESSAGE(cases, " cases, ", elems, " elements");
+    CHECK(cases > 300);
+  }
+
+  TEST_CASE("cpu == reference: formulas, clamps, guards, NaN rules and scale stores by override") {
+    std::mt19937_64 rng(7);
+    const std::vector<std::vector<std::pair<std::string, std::string>>> variants = {
+        {{"formula", "x*(max/amax)"}},
+        {{"formula", "x*(max*rcp(amax))"}, {"clamp", "nan-kept"}},
+        {{"formula", "x*(1/s)"}, {"clamp", "nan-to-max"}, {"amax-nan", "propagate"}},
+        {{"scale-formula", "amax*(1/max)"}, {"guard", "amax-floor:1e-6,min-scale:1e-8"}},
+        {{"guard", "none"}, {"clamp", "none"}, {"cast", "torch-2.11"}},
+        {{"guard", "none"}, {"amax-nan", "propagate"}, {"cast", "ml_dtypes"}},
+        {{"formula", "exact"}, {"clamp", "nan-to-min"}},
+        {{"formula", "exact"}, {"fp8-max", "432"}, {"clamp", "nan-to-max"}},
+        {{"formula", "exact"}, {"guard", "none"}},
+        {{"fp8-max", "464"}},
+        {{"div", "triton-nv"}, {"guard", "none"}},
+        {{"div", "triton-nv"}, {"formula", "x*(1/s)"}, {"scale-formula", "amax*(1/max)"}},
+        {{"div", "triton-nv"}, {"formula", "x*(max/amax)"}, {"fp8-max", "1e-39"}},
+        {{"formula", "x*rcp-bits(s)"}},
+        {{"formula", "x*rcp-bits(s)@in"}, {"clamp", "nan-to-max"}},
+    };
+    size_t cases = 0;
+    for (const auto& ov : variants) {
+      for (const char* conv : {"vllm-group", "deepgemm", "exact"}) {
+        for (std::optional<ScaleDtype> dt : {std::optional<ScaleDtype>{ScaleDtype::f32}, std::optional<ScaleDtype>{ScaleDtype::ue8m0}}) {
+          for (const char* g : {"group:32", "row", "col", "block:4x16"}) {
+            auto o = ov;
+            o.push_back({"granularity", g});
+            o.push_back({"tail", "partial"});
+            auto spec = try_spec(conv, Format::e4m3fn, dt, o, true);
+            if (!spec) continue;
+            for (Format from : {Format::f32, Format::bf16, Format::f16}) {
+              const std::vector<int64_t> shape = {8, 45};
+              const Input in = make_source(from, adversarial(rng, 8, 45, Format::e4m3fn));
+              check_both(*spec, from, in, shape, std::string(conv) + " " + spec->describe() + " from " + format_name(from));
+              ++cases;
+            }
+          }
+        }
+      }
+    }
+    CHECK(cases > 100);
+  }
+
+  TEST_CASE("cpu == reference: large tensors (threads, rows longer than a chunk, K not a multiple of the vector)") {
+    std::mt19937_64 rng(11);
+    struct Case {
+      const char* conv;
+      const char* gran;
+      std::vector<int64_t> shape;
+      Format from;
+    };
+    const Case cases[] = {
+        {"vllm-group", "group:128", {96, 1024}, Format::bf16},      {"deepseek-act-quant", "group:128", {64, 896}, Format::bf16},
+        {"sglang-triton", "group:64", {3, 20, 512}, Format::f16},   {"vllm-per-token", "row", {4, 20011}, Format::f32},
+        {"exact", "tensor", {3, 17001}, Format::bf16},              {"deepgemm", "block:128x128", {130, 300}, Format::bf16},
+        {"exact", "col", {300, 131}, Format::f32},                  {"mx", "mx:32", {40, 1056}, Format::bf16},
+        {"exact", "group:9000", {2, 18000}, Format::f32},           {"vllm-group", "group:128", {1, 65536}, Format::f32},
+    };
+    for (const Case& c : cases) {
+      auto spec = try_spec(c.conv, Format::e4m3fn, std::nullopt, {{"granularity", c.gran}, {"tail", "partial"}}, true);
+      REQUIRE_MESSAGE(spec.has_value(), c.conv, " ", c.gran);
+      int64_t n = 1;
+      for (int64_t d : c.shape) n *= d;
+      // mostly ordinary data (the fast paths), a few adversarial rows
+      std::vector<float> x(static_cast<size_t>(n));
+      std::normal_distribution<float> normal(0.0f, 2.0f);
+      for (float& v : x) v = normal(rng);
+      const std::vector<float> adv = adversarial(rng, 4, 256, Format::e4m3fn);
+      for (size_t i = 0; i < adv.size() && i * 7 < x.size(); ++i) x[i * 7] = adv[i];
+      check_both(*spec, c.from, make_source(c.from, x), c.shape, std::string(c.conv) + " " + c.gran);
+    }
+  }
+
+  TEST_CASE("cpu == reference: empty tensors, one element, all zeros, tails of 1") {
+    std::mt19937_64 rng(3);
+    for (const char* g : {"tensor", "row", "col", "group:128", "block:2x8", "mx:32"}) {
+      for (const char* conv : {"exact", "vllm-group", "mx"}) {
+        auto spec = try_spec(conv, Format::e4m3fn, std::nullopt, {{"granularity", g}, {"tail", "partial"}}, true);
+        if (!spec) continue;
+        for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{0, 128}, {4, 0}, {0}, {1}, {1, 1}, {3, 129}, {5, 33}}) {
+          if (spec->granularity.kind == GranularityKind::block && shape.size() < 2) continue;
+          int64_t n = 1;
+          for (int64_t d : shape) n *= d;
+          std::vector<float> x(static_cast<size_t>(n), 0.0f);
+          if (n > 3) x = adversarial(rng, 1, n, Format::e4m3fn);
+          check_both(*spec, Format::bf16, make_source(Format::bf16, x), shape, std::string(conv) + " " + g);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("static quantization: arbitrary scales (negative, zero, Inf, NaN, subnormal, non-powers of two)") {
+    std::mt19937_64 rng(5);
+    for (const char* conv : {"vllm-group", "sglang-triton", "exact", "deepgemm", "deepseek-act-quant", "sgl-kernel", "sglang-jit"}) {
+      for (std::optional<ScaleDtype> dt : {std::optional<ScaleDtype>{ScaleDtype::f32}, std::optional<ScaleDtype>{ScaleDtype::bf16},
+                                           std::optional<ScaleDtype>{ScaleDtype::ue8m0}}) {
+        for (const char* store : {"native", "f32"}) {
+          std::vector<std::pair<std::string, std::string>> ov = {{"granularity", "group:16"}, {"tail", "partial"}};
+          if (dt == ScaleDtype::ue8m0) ov.push_back({"scale-store", store});
+          else if (std::string(store) == "f32") continue;
+          auto spec = try_spec(conv, Format::e4m3fn, dt, ov, false);
+          if (!spec) continue;
+          const std::vector<int64_t> shape = {6, 50};
+          const QuantLayout L = quant_layout(*spec, shape);
+          const Input in = make_source(Format::f32, adversarial(rng, 6, 50, Format::e4m3fn));
+          const Format st = scale_storage(*spec);
+          const size_t ss = static_cast<size_t>(format_info(st).bits / 8);
+          std::vector<uint8_t> s(static_cast<size_t>(L.n_scales) * ss);
+          for (size_t i = 0; i < static_cast<size_t>(L.n_scales); ++i) {
+            const float picks[] = {0.0f, -0.5f, INFINITY, NAN, 1e-40f, 3.0f, 0.01171875f, 2.5e-3f, 1.0f / 3, 7e5f,
+                                   1e38f, -3e38f, 2e-38f};
+            const float v = (rng() & 1) ? picks[rng() % 13] : static_cast<float>(std::ldexp(1.0, static_cast<int>(rng() % 40) - 20));
+            if (st == Format::ue8m0) {
+              s[i] = static_cast<uint8_t>(rng() % 256);
+            } else if (st == Format::f32) {
+              const uint32_t b = f32_bits(v);
+              std::memcpy(&s[4 * i], &b, 4);
+            } else {
+              const uint16_t h = static_cast<uint16_t>(ref::narrow(Format::f32, f32_bits(v), st));
+              std::memcpy(&s[2 * i], &h, 2);
+            }
+          }
+          std::vector<uint8_t> qr(static_cast<size_t>(L.n_elems)), qc(qr.size());
+          ref::quantize_static(*spec, Format::f32, in.bytes.data(), shape, s.data(), qr.data());
+          cpu::quantize_static(*spec, Format::f32, in.bytes.data(), shape, s.data(), qc.data());
+          const std::string d = first_diff(qc, qr);
+          const std::string what = std::string(conv) + " " + to_string(spec->scale_dtype) + " " + store + ": " + d;
+          CHECK_MESSAGE(d.empty(), what);
+        }
+      }
+    }
+  }
+
+  TEST_CASE("dequantize: cpu == reference for every code, target, scale dtype, output and granularity") {
+    std::mt19937_64 rng(9);
+    for (Format to : {Format::e4m3fn, Format::e5m2, Format::e4m3fnuz, Format::e5m2fnuz}) {
+      for (ScaleDtype dt : {ScaleDtype::f32, ScaleDtype::bf16, ScaleDtype::f16, ScaleDtype::ue8m0}) {
+        for (const char* g : {"tensor", "row", "col", "group:16", "group:7", "block:2x32", "mx:32"}) {
+          for (Format out : {Format::f32, Format::bf16, Format::f16}) {
+            QuantSpec spec;
+            spec.to = to;
+            spec.scale_dtype = dt;
+            spec.scale_round = dt == ScaleDtype::ue8m0 ? ScaleRound::pow2_ceil : ScaleRound::rne;
+            std::string err;
+            REQUIRE(apply_quant_override("granularity", g, &spec, &err));
+            REQUIRE(apply_quant_override("tail", "partial", &spec, &err));
+            if (spec.granularity.kind == GranularityKind::mx && dt != ScaleDtype::ue8m0) continue;
+            if (dt == ScaleDtype::ue8m0 && (rng() & 1)) spec.scale_store = ScaleStore::f32;
+            const std::vector<int64_t> shape = {5, 103};  // every code appears (515 elements)
+            const QuantLayout L = quant_layout(spec, shape);
+            std::vector<uint8_t> q(static_cast<size_t>(L.n_elems));
+            for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<uint8_t>(i < 256 ? i : rng());
+            const Format st = scale_storage(spec);
+            const size_t ss = static_cast<size_t>(format_info(st).bits / 8);
+            std::vector<uint8_t> s(static_cast<size_t>(L.n_scales) * ss);
+            for (size_t i = 0; i < static_cast<size_t>(L.n_scales); ++i) {
+              const float picks[] = {0.0f, INFINITY, NAN, 1e-40f, 3e38f, 1.0f / 3, 1e-30f, -2.0f};
+              const float v = (rng() % 4 == 0) ? picks[rng() % 8] : static_cast<float>(std::ldexp(1.0 + (rng() % 100) / 100.0, static_cast<int>(rng() % 60) - 30));
+              if (st == Format::ue8m0) {
+                s[i] = static_cast<uint8_t>(rng() % 256);
+              } else if (st == Format::f32) {
+                const uint32_t b = dt == ScaleDtype::ue8m0 ? static_cast<uint32_t>(rng() % 256) << 23 : f32_bits(v);
+                std::memcpy(&s[4 * i], &b, 4);
+              } else {
+                const uint16_t h = static_cast<uint16_t>(ref::narrow(Format::f32, f32_bits(v), st));
+                std::memcpy(&s[2 * i], &h, 2);
+              }
+            }
+            const size_t os = out == Format::f32 ? 4 : 2;
+            std::vector<uint8_t> xr(q.size() * os, 0x11), xc(q.size() * os, 0x22);
+            ref::dequantize(spec, q.data(), shape, s.data(), out, xr.data());
+            cpu::dequantize(spec, q.data(), shape, s.data(), out, xc.data());
+            const std::string d = first_diff(xc, xr);
+            CHECK_MESSAGE(d.empty(), format_name(to), " ", to_string(dt), " ", g, " -> ", format_name(out), ": ", d);
+          }
+        }
+      }
+    }
+    // a large one: threads and chunks
+    QuantSpec spec;
+    std::vector<uint8_t> q(size_t{256} * 7168);
+    for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<uint8_t>(rng());
+    std::vector<float> s(size_t{256} * 56);
+    for (float& v : s) v = static_cast<float>(std::ldexp(1.0 + (rng() % 1000) / 1000.0, static_cast<int>(rng() % 40) - 20));
+    for (Format out : {Format::f32, Format::bf16}) {
+      std::vector<uint8_t> xr(q.size() * 4), xc(q.size() * 4);
+      ref::dequantize(spec, q.data(), {256, 7168}, s.data(), out, xr.data());
+      cpu::dequantize(spec, q.data(), {256, 7168}, s.data(), out, xc.data());
+      CHECK(first_diff(xc, xr).empty());
+    }
+  }
+
+  TEST_CASE("the FMA division the kernel uses (Markstein) equals IEEE division on its range, ties included") {
+    // src/cpu/quant_cpu.cc divides y / sv as q0 = RN(y·r), r = RN(1/sv); two corrections q += RN(y − sv·q)·r
+    // (fused), for sv in [2^-60, 2^60] and |y| in [2^-60, 2^60]. The same steps in scalar std::fma, against `/`.
+    std::mt19937_64 rng(13);
+    const double mids[] = {1.0, 1.0625, 1.125, 1.1875, 1.25, 1.5, 1.75, 1.875, 1.9375, 1.03125, 1.96875};
+    size_t n = 0, bad = 0;
+    for (int i = 0; i < 2000000; ++i) {
+      const float sv = f32_val(static_cast<uint32_t>((67 + rng() % 121) << 23) | static_cast<uint32_t>(rng() & 0x7FFFFF));
+      float y;
+      if (i % 2) {
+        y = f32_val(static_cast<uint32_t>((67 + rng() % 121) << 23) | static_cast<uint32_t>(rng() & 0x7FFFFF));
+      } else {  // quotients at and next to FP8 decision points
+        y = static_cast<float>(std::ldexp(mids[rng() % 11], static_cast<int>(rng() % 20) - 10)) * sv;
+        const int nudge = static_cast<int>(rng() % 5) - 2;
+        for (int u = 0; u < std::abs(nudge); ++u) y = std::nextafter(y, nudge > 0 ? INFINITY : 0.0f);
+      }
+      const uint32_t ay = f32_bits(y) & 0x7FFFFFFFu;
+      if (ay < 0x21800000u || ay > 0x5D800000u) continue;
+      const float r = 1.0f / sv;
+      float q = y * r;
+      q = std::fma(std::fma(-q, sv, y), r, q);
+      q = std::fma(std::fma(-q, sv, y), r, q);
+      bad += f32_bits(q) != f32_bits(y / sv);
+      ++n;
+    }
+    CHECK(n > 1500000);
+    CHECK(bad == 0);
+  }
+
+  TEST_CASE("which specs are vectorised (cpu::quant_path) and that bad input throws as in the reference") {
+    auto path = [](const char* conv, std::optional<ScaleDtype> dt, bool dynamic = true,
+                   std::vector<std::pair<std::string, std::string>> ov = {}) {
+      auto s = try_spec(conv, Format::e4m3fn, dt, ov, dynamic);
+      REQUIRE(s.has_value());
+      return cpu::quant_path(*s, dynamic);
+    };
+    // vectorised: every named convention with its own scale dtypes, dynamic and static
+    for (const char* conv : {"vllm-group", "vllm-per-token", "deepseek-act-quant", "deepgemm", "sglang-triton"}) {
+      CHECK_MESSAGE(path(conv, ScaleDtype::f32).rfind("vector", 0) == 0, conv, ": ", path(conv, ScaleDtype::f32));
+      CHECK_MESSAGE(path(conv, ScaleDtype::f32, false).rfind("vector", 0) == 0, conv);
+    }
+    for (const char* conv : {"vllm-group", "deepseek-act-quant", "deepgemm", "sglang-triton", "mx", "sgl-kernel", "sglang-jit"})
+      CHECK_MESSAGE(path(conv, ScaleDtype::ue8m0).rfind("vector", 0) == 0, conv, ": ", path(conv, ScaleDtype::ue8m0));
+    CHECK(path("exact", ScaleDtype::f32).rfind("vector", 0) == 0);  // the FMA-corrected exact quotient
+    CHECK(path("exact", ScaleDtype::f32).find("outside [2^-60, 2^60]: reference") != std::string::npos);
+    CHECK(path("vllm-group", ScaleDtype::f32, true, {{"formula", "x*(max*rcp(amax))"}}).rfind("vector", 0) == 0);
+    // scale-formula exact rounded once to a narrow scale dtype: per group from the f64 quotient (vectorised elements)
+    for (ScaleDtype dt : {ScaleDtype::bf16, ScaleDtype::f16, ScaleDtype::ue8m0})
+      CHECK(path("exact", dt).rfind("vector", 0) == 0);
+    CHECK(path("exact", ScaleDtype::bf16, false).rfind("vector", 0) == 0);  // static: no scale to compute
+    auto s = try_spec("vllm-group", Format::e4m3fn, std::nullopt, {}, true);
+    CHECK(cpu::quant_path(*s, true, true).rfind("reference: the exact", 0) == 0);
+    // exact_q requested: the reference's numbers, through the cpu entry point
+    const std::vector<float> x = {1.0f, -3.0f, 0.5f, 7.0f};
+    const Input in = make_source(Format::f32, x);
+    auto e = try_spec("exact", Format::e4m3fn, std::nullopt, {{"granularity", "row"}}, true);
+    std::vector<uint8_t> q(4), sc(4);
+    std::vector<double> ex(4);
+    cpu::quantize(*e, Format::f32, in.bytes.data(), {1, 4}, q.data(), sc.data(), ex.data());
+    CHECK(ex[3] == doctest::Approx(448.0));
+    // bad shapes and sources throw InputError like the reference
+    auto g = try_spec("vllm-group", Format::e4m3fn, std::nullopt, {}, true);
+    std::vector<uint8_t> big(4096);
+    CHECK_THROWS_AS(cpu::quantize(*g, Format::f32, big.data(), {2, 100}, big.data(), big.data()), InputError);
+    CHECK_THROWS_AS(cpu::quantize(*g, Format::f64, big.data(), {1, 128}, big.data(), big.data()), InputError);
+    CHECK_THROWS_AS(cpu::dequantize(*g, big.data(), {1, 128}, big.data(), Format::e4m3fn, big.data()), InputError);
+  }
+}

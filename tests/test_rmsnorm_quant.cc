@@ -1,0 +1,328 @@
+// rmsnorm_quant: the exact pieces of the reference against independent computations (mean of squares on rows
+// whose exact answer is known, the correctly rounded rsqrt against a long-double estimate plus exact midpoint
+// checks), the conventions' field values, bad input, and the CPU backend bit-identical to the reference over random
+// rows of many magnitudes, zero rows, NaN/Inf, ±max, group tails, residual on/off, every convention and every field
+// value. The numpy + ml_dtypes + fractions oracle is tests/python/test_rmsnorm_quant_oracle.py.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fp8ref/convert.h"
+#include "fp8ref/error.h"
+#include "fp8ref/io.h"
+#include "fp8ref/rmsnorm.h"
+
+using namespace fp8ref;
+
+namespace {
+
+float f32_of(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+RmsNormQuantSpec spec_for(const char* name, Format to, std::vector<std::pair<std::string, std::string>> ov = {}) {
+  std::string err;
+  auto s = resolve_rmsnorm_quant_convention(name, to, &err);
+  REQUIRE_MESSAGE(s.has_value(), err);
+  for (auto& [k, v] : ov) REQUIRE_MESSAGE(apply_rmsnorm_override(k, v, &*s, &err), err);
+  finalize_rmsnorm_quant_spec(&*s);
+  return *s;
+}
+
+// Source values as `from` bytes.
+std::vector<uint8_t> encode_as(Format from, const std::vector<float>& v) {
+  const size_t es = from == Format::f32 ? 4 : 2;
+  std::vector<uint8_t> out(v.size() * es);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (from == Format::f32) {
+      std::memcpy(&out[4 * i], &v[i], 4);
+    } else {
+      const uint16_t h = static_cast<uint16_t>(ref::narrow(Format::f32, bits_of(v[i]), from));
+      std::memcpy(&out[2 * i], &h, 2);
+    }
+  }
+  return out;
+}
+
+struct Outputs {
+  std::vector<uint8_t> q, scales, res;
+  std::vector<float> normed;
+};
+
+Outputs run(bool cpu, const RmsNormQuantSpec& spec, Format from, const std::vector<uint8_t>& x,
+            const std::vector<uint8_t>& w, const std::vector<uint8_t>* res, std::vector<int64_t> shape, bool normed) {
+  RmsNormQuantArgs a;
+  a.from = from;
+  a.shape = shape;
+  a.weight_shape = {shape.back()};
+  const RmsNormLayout L = rmsnorm_layout(spec, from, shape, a.weight_shape, res ? &shape : nullptr);
+  Outputs o;
+  o.q.assign(static_cast<size_t>(L.quant.n_elems), 0xAA);
+  o.scales.assign(static_cast<size_t>(L.quant.n_scales) * (format_info(scale_storage(spec.quant)).bits / 8), 0xAA);
+  a.x = x.data();
+  a.weight = w.data();
+  a.q = o.q.data();
+  a.scales = o.scales.data();
+  if (res) {
+    a.residual = res->data();
+    o.res.assign(res->size(), 0xAA);
+    a.residual_out = o.res.data();
+  }
+  if (normed) {
+    o.normed.assign(static_cast<size_t>(L.quant.n_elems), -1.0f);
+    a.normed = o.normed.data();
+  }
+  if (cpu) cpu::rmsnorm_quant(spec, a);
+  else ref::rmsnorm_quant(spec, a);
+  return o;
+}
+
+// Rows of many magnitudes: row m has scale 2^e with e spread over [-60, 60], normal-ish values; some rows zero;
+// NaN / ±Inf / ±max sprinkled when `special`.
+std::vector<float> make_rows(std::mt19937_64& rng, int64_t M, int64_t K, Format from, bool special) {
+  std::vector<float> v(static_cast<size_t>(M * K));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const float big = from == Format::f16 ? 65504.0f : from == Format::bf16 ? f32_of(0x7F7F0000u) : f32_of(0x7F7FFFFFu);
+  for (int64_t m = 0; m < M; ++m) {
+    const int kind = static_cast<int>(rng() % 8);
+    const int e = static_cast<int>(rng() % 121) - 60;
+    for (int64_t k = 0; k < K; ++k) {
+      float x = std::ldexp(nd(rng), from == Format::f16 ? e / 5 : e);
+      if (kind == 0) x = 0.0f;
+      if (kind == 1 && k % 3 == 0) x = (rng() & 1) ? big : -big;       // ±max: squares overflow f32
+      if (kind == 2 && k % 7 == 0) x = 0.0f;                              // a few zeros
+      if (special && kind == 3 && rng() % 50 == 0) x = std::nanf("");
+      if (special && kind == 4 && rng() % 60 == 0) x = (rng() & 1) ? HUGE_VALF : -HUGE_VALF;
+      if (kind == 5) x = std::ldexp(nd(rng), -140);                       // tiny: squares far below f32
+      v[static_cast<size_t>(m * K + k)] = x;
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("rmsnorm_quant: exact mean of squares on rows with known answers") {
+  auto ms = [](std::vector<float> z) { return ref::mean_square_exact(z.data(), static_cast<int64_t>(z.size())); };
+  CHECK(ms({1, 2}) == 2.5f);
+  CHECK(ms({3, 3, 3}) == 9.0f);
+  CHECK(ms({0, 0, -0.0f}) == 0.0f);
+  // (1 + 2^-60) / 2 = 0.5 + 2^-61: far below half an ulp of 0.5
+  CHECK(ms({1, std::ldexp(1.0f, -30)}) == 0.5f);
+  // {2^12, 1, 2^-13, 0}: Σ/4 = 2^22 + 2^-2 + 2^-28, just above the midpoint 2^22 + 2^-2 (f32 ulp 0.5 there) -> up;
+  // an f32 running sum would lose the 1 (2^24 + 1 ties to 2^24) and give 2^22.
+  CHECK(ms({4096, 1, std::ldexp(1.0f, -13), 0}) == 4194304.5f);
+  // huge: (2^100)² / 2 = 2^199 overflows f32 -> +Inf; tiny: (2^-149)² = 2^-298 -> +0
+  CHECK(std::isinf(ms({std::ldexp(1.0f, 100), 0})));
+  CHECK(ms({std::ldexp(1.0f, -149)}) == 0.0f);
+  // f32 subnormal result: z = 2^-70 -> 2^-140 (subnormal, exact)
+  CHECK(ms({std::ldexp(1.0f, -70)}) == std::ldexp(1.0f, -140));
+  CHECK(std::isnan(ms({1, std::nanf("")})));
+  CHECK(std::isinf(ms({1, -HUGE_VALF})));
+  // integers: Σ exact in f64 below 2^53, RN32(Σ/n) from a long-double quotient (64-bit: rounds like the exact
+  // quotient unless within 2^-64 of an f32 midpoint, which n = 7 cannot produce: midpoints have denominators 2^k)
+  std::mt19937_64 rng(7);
+  for (int t = 0; t < 2000; ++t) {
+    std::vector<float> z(7);
+    long double s = 0;
+    for (float& v : z) {
+      v = static_cast<float>(static_cast<int>(rng() % 20001) - 10000);
+      s += static_cast<long double>(v) * v;
+    }
+    CHECK(ms(z) == static_cast<float>(s / 7));
+  }
+}
+
+TEST_CASE("rmsnorm_quant: correctly rounded rsqrt") {
+  CHECK(ref::rsqrt_rn(4.0f) == 0.5f);
+  CHECK(ref::rsqrt_rn(0.25f) == 2.0f);
+  CHECK(ref::rsqrt_rn(1.0f) == 1.0f);
+  CHECK(std::isinf(ref::rsqrt_rn(0.0f)));
+  CHECK(ref::rsqrt_rn(HUGE_VALF) == 0.0f);
+  CHECK(std::isnan(ref::rsqrt_rn(std::nanf(""))));
+  // Against a long-double estimate (correct unless 1/sqrt(u) is within ~2^-63 relative of an f32 midpoint) over
+  // random f32 u of every exponent, subnormals included; and 1/sqrtf (two roundings) differs for some.
+  std::mt19937_64 rng(11);
+  int differ_ieee = 0;
+  for (int t = 0; t < 200000; ++t) {
+    const uint32_t b = static_cast<uint32_t>(rng() % 0x7F800000u);
+    const float u = f32_of(b);
+    if (u == 0) continue;
+    const float want = static_cast<float>(1.0L / std::sqrt(static_cast<long double>(u)));
+    const float got = ref::rsqrt_rn(u);
+    if (got != want) FAIL("u bits " << b << " got " << got << " want " << want);
+    differ_ieee += (1.0f / std::sqrt(u)) != got;
+  }
+  CHECK(differ_ieee > 0);
+}
+
+TEST_CASE("rmsnorm_quant: conventions and overrides") {
+  const RmsNormQuantSpec v = spec_for("vllm-rmsnorm-quant", Format::e4m3fn);
+  CHECK(v.variance == Variance::cub);
+  CHECK(v.weight == NormWeight::dtype_twice);
+  CHECK(v.quant.formula == QuantFormula::div);
+  CHECK(v.quant.clamp == Clamp::nan_to_max);
+  CHECK(v.quant.min_scale.has_value());
+  CHECK(to_string(v.quant.granularity) == "group:128");
+  CHECK(spec_for("vllm-rmsnorm-quant", Format::e4m3fnuz).quant.fp8_max == 224.0f);
+  const RmsNormQuantSpec a = spec_for("aiter-rmsnorm-quant", Format::e4m3fnuz);
+  CHECK(a.quant.fp8_max == 240.0f);
+  CHECK(a.quant.formula == QuantFormula::mul_rcp);
+  CHECK(a.weight == NormWeight::f32);
+  CHECK(spec_for("deepseek-rmsnorm", Format::e4m3fn).weight == NormWeight::dtype_once);
+  CHECK(spec_for("exact", Format::e5m2, {{"group", "64"}, {"variance", "cub:128"}}).describe().find("variance=cub:128") !=
+        std::string::npos);
+  std::string err;
+  CHECK_FALSE(resolve_rmsnorm_quant_convention("nope", Format::e4m3fn, &err).has_value());
+  CHECK(err.find("aiter-rmsnorm-quant") != std::string::npos);
+  CHECK_FALSE(resolve_rmsnorm_quant_convention("vllm-rmsnorm-quant", Format::e5m2, &err).has_value());
+  RmsNormQuantSpec s = spec_for("exact", Format::e4m3fn);
+  CHECK_FALSE(apply_rmsnorm_override("variance", "cub:0", &s, &err));
+  CHECK_FALSE(apply_rmsnorm_override("eps", "-1", &s, &err));
+  CHECK_FALSE(apply_rmsnorm_override("weight", "bf16", &s, &err));
+  CHECK_FALSE(apply_rmsnorm_override("frobnicate", "1", &s, &err));
+  CHECK(apply_rmsnorm_override("granularity", "block:128x128", &s, &err));
+  CHECK_THROWS_AS(finalize_rmsnorm_quant_spec(&s), InputError);
+}
+
+TEST_CASE("rmsnorm_quant: bad shapes") {
+  const RmsNormQuantSpec s = spec_for("vllm-rmsnorm-quant", Format::e4m3fn);
+  const std::vector<int64_t> res = {4, 256}, bad_res = {4, 128};
+  CHECK_THROWS_AS(rmsnorm_layout(s, Format::bf16, {4, 256}, {255}, nullptr), InputError);
+  CHECK_THROWS_AS(rmsnorm_layout(s, Format::bf16, {4, 256}, {256}, &bad_res), InputError);
+  CHECK_THROWS_AS(rmsnorm_layout(s, Format::bf16, {4, 200}, {200}, nullptr), InputError);  // 200 % 128 != 0
+  CHECK_THROWS_AS(rmsnorm_layout(s, Format::e4m3fn, {4, 256}, {256}, nullptr), InputError);
+  CHECK_THROWS_AS(rmsnorm_layout(s, Format::bf16, {}, {}, nullptr), InputError);
+  const RmsNormQuantSpec t = spec_for("vllm-rmsnorm-quant", Format::e4m3fn, {{"tail", "partial"}});
+  CHECK_THROWS_AS(rmsnorm_layout(t, Format::bf16, {4, 130}, {130}, nullptr), InputError);  // cub: K % 4
+  CHECK(rmsnorm_layout(t, Format::bf16, {300, 132}, {132}, nullptr).cub_threads == 132);
+  CHECK(rmsnorm_layout(t, Format::bf16, {4, 256}, {256}, &res).cub_threads == 256);
+  CHECK(rmsnorm_layout(t, Format::bf16, {300, 1024}, {1024}, nullptr).cub_threads == 256);
+  CHECK(rmsnorm_layout(t, Format::bf16, {256, 1024}, {1024}, nullptr).cub_threads == 512);
+}
+
+TEST_CASE("rmsnorm_quant: the vLLM cub order differs from a sequential sum and is what the reference uses") {
+  // A row where the order matters: 1 followed by many tiny values — a sequential f32 sum drops each tiny square,
+  // the per-thread chains keep them together.
+  const int64_t K = 1024;
+  std::vector<float> z(K, std::ldexp(1.0f, -13));
+  z[0] = 1.0f;
+  const RmsNormQuantSpec seq = spec_for("vllm-rmsnorm-quant", Format::e4m3fn, {{"variance", "f32-seq"}});
+  const RmsNormQuantSpec cub = spec_for("vllm-rmsnorm-quant", Format::e4m3fn, {{"variance", "cub:256"}});
+  const std::vector<uint8_t> x = encode_as(Format::f32, z), w = encode_as(Format::f32, std::vector<float>(K, 1.0f));
+  const Outputs a = run(false, seq, Format::f32, x, w, nullptr, {1, K}, true);
+  const Outputs b = run(false, cub, Format::f32, x, w, nullptr, {1, K}, true);
+  // Σ = 1 + 1023·2^-26: sequential adds 2^-26 to ~1 (half an ulp of 1 is 2^-24): every one lost -> v = 1/1024.
+  // cub: thread 0 holds 1 + 3·2^-26, the others 4·2^-26 each, summed in trees: the tiny terms survive.
+  CHECK(a.normed[1] != b.normed[1]);
+}
+
+TEST_CASE("rmsnorm_quant: cpu backend bit-identical to the reference") {
+  struct Case {
+    const char* convention;
+    Format to;
+    std::vector<std::pair<std::string, std::string>> ov;
+  };
+  const std::vector<Case> cases = {
+      {"exact", Format::e4m3fn, {}},
+      {"exact", Format::e5m2, {{"group", "64"}}},
+      {"exact", Format::e4m3fnuz, {{"rsqrt", "ieee"}, {"weight", "dtype-twice"}}},
+      {"aiter-rmsnorm-quant", Format::e4m3fn, {}},
+      {"aiter-rmsnorm-quant", Format::e4m3fnuz, {{"variance", "f32-seq"}}},
+      {"vllm-rmsnorm-quant", Format::e4m3fn, {}},
+      {"vllm-rmsnorm-quant", Format::e4m3fn, {{"group", "64"}, {"variance", "cub:100"}}},
+      {"vllm-rmsnorm-quant", Format::e4m3fnuz, {{"residual-sum", "dtype"}, {"variance", "cub:37"}}},
+      {"deepseek-rmsnorm", Format::e4m3fn, {}},
+      {"vllm-rmsnorm-quant", Format::e4m3fn, {{"granularity", "row"}, {"eps", "0"}}},
+      {"aiter-rmsnorm-quant", Format::e4m3fn, {{"tail", "partial"}, {"amax-nan", "propagate"}, {"clamp", "nan-kept"}}},
+      {"exact", Format::e4m3fn, {{"tail", "partial"}, {"variance", "f32-seq"}, {"weight", "dtype-once"}}},
+      {"vllm-rmsnorm-quant", Format::e4m3fn, {{"guard", "none"}, {"formula", "x*(1/s)"}, {"scale-formula", "amax*(1/max)"}}},
+  };
+  std::mt19937_64 rng(2026);
+  int compared = 0;
+  for (const Case& c : cases) {
+    const RmsNormQuantSpec spec = spec_for(c.convention, c.to, c.ov);
+    for (Format from : {Format::bf16, Format::f32, Format::f16}) {
+      for (bool with_res : {false, true}) {
+        const bool tail = spec.quant.tail == TailPolicy::partial;
+        const bool cub = spec.variance == Variance::cub;
+        const int64_t K = tail ? (cub ? 300 : 301) : 512, M = 24;
+        const std::vector<int64_t> shape = {2, M / 2, K};
+        const std::vector<float> xv = make_rows(rng, M, K, from, true);
+        std::vector<float> wv(static_cast<size_t>(K));
+        std::normal_distribution<float> nd(1.0f, 0.5f);
+        for (float& w : wv) w = nd(rng);
+        wv[3] = 0.0f;
+        const std::vector<float> rv = make_rows(rng, M, K, from, true);
+        const auto x = encode_as(from, xv), w = encode_as(from, wv), r = encode_as(from, rv);
+        const std::vector<uint8_t>* rp = with_res ? &r : nullptr;
+        for (bool normed : {false, true}) {
+          const Outputs a = run(false, spec, from, x, w, rp, shape, normed);
+          const Outputs b = run(true, spec, from, x, w, rp, shape, normed);
+          INFO("convention " << c.convention << " " << spec.describe() << " from " << format_name(from)
+                             << " residual " << with_res << " normed " << normed);
+          CHECK(a.q == b.q);
+          CHECK(a.scales == b.scales);
+          CHECK(a.res == b.res);
+          if (normed) CHECK(std::memcmp(a.normed.data(), b.normed.data(), a.normed.size() * 4) == 0);
+          ++compared;
+        }
+      }
+    }
+  }
+  CHECK(compared == static_cast<int>(cases.size()) * 3 * 2 * 2);
+}
+
+TEST_CASE("rmsnorm_quant: cpu exact variance next to f32 midpoints (the verified f64 sum and its fallback)") {
+  // z = {2^12, 1, 2^-k, 0}: Σ/4 = 2^22 + 2^-2 + 2^-2k/4, just above the midpoint 2^22 + 2^-2, so the exact mean
+  // rounds up to 2^22 + 2^-1. For k >= 15 the f64 sum loses 2^-2k and lands on the midpoint itself: the CPU backend
+  // must notice (its interval straddles the midpoint) and take the exact path. y = z·r·1 shows r, hence v.
+  const RmsNormQuantSpec spec = spec_for("exact", Format::e4m3fn, {{"group", "4"}, {"eps", "0"}});
+  for (int k = 13; k <= 100; ++k) {
+    const std::vector<float> z = {4096.0f, 1.0f, std::ldexp(1.0f, -k), 0.0f};
+    CHECK(ref::mean_square_exact(z.data(), 4) == 4194304.5f);
+    const auto x = encode_as(Format::f32, z), w = encode_as(Format::f32, {1, 1, 1, 1});
+    const Outputs a = run(false, spec, Format::f32, x, w, nullptr, {1, 4}, true);
+    const Outputs b = run(true, spec, Format::f32, x, w, nullptr, {1, 4}, true);
+    INFO("k = " << k);
+    CHECK(a.normed == b.normed);
+    CHECK(a.normed[1] == ref::rsqrt_rn(4194304.5f));
+  }
+}
+
+TEST_CASE("rmsnorm_quant: rsqrt=cuda-rsqrtf reproduces rsqrtf captured on the H200") {
+  // tests/data/h200/rsqrtf_pairs.npy: (u bits, rsqrtf(u) bits) from tools/device/capture_rsqrtf.py — random u of
+  // every class (subnormals and zeros of both signs, [1, 2), all exponents, ±Inf, NaN, negatives).
+  const io::Tensor t = io::read_npy(std::string(FP8REF_TEST_DATA) + "/h200/rsqrtf_pairs.npy");
+  REQUIRE(t.shape.size() == 2);
+  REQUIRE(t.shape[1] == 2);
+  const size_t n = static_cast<size_t>(t.shape[0]);
+  REQUIRE(n > 20000);
+  size_t differ_rn = 0, bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t ub, rb;
+    std::memcpy(&ub, &t.data[8 * i], 4);
+    std::memcpy(&rb, &t.data[8 * i + 4], 4);
+    const float got = ref::rsqrt_cuda(f32_of(ub));
+    if (bits_of(got) != rb) {
+      if (++bad <= 5) FAIL_CHECK("u " << ub << " device " << rb << " model " << bits_of(got));
+    }
+    const float u = f32_of(ub);
+    if (!std::isnan(u) && u > 0 && !std::isinf(u)) differ_rn += bits_of(ref::rsqrt_rn(u)) != rb;
+  }
+  CHECK(bad == 0);
+  CHECK(differ_rn > n / 20);  // rsqrtf is not the correctly rounded rsqrt: the two models must differ
+  CHECK(bits_of(ref::rsqrt_cuda(-0.0f)) == 0xFF800000u);
+  CHECK(ref::rsqrt_cuda(4.0f) == 0.5f);
+}
