@@ -101,15 +101,15 @@ TEST_SUITE("attention-torch") {
     CHECK(bad == 0);
   }
 
-  TEST_CASE("torch-sdpa-math: the captured decode cases (all keys visible), bit for bit, ref and cpu") {
+  TEST_CASE("torch-sdpa-math: the captured cases (decode, prefill chunks, bottom-right and top-left masks), bit for bit, ref and cpu") {
     const io::SafetensorsFile f = io::read_safetensors(kFile);
-    // Cases 1, 2, 3, 5, 6 of the 2026-12-01 capture passed a bool mask to the aten op, which adds it as 0/1
-    // (see tools/device/capture_attention.py): they are not torch's masked SDPA and are not used.
-    for (int ci : {0, 4, 7}) {
+    // All 8 cases of the capture (tools/device/capture_attention.py, additive 0/-inf masks as F.sdpa builds them).
+    for (int ci = 0; ci < 8; ++ci) {
       const nlohmann::json m = nlohmann::json::parse(f.metadata.at("case" + std::to_string(ci)));
       CAPTURE(ci);
       attn::AttnSpec spec;
       spec.convention = attn::AttnConvention::torch_sdpa_math;
+      REQUIRE(attn::parse_causal(m["causal"].get<std::string>(), &spec.causal));
       spec.q_format = spec.out_format = md_of(m["md"]);
       spec.cache.block_size = 16;
       spec.cache.num_kv_heads = m["hkv"];

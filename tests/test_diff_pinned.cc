@@ -77,7 +77,10 @@ void make_pure(io::SafetensorsFile& e, io::SafetensorsFile& a) {
   io::Tensor y = raw("output.y", io::DType::F8_E4M3, {R, C});
   for (auto& c : y.data) c = static_cast<uint8_t>(m.next());
   // row 5, cols 256-383: normal finite codes small enough to double
-  for (int64_t c = 256; c < 384; ++c) y.data[5 * C + c] = static_cast<uint8_t>((m.next() & 0x80) | (0x08 + m.below(0x60)));
+  for (int64_t c = 256; c < 384; ++c) {
+    const uint64_t sign = m.next() & 0x80;  // one PRNG call per statement: the order is the same for every compiler
+    y.data[5 * C + c] = static_cast<uint8_t>(sign | (0x08 + m.below(0x60)));
+  }
   e.tensors = {y};
   e.metadata["fp8ref.descriptor"] = "convert from=f32 to=e4m3fn shape=640x4160 convention=torch-2.11 seed=1";
   a = outputs(e);
@@ -100,7 +103,8 @@ void make_exact(io::SafetensorsFile& e, io::SafetensorsFile& a) {
   std::string err;
   const ConversionSpec spec = *resolve_convention("cuda-nosat", Format::f64, Format::e4m3fn, &err);
   for (int64_t i = 0; i < N; ++i) {
-    double v = std::ldexp(m.unit() * 2 - 1, static_cast<int>(m.below(18)) - 9);  // |v| < 512: some beyond max
+    const int ex = static_cast<int>(m.below(18)) - 9;  // (argument evaluation order is unspecified: sequenced here)
+    double v = std::ldexp(m.unit() * 2 - 1, ex);        // |v| < 512: some beyond max
     const uint64_t pick = m.below(1000);
     if (pick < 3) v = std::nan("");
     if (pick >= 3 && pick < 8) v = std::ldexp(static_cast<double>(1 + m.below(7)), -9);  // subnormals
@@ -144,7 +148,10 @@ void make_scaled(io::SafetensorsFile& e, io::SafetensorsFile& a) {
   const int64_t R = 384, C = 640;
   Mix m{3};
   io::Tensor q = raw("output.q", io::DType::F8_E4M3, {R, C});
-  for (auto& c : q.data) c = static_cast<uint8_t>((m.next() & 0x80) | (0x10 + m.below(0x60)));
+  for (auto& c : q.data) {
+    const uint64_t sign = m.next() & 0x80;
+    c = static_cast<uint8_t>(sign | (0x10 + m.below(0x60)));
+  }
   io::Tensor s = raw("output.s", io::DType::F32, {3, 5});
   for (int i = 0; i < 15; ++i) put(s, i, static_cast<float>(0.25 + m.below(64) / 16.0));
   e.tensors = {q, s};
@@ -171,7 +178,8 @@ void make_wide(io::SafetensorsFile& e, io::SafetensorsFile& a) {
   Mix m{4};
   io::Tensor h = raw("output.h", io::DType::BF16, {200, 1000});
   for (int64_t i = 0; i < 200 * 1000; ++i) {
-    const float f = static_cast<float>(std::ldexp(m.unit() * 2 - 1, static_cast<int>(m.below(20)) - 10));
+    const int ex = static_cast<int>(m.below(20)) - 10;
+    const float f = static_cast<float>(std::ldexp(m.unit() * 2 - 1, ex));
     uint32_t u;
     std::memcpy(&u, &f, 4);
     put(h, i, static_cast<uint16_t>(u >> 16));
@@ -214,7 +222,10 @@ void make_mixed(io::SafetensorsFile& e, io::SafetensorsFile& a) {
     e.tensors.push_back(t);
   }
   io::Tensor& f = e.tensors[5];
-  for (int64_t c = 65536 + 256; c < 65536 + 384; ++c) f.data[3 * 70000 + c] = static_cast<uint8_t>((m.next() & 0x80) | (0x08 + m.below(0x60)));
+  for (int64_t c = 65536 + 256; c < 65536 + 384; ++c) {
+    const uint64_t sign = m.next() & 0x80;
+    f.data[3 * 70000 + c] = static_cast<uint8_t>(sign | (0x08 + m.below(0x60)));
+  }
   e.metadata["fp8ref.outputs"] =
       R"({"output.e": {"role": "data", "format": "e4m3fnuz", "dims": ["layer", "token", "hidden"]}})";
   a = outputs(e);

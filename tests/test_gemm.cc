@@ -324,3 +324,137 @@ TEST_CASE("scaled_mm: exact with many K groups (the error-free fast path's bound
       CHECK(run(p, false) == run(p, true));
     }
 }
+
+// The e4m3fn × e4m3fn f64 path of cpu::scaled_mm (src/cpu/gemm_cpu.cc, run_e4m3_f64: 128×128 work units, 8×16
+// micro-tiles, K blocks of 128 / kblock / 32): shapes across unit, panel and K-block edges and K tails; ±448
+// products (the largest block sums, f16 overflow); exact cancellation within and across K blocks; NaN codes (routed
+// to the reference's special handling); K > 2^17; and the e5m2 pairs that keep the integer path.
+TEST_CASE("scaled_mm: e4m3 f64 fast path at tile and K-block edges, extremes, cancellation and NaN codes") {
+  std::mt19937_64 rng(2026);
+  struct Cfg {
+    GemmModel model;
+    GemmScaling sc;
+    int kblock;
+    PromoteArith pa;
+  };
+  const Cfg cfgs[] = {{GemmModel::exact, GemmScaling::tensor, 0, PromoteArith::mul_mul_add},
+                      {GemmModel::exact, GemmScaling::rowwise, 0, PromoteArith::mul_mul_add},
+                      {GemmModel::exact, GemmScaling::blockwise, 0, PromoteArith::mul_mul_add},
+                      {GemmModel::exact, GemmScaling::group, 0, PromoteArith::mul_mul_add},
+                      {GemmModel::exact, GemmScaling::mx, 0, PromoteArith::mul_mul_add},
+                      {GemmModel::f32_kblock, GemmScaling::blockwise, 0, PromoteArith::mul_mul_add},
+                      {GemmModel::f32_kblock, GemmScaling::group, 64, PromoteArith::fma},
+                      {GemmModel::f32_kblock, GemmScaling::tensor, 0, PromoteArith::fma},
+                      {GemmModel::f32_kblock, GemmScaling::mx, 16, PromoteArith::mul_mul_add}};
+  const GemmShape shapes[] = {{130, 131, 129}, {8, 16, 128}, {17, 33, 383}, {1, 1, 1}, {3, 129, 257}};
+  const Format outs[] = {Format::bf16, Format::f16, Format::f32};
+  int i = 0;
+  for (const Cfg& c : cfgs)
+    for (int kind = 0; kind < 4; ++kind, ++i) {
+      ScaledMmSpec s;
+      s.model = c.model, s.scaling = c.sc, s.kblock = c.kblock, s.promote_arith = c.pa;
+      s.out = outs[i % 3];
+      s.bias = static_cast<BiasMode>(i % 3);
+      const GemmShape g = kind == 0 ? shapes[i % 5 == 0 ? 0 : 1 + i % 4] : shapes[1 + (i + kind) % 4];
+      Problem p = make(rng, s, g, false);
+      if (kind == 1) {  // ±448 everywhere: block sums up to 128·448² (f16 overflows)
+        for (auto& x : p.a) x = (rng() & 1) ? 0x7E : 0xFE;
+        for (auto& x : p.b) x = 0x7E;
+      } else if (kind == 2) {  // exact cancellation: b pairs ±448 against equal a; one 2^-18 product per row
+        for (int64_t m = 0; m < g.M; ++m)
+          for (int64_t k = 0; k < g.K; ++k) p.a[m * g.K + k] = (k == g.K - 1) ? 0x01 : 0x7E;
+        for (int64_t n = 0; n < g.N; ++n)
+          for (int64_t k = 0; k < g.K; ++k)
+            p.b[n * g.K + k] = (k == g.K - 1) ? ((n & 1) ? 0x01 : 0) : ((k & 1) ? 0xFE : 0x7E);
+        if (g.K % 2 == 0 && g.K > 1) p.b[g.K - 2] = 0x7E;  // an odd count of ±448 terms leaves one
+        std::fill(p.sa.begin(), p.sa.end(), s.scaling == GemmScaling::mx ? 0.25f : 1.5f);
+        std::fill(p.sb.begin(), p.sb.end(), s.scaling == GemmScaling::mx ? 4.0f : 0.75f);
+      } else if (kind == 3) {  // NaN codes in a few rows of A and BT
+        p.a[(g.M * g.K) / 2] = 0x7F;
+        p.b[0] = 0xFF;
+        if (g.N > 2) p.b[2 * g.K + g.K - 1] = 0x7F;
+      }
+      CAPTURE(s.describe());
+      CAPTURE(kind);
+      CAPTURE(g.M);
+      CAPTURE(g.N);
+      CAPTURE(g.K);
+      CHECK(run(p, false) == run(p, true));
+    }
+
+  // Cancellation across K blocks (exact, blockwise, equal scales 2 and 4): block 0 = 127·448² + 2^-18, block 1 =
+  // −127·448² + 2^-17; the exact total (2^-18 + 2^-17)·8 = 3·2^-15 is far below the error-free sum's magnitude
+  // bound, so the exact accumulator decides it. Hand value: 1.5·2^-14 = bf16 0x38C0.
+  {
+    ScaledMmSpec s;
+    s.scaling = GemmScaling::blockwise;
+    s.out = Format::bf16;
+    const GemmShape g{1, 1, 256};
+    Problem p = make(rng, s, g, false);
+    for (int k = 0; k < 256; ++k) {
+      p.a[k] = 0x7E;
+      p.b[k] = k < 128 ? 0x7E : 0xFE;
+    }
+    p.a[255] = 0x01, p.b[255] = 0x02;  // one −448² of block 1 becomes 2^-9·2^-8 = 2^-17
+    p.a[0] = 0x01, p.b[0] = 0x01;      // one +448² of block 0 becomes 2^-18
+    p.sa = {2.0f, 2.0f};
+    p.sb = {4.0f, 4.0f};
+    const auto r = run(p, false), c = run(p, true);
+    CHECK(r == c);
+    uint16_t bits;
+    std::memcpy(&bits, c.data(), 2);
+    CHECK(bits == 0x38C0);  // exponent field 127 − 14 = 113 (0x3880), fraction .5 (0x40)
+  }
+  // Hand-computed ties (tensor scales 1, bf16): 1 + 2^-8 is a bf16 midpoint → 1.0 (RNE, even); with a 2^-18 more
+  // → 1 + 2^-7.
+  for (GemmModel model : {GemmModel::exact, GemmModel::f32_kblock}) {
+    ScaledMmSpec s;
+    s.model = model;
+    s.out = Format::bf16;
+    const GemmShape g{1, 2, 3};
+    Problem p = make(rng, s, g, false);
+    p.a = {0x38, 0x18, 0x01};               // 1, 2^-4, 2^-9
+    p.b = {0x38, 0x18, 0x00, 0x38, 0x18, 0x01};  // column 0: 1 + 2^-8; column 1: 1 + 2^-8 + 2^-18
+    p.sa = {1.0f};
+    p.sb = {1.0f};
+    const auto c = run(p, true);
+    CHECK(c == run(p, false));
+    uint16_t b0, b1;
+    std::memcpy(&b0, c.data(), 2);
+    std::memcpy(&b1, c.data() + 2, 2);
+    CHECK(b0 == 0x3F80);
+    CHECK(b1 == 0x3F81);
+  }
+  // f32-kblock's two promotion arithmetics with f32 output (the output rounding would hide a wrong one).
+  for (PromoteArith pa : {PromoteArith::mul_mul_add, PromoteArith::fma})
+    for (GemmScaling sc : {GemmScaling::tensor, GemmScaling::rowwise, GemmScaling::blockwise, GemmScaling::group,
+                           GemmScaling::mx}) {
+      ScaledMmSpec s;
+      s.model = GemmModel::f32_kblock, s.scaling = sc, s.promote_arith = pa, s.out = Format::f32;
+      const Problem p = make(rng, s, GemmShape{9, 40, 300}, false);
+      CAPTURE(s.describe());
+      CHECK(run(p, false) == run(p, true));
+    }
+  // K > 2^17: f32-kblock and exact with K-blocked scales stay on the f64 path; e5m2 pairs with the largest
+  // magnitudes keep the integer path (128-block sums of e5m2 products need up to 2^70.6 units of 2^-32).
+  for (GemmModel model : {GemmModel::exact, GemmModel::f32_kblock}) {
+    ScaledMmSpec s;
+    s.model = model;
+    s.scaling = GemmScaling::group;
+    s.out = Format::f32;
+    const Problem p = make(rng, s, GemmShape{2, 3, (int64_t{1} << 17) + 5}, false);
+    CAPTURE(s.describe());
+    CHECK(run(p, false) == run(p, true));
+  }
+  for (auto [fa, fb] : {std::pair{Format::e5m2, Format::e4m3fn}, std::pair{Format::e5m2, Format::e5m2}})
+    for (GemmModel model : {GemmModel::exact, GemmModel::f32_kblock}) {
+      ScaledMmSpec s;
+      s.fa = fa, s.fb = fb, s.model = model, s.scaling = GemmScaling::blockwise, s.out = Format::f32;
+      Problem p = make(rng, s, GemmShape{3, 20, 300}, false);
+      for (auto& x : p.a) x = (rng() & 1) ? 0x7B : 0xFB;  // ±57344
+      for (auto& x : p.b) x = fb == Format::e5m2 ? 0x7B : 0x7E;
+      p.b[5] = 0x01;  // one tiny product: the sums need every bit
+      CAPTURE(s.describe());
+      CHECK(run(p, false) == run(p, true));
+    }
+}

@@ -31,11 +31,6 @@ uint32_t bits_of(float f) {
   return b;
 }
 
-std::vector<uint8_t> as_bytes(const std::vector<uint32_t>& w) {
-  std::vector<uint8_t> b(w.size() * 4);
-  std::memcpy(b.data(), w.data(), b.size());
-  return b;
-}
 std::vector<uint32_t> as_words(const std::vector<uint8_t>& b) {
   std::vector<uint32_t> w(b.size() / 4);
   std::memcpy(w.data(), b.data(), b.size());

@@ -326,3 +326,72 @@ TEST_CASE("rmsnorm_quant: rsqrt=cuda-rsqrtf reproduces rsqrtf captured on the H2
   CHECK(bits_of(ref::rsqrt_cuda(-0.0f)) == 0xFF800000u);
   CHECK(ref::rsqrt_cuda(4.0f) == 0.5f);
 }
+
+TEST_CASE("rmsnorm_quant: cpu e4m3fn cast in lanes at every code, midpoint and NaN/Inf weight (fast path)") {
+  // x = ±1 (bf16) on every element: the mean of squares is exactly 1 and bf16(x·r) = ±1 (vLLM, eps 1e-6) or r = 1
+  // (aiter, eps 0), so y = ±w: the weights pick the values the group quant sees. Each group starts with 448, so
+  // amax = 448 and s = 1 (checked), and q = RNE_e4m3fn(clamp(±w)). Weights: every positive e4m3fn value, every
+  // midpoint between neighbours (ties), each midpoint ± one bf16 ulp, values at and below the smallest
+  // subnormal, alternately negated; the codes are checked against a brute-force nearest-value search (ties to the
+  // even code) and against the reference. The last two groups hold a NaN weight (x86 NaN propagation, the group
+  // amax rescan) and an Inf weight (s = Inf), checked against the reference only.
+  const int64_t G = 128, K = 8 * G;
+  std::vector<float> vals;
+  auto bf16_step = [](float v, int d) { return f32_of(((bits_of(v) >> 16) + static_cast<uint32_t>(d)) << 16); };
+  for (int c = 0; c < 0x7E; ++c) {
+    const float lo = static_cast<float>(ref::value_of(Format::e4m3fn, static_cast<uint8_t>(c)));
+    const float hi = static_cast<float>(ref::value_of(Format::e4m3fn, static_cast<uint8_t>(c + 1)));
+    const float mid = (lo + hi) / 2;  // exact: 4 significant bits
+    vals.insert(vals.end(), {hi, mid, bf16_step(mid, 1), bf16_step(mid, -1)});
+  }
+  vals.insert(vals.end(), {0x1p-10f, 0x1p-11f, bf16_step(0x1p-11f, 1), 0x1p-12f, 1e-30f});
+  REQUIRE(vals.size() <= static_cast<size_t>(6 * (G - 1)));
+  std::vector<uint16_t> w(static_cast<size_t>(K), 0);
+  for (size_t i = 0; i < vals.size(); ++i) {
+    const size_t g = i / (G - 1), j = i % (G - 1);
+    w[g * G + 1 + j] = static_cast<uint16_t>(bits_of(i % 2 ? -vals[i] : vals[i]) >> 16);
+  }
+  for (int64_t g = 0; g < 8; ++g) w[static_cast<size_t>(g * G)] = static_cast<uint16_t>(bits_of(448.0f) >> 16);
+  w[6 * G + 5] = 0xFF81;  // a negative signalling NaN
+  w[6 * G + 9] = 0x7FC0;
+  w[7 * G + 7] = 0x7F80;  // +Inf
+  for (int64_t j = 6 * G + 10; j < 7 * G; ++j) w[static_cast<size_t>(j)] = w[static_cast<size_t>(j - 5 * G)];
+  std::vector<uint16_t> x(static_cast<size_t>(2 * K), 0x3F80);
+  for (int64_t k = 0; k < K; ++k) x[static_cast<size_t>(K + k)] = 0xBF80;  // row 1: -1
+  std::vector<uint8_t> xb(x.size() * 2), wb(w.size() * 2);
+  std::memcpy(xb.data(), x.data(), xb.size());
+  std::memcpy(wb.data(), w.data(), wb.size());
+  auto expect = [](float y) {  // the nearest e4m3fn value to clamp(y), ties to the even code; sign kept
+    const double a = std::fmin(std::fabs(static_cast<double>(y)), 448.0);
+    int best = 0;
+    for (int c = 1; c <= 0x7E; ++c) {
+      const double d = std::fabs(ref::value_of(Format::e4m3fn, static_cast<uint8_t>(c)) - a);
+      const double db = std::fabs(ref::value_of(Format::e4m3fn, static_cast<uint8_t>(best)) - a);
+      if (d < db || (d == db && c % 2 == 0)) best = c;
+    }
+    return static_cast<uint8_t>(best | (std::signbit(y) ? 0x80 : 0));
+  };
+  const std::vector<RmsNormQuantSpec> specs = {spec_for("vllm-rmsnorm-quant", Format::e4m3fn),
+                                               spec_for("aiter-rmsnorm-quant", Format::e4m3fn, {{"eps", "0"}})};
+  for (const RmsNormQuantSpec& spec : specs) {
+    INFO(spec.describe());
+    const Outputs a = run(true, spec, Format::bf16, xb, wb, nullptr, {2, K}, false);
+    const Outputs b = run(false, spec, Format::bf16, xb, wb, nullptr, {2, K}, false);
+    CHECK(a.q == b.q);
+    CHECK(a.scales == b.scales);
+    int checked = 0;
+    for (int64_t m = 0; m < 2; ++m)
+      for (int64_t g = 0; g < 6; ++g) {
+        float s;
+        std::memcpy(&s, &a.scales[static_cast<size_t>(4 * (m * 8 + g))], 4);
+        REQUIRE(s == 1.0f);
+        for (int64_t j = 0; j < G; ++j) {
+          const float wv = f32_of(static_cast<uint32_t>(w[static_cast<size_t>(g * G + j)]) << 16);
+          const float y = m == 0 ? wv : -wv;
+          CHECK_MESSAGE(a.q[static_cast<size_t>(m * K + g * G + j)] == expect(y), "y = " << y);
+          ++checked;
+        }
+      }
+    CHECK(checked == 2 * 6 * G);
+  }
+}

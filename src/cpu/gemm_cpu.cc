@@ -3,12 +3,13 @@
 // intermediate). Hot loops are plain loops vectorised by the compiler for AVX-512 / AVX2 (GCC target_clones: x86-64-v4 / v3 / baseline, chosen by ISA at run time).
 //
 // exact, f32-kblock — the block partials P = Σ a·b over one K block:
-//   e4m3fn × e4m3fn: decoded to f64 and summed with fma in a register-blocked micro-kernel. Exact in any order: every
-//   product is a multiple of 2^-18 below 2^17.61, so every partial sum of a block of at most 2^17 products is an
-//   integer multiple of 2^-18 below 2^53 · 2^-18.
-//   other pairs: integers in units of 2^(qmin_a + qmin_b), int64 (e4m3 × e5m2) or int128 (e5m2 × e5m2) sums.
-//   exact then adds P · sa · sb into exact::WideAcc (per element) and rounds once; f32-kblock rounds P to f32 (the
-//   f64 → f32 conversion is one RNE rounding of the exact value) and promotes as the reference does.
+//   e4m3fn × e4m3fn (run_e4m3_f64): a blocked f64 GEMM on per-thread converted tiles (AVX-512 8×16 micro-kernel).
+//   Exact in any order: every product is a multiple of 2^-18 below 2^17.62, so every partial sum of at most 2^17
+//   products is an integer multiple of 2^-18 below 2^53 · 2^-18 (the proof is at run_e4m3_f64). exact then sums
+//   P·sa·sb error-free (TwoProduct/TwoSum, falling back to exact::WideAcc when the rounding is not decided);
+//   f32-kblock rounds P to f32 (the f64 → f32 conversion is one RNE rounding of the exact value) and promotes.
+//   other pairs (and e4m3 × e4m3 exact tensor/rowwise with K > 2^17): integers in units of 2^(qmin_a + qmin_b),
+//   int64 (e4m3 × e5m2) or int128 (e5m2 × e5m2) sums; exact adds P · sa · sb into exact::WideAcc per element.
 // hopper-tc — per lane (output column) integer state T = tm·2^tx; per 32-k step the max nominal exponent, the
 //   truncated products (|ma·mb| << (13 − pa − pb)) >> (e − Ea − Eb) and the 14-bit re-truncation, vectorised over
 //   64 output columns, 8 rows at a time (the B chunk of a step stays in L1).
@@ -87,13 +88,35 @@ uint32_t bits_of(float f) {
   return b;
 }
 
+// RNE of a non-NaN f32 to bf16 (bf16 is the top half of an f32: same exponent range, subnormals and overflow to
+// ±Inf included).
+inline uint64_t bf16_rne(uint32_t b) { return (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16; }
 uint64_t narrow_out(float v, Format out) {
   if (std::isnan(v)) return exact::canonical_nan(out);
   if (out == Format::f32) return bits_of(v);
+  if (out == Format::bf16) return bf16_rne(bits_of(v));
   return ref::narrow(Format::f32, bits_of(v), out);
+}
+// RN_out of a finite f64: f32 by the hardware conversion (one RNE rounding); bf16 through f32 rounded to odd (24 >=
+// 8 + 2 bits: the second rounding is then correct); f16 by ref::narrow.
+uint64_t narrow_f64(double v, Format out) {
+  if (out == Format::f16) {
+    uint64_t vb;
+    std::memcpy(&vb, &v, 8);
+    return ref::narrow(Format::f64, vb, out);
+  }
+  float f = static_cast<float>(v);
+  if (out == Format::f32) return bits_of(f);
+  if (static_cast<double>(f) != v) {  // inexact: the neighbour toward zero, last bit set (round to odd)
+    uint32_t b = bits_of(f);
+    if (!std::isfinite(f) || std::fabs(static_cast<double>(f)) > std::fabs(v)) b -= 1;  // Inf - 1 = ±FLT_MAX
+    f = f32_of(b | 1u);
+  }
+  return bf16_rne(bits_of(f));
 }
 float widen(uint64_t bits, Format out) {
   if (out == Format::f32) return f32_of(static_cast<uint32_t>(bits));
+  if (out == Format::bf16) return f32_of(static_cast<uint32_t>(bits) << 16);  // bf16 = the top half of an f32
   return f32_of(static_cast<uint32_t>(ref::narrow(out, bits, Format::f32)));
 }
 void store(void* out, int64_t i, Format f, uint64_t bits) {
@@ -139,38 +162,7 @@ void transpose_b(const uint8_t* bt, int64_t N, int64_t K, T* dst, F f) {
 }
 
 // ---- block partials (exact) -----------------------------------------------------------------------------------
-constexpr int kMt = 32, kNt = 64, kMr = 8, kNr = 16;
-
-// P[r][j] = Σ_{k0<=k<k1} a[m0+r][k] · b[k][n0+j], exact, for e4m3 × e4m3 (f64). at: A values row-major [M][K];
-// bk: B values k-major [K][N]. Rows/cols beyond the matrix are left 0.
-FP8REF_CLONES
-void partial_f64(const double* A, const double* Bk, int64_t K, int64_t /*N*/, int64_t m0, int mt, int64_t n0, int nt,
-                 int64_t k0, int64_t k1, double* P /* [kMt][kNt] */) {
-  for (int r0 = 0; r0 < mt; r0 += kMr) {
-    for (int j0 = 0; j0 < nt; j0 += kNr) {
-      double acc[kMr][kNr] = {};
-      const int rn = std::min(kMr, mt - r0);
-      const int jn = std::min(kNr, nt - j0);
-      if (rn == kMr && jn == kNr) {
-        for (int64_t k = k0; k < k1; ++k) {
-          const double* b = Bk + tiled(n0 + j0, k, K);
-          for (int r = 0; r < kMr; ++r) {
-            const double a = A[(m0 + r0 + r) * K + k];
-#pragma omp simd
-            for (int j = 0; j < kNr; ++j) acc[r][j] = std::fma(a, b[j], acc[r][j]);
-          }
-        }
-      } else {
-        for (int64_t k = k0; k < k1; ++k)
-          for (int r = 0; r < rn; ++r)
-            for (int j = 0; j < jn; ++j)
-              acc[r][j] = std::fma(A[(m0 + r0 + r) * K + k], Bk[tiled(n0 + j0 + j, k, K)], acc[r][j]);
-      }
-      for (int r = 0; r < kMr; ++r)
-        for (int j = 0; j < kNr; ++j) P[(r0 + r) * kNt + j0 + j] = acc[r][j];
-    }
-  }
-}
+constexpr int kMt = 32, kNt = 64;
 
 // Integer partials for the other format pairs: units 2^(qmin_a + qmin_b).
 void partial_int(const int64_t* A, const int64_t* Bk, int64_t K, int64_t /*N*/, int64_t m0, int mt, int64_t n0, int nt,
@@ -191,9 +183,8 @@ void partial_int(const int64_t* A, const int64_t* Bk, int64_t K, int64_t /*N*/, 
 }
 
 struct Operands {
-  std::vector<double> Ad, Bd;      // e4m3 × e4m3: A [M][K], B k-major [K][N]
-  std::vector<int64_t> Ai, Bi;     // other pairs: integers in units of 2^qmin
-  bool f64 = false, wide = false;
+  std::vector<int64_t> Ai, Bi;     // integers in units of 2^qmin: A [M][K], B k-major (tiled)
+  bool wide = false;
   int unit = 0;                    // exponent of the integer unit of a partial
 };
 
@@ -202,45 +193,27 @@ Operands prepare_exact(const ScaledMmSpec& s, const GemmShape& g, const uint8_t*
   decode_table(s.fa, ta);
   decode_table(s.fb, tb);
   Operands o;
-  o.f64 = s.fa == Format::e4m3fn && s.fb == Format::e4m3fn && g.K <= (int64_t{1} << 17);
   o.wide = (s.fa == Format::e5m2 && s.fb == Format::e5m2) || blk > 4096;  // int64 sums: |a·b| < 2^49.6 otherwise
   o.unit = qmin_of(s.fa) + qmin_of(s.fb);
   const size_t MK = static_cast<size_t>(g.M * g.K);
-  if (o.f64) {
-    o.Ad.resize(MK);
-    o.Bd.resize(tiled_size(g.N, g.K));
-    for (size_t i = 0; i < MK; ++i) o.Ad[i] = ta[a[i]].special ? 0.0 : ta[a[i]].v;
-    double vb[256];
-    for (int c = 0; c < 256; ++c) vb[c] = tb[c].special ? 0.0 : tb[c].v;
-    transpose_b(bt, g.N, g.K, o.Bd.data(), [&](uint8_t c) { return vb[c]; });
-  } else {
-    o.Ai.resize(MK);
-    o.Bi.resize(tiled_size(g.N, g.K));
-    for (size_t i = 0; i < MK; ++i) o.Ai[i] = ta[a[i]].iv;
-    transpose_b(bt, g.N, g.K, o.Bi.data(), [&](uint8_t c) { return tb[c].iv; });
-  }
+  o.Ai.resize(MK);
+  o.Bi.resize(tiled_size(g.N, g.K));
+  for (size_t i = 0; i < MK; ++i) o.Ai[i] = ta[a[i]].iv;
+  transpose_b(bt, g.N, g.K, o.Bi.data(), [&](uint8_t c) { return tb[c].iv; });
   return o;
 }
 
-// Computes the partial tile as i128 units (exact) or f64 values; returns via callbacks per element.
+// The partial tile in units of 2^unit (exact).
 struct PartialTile {
-  double d[kMt * kNt];
   i128 q[kMt * kNt];
 };
 
 void block_partial(const Operands& o, const GemmShape& g, int64_t m0, int mt, int64_t n0, int nt, int64_t k0,
                    int64_t k1, PartialTile& t) {
-  if (o.f64) partial_f64(o.Ad.data(), o.Bd.data(), g.K, g.N, m0, mt, n0, nt, k0, k1, t.d);
-  else partial_int(o.Ai.data(), o.Bi.data(), g.K, g.N, m0, mt, n0, nt, k0, k1, o.wide, t.q);
-}
-
-i128 partial_units(const Operands& o, const PartialTile& t, int idx) {
-  if (o.f64) return static_cast<i128>(static_cast<int64_t>(std::ldexp(t.d[idx], -o.unit)));
-  return t.q[idx];
+  partial_int(o.Ai.data(), o.Bi.data(), g.K, g.N, m0, mt, n0, nt, k0, k1, o.wide, t.q);
 }
 
 float partial_f32(const Operands& o, const PartialTile& t, int idx) {
-  if (o.f64) return static_cast<float>(t.d[idx]);  // one RNE rounding of the exact value
   const i128 p = t.q[idx];
   const bool neg = p < 0;
   return f32_of(static_cast<uint32_t>(exact::round_exact(neg, static_cast<u128>(neg ? -p : p), o.unit, false,
@@ -303,9 +276,7 @@ bool dd_round(const DdAcc& d, Format out, uint64_t* bits) {
   const double n = static_cast<double>(d.n);
   const double B = 2.0 * (n + 1) * (n + 2) * std::ldexp(d.mag, -106) * (1 + std::ldexp(1.0, -30)) +
                    std::ldexp(std::fabs(v), -52);
-  uint64_t vb;
-  std::memcpy(&vb, &v, 8);
-  const uint64_t r = ref::narrow(Format::f64, vb, out);
+  const uint64_t r = narrow_f64(v, out);
   const uint64_t mag_bits = out == Format::f32 ? (r & 0x7FFFFFFFu) : (r & 0x7FFFu);
   const uint64_t max_bits = out == Format::f32 ? 0x7F7FFFFFu : (out == Format::bf16 ? 0x7F7Fu : 0x7BFFu);
   if (mag_bits == 0 || mag_bits >= max_bits) return false;  // zero, ±max, Inf: decided by the exact path
@@ -327,8 +298,9 @@ bool dd_round(const DdAcc& d, Format out, uint64_t* bits) {
 // 128-block sum needs up to 2^38.6 / 2^-32 = 2^70.6 > 2^53 units): e4m3×e5m2, e5m2×e4m3 and e5m2×e5m2 keep the
 // integer path (Operands / partial_int) below.
 // Structure: work units of kMC rows × kNC columns (OpenMP, dynamic); per K block the unit's A (kMC × kb) and B
-// (kb × kNC) codes are converted to f64 (bit arithmetic, no table) into packed panels (A: 8 rows interleaved,
-// B: 16 columns interleaved; ~260 KiB per thread); an 8×16 register-tile micro-kernel (AVX-512 fma when the CPU
+// (kb × kNC) codes are converted to f64 (bit arithmetic, vectorised, no table): A row-major, B from a byte copy of
+// BT regrouped once per call into 16-column k-major panels (regroup_b) to [k][16] panels (256 KiB of tiles, plus
+// 128 KiB for P and up to 384 KiB of accumulator state per thread); an 8×16 register-tile micro-kernel (AVX-512 fma when the CPU
 // has it, else a portable std::fma loop — both exact, see above) writes P; then the per-(output, block) epilogue
 // of the model: f32-kblock rounds P to f32 (double → float: one RNE rounding of the exact value) and promotes;
 // exact with blocked scales adds P·sa·sb error-free (DdAcc, SoA); exact with tensor/rowwise scales sums P over K
@@ -346,42 +318,66 @@ inline double e4m3_f64(uint8_t c) {
   return (c & 0x7F) == 0x7F ? 0.0 : d * 0x1p1016;
 }
 
-// A rows [m0, m0+mt) × k [k0, k0+kl) into panels of kMR rows: Ap[p][k][r]; rows past mt are 0.
+// A rows [m0, m0+mt) × k [k0, k0+kl) to f64, row-major: Ap[r][k] (row stride kl); rows up to the next multiple of
+// kMR are 0.
 FP8REF_CLONES
 void pack_a(const uint8_t* a, int64_t K, int64_t m0, int mt, int64_t k0, int kl, double* __restrict Ap) {
-  const int panels = (mt + kMR - 1) / kMR;
-  for (int p = 0; p < panels; ++p) {
-    double* dst = Ap + static_cast<size_t>(p) * kl * kMR;
-    for (int r = 0; r < kMR; ++r) {
-      const int row = p * kMR + r;
-      if (row >= mt) {
-        for (int k = 0; k < kl; ++k) dst[k * kMR + r] = 0.0;
-        continue;
-      }
-      const uint8_t* src = a + (m0 + row) * K + k0;
-      for (int k = 0; k < kl; ++k) dst[k * kMR + r] = e4m3_f64(src[k]);
+  const int rows = (mt + kMR - 1) / kMR * kMR;
+  for (int r = 0; r < rows; ++r) {
+    double* dst = Ap + static_cast<size_t>(r) * kl;
+    if (r >= mt) {
+      for (int k = 0; k < kl; ++k) dst[k] = 0.0;
+      continue;
     }
+    const uint8_t* src = a + (m0 + r) * K + k0;
+    // the next block of this row (128 rows at stride K are too many streams for the hardware prefetcher)
+    if (k0 + 2 * kl <= K)
+      for (int o = 0; o < kl; o += 64) __builtin_prefetch(src + kl + o);
+#pragma omp simd
+    for (int k = 0; k < kl; ++k) dst[k] = e4m3_f64(src[k]);
   }
 }
+#if defined(__x86_64__)
+// dst[k·16 + j] = rows[j][k] for j, k < 16: a 16×16 byte transpose in four SSE2 unpack stages (8, 16, 32, 64 bits).
+inline void transpose16x16(const uint8_t* const* rows, int64_t k0, uint8_t* dst) {
+  __m128i x[16], L1[8][2], L2[4][4], L3[2][8];
+  for (int i = 0; i < 16; ++i) x[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + k0));
+  for (int p = 0; p < 8; ++p)  // rows 2p, 2p+1; [h]: k 8h..8h+7
+    L1[p][0] = _mm_unpacklo_epi8(x[2 * p], x[2 * p + 1]), L1[p][1] = _mm_unpackhi_epi8(x[2 * p], x[2 * p + 1]);
+  for (int q = 0; q < 4; ++q)  // rows 4q..4q+3; [h]: k 4h..4h+3
+    for (int h = 0; h < 2; ++h) {
+      L2[q][2 * h] = _mm_unpacklo_epi16(L1[2 * q][h], L1[2 * q + 1][h]);
+      L2[q][2 * h + 1] = _mm_unpackhi_epi16(L1[2 * q][h], L1[2 * q + 1][h]);
+    }
+  for (int o = 0; o < 2; ++o)  // rows 8o..8o+7; [h]: k 2h, 2h+1
+    for (int h = 0; h < 4; ++h) {
+      L3[o][2 * h] = _mm_unpacklo_epi32(L2[2 * o][h], L2[2 * o + 1][h]);
+      L3[o][2 * h + 1] = _mm_unpackhi_epi32(L2[2 * o][h], L2[2 * o + 1][h]);
+    }
+  for (int h = 0; h < 8; ++h) {  // all 16 rows; k 2h and 2h+1
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * h * 16), _mm_unpacklo_epi64(L3[0][h], L3[1][h]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * h + 1) * 16), _mm_unpackhi_epi64(L3[0][h], L3[1][h]));
+  }
+}
+#endif
+
 // BT's codes regrouped once per call into column panels of kNR, k-major: b8[(q·K + k)·kNR + j] = bt[(q·kNR + j)·K + k]
 // (code 0 past N) — a byte copy of B, so that the per-block f64 conversion below reads contiguous bytes.
 void regroup_b(const uint8_t* bt, int64_t N, int64_t K, uint8_t* b8) {
+  static_assert(kNR == 16, "regroup_b transposes 16 columns at a time");
   const int64_t panels = (N + kNR - 1) / kNR;
+  std::vector<uint8_t> zeros(static_cast<size_t>(K), 0);
 #pragma omp parallel for schedule(static)
   for (int64_t q = 0; q < panels; ++q) {
     uint8_t* dst = b8 + q * K * kNR;
-    for (int64_t k0 = 0; k0 < K; k0 += 256) {
-      const int64_t k1 = std::min(K, k0 + 256);
-      for (int j = 0; j < kNR; ++j) {
-        const int64_t n = q * kNR + j;
-        if (n >= N) {
-          for (int64_t k = k0; k < k1; ++k) dst[k * kNR + j] = 0;
-          continue;
-        }
-        const uint8_t* src = bt + n * K;
-        for (int64_t k = k0; k < k1; ++k) dst[k * kNR + j] = src[k];
-      }
-    }
+    const uint8_t* rows[kNR];
+    for (int j = 0; j < kNR; ++j) rows[j] = q * kNR + j < N ? bt + (q * kNR + j) * K : zeros.data();
+    int64_t k = 0;
+#if defined(__x86_64__)
+    for (; k + 16 <= K; k += 16) transpose16x16(rows, k, dst + k * kNR);
+#endif
+    for (; k < K; ++k)
+      for (int j = 0; j < kNR; ++j) dst[k * kNR + j] = rows[j][k];
   }
 }
 // Panels [n0/kNR, n0/kNR + ceil(nt/kNR)) × k [k0, k0+kl) of b8 to f64: Bp[q][k][j] (columns past N are code 0).
@@ -392,17 +388,19 @@ void pack_b(const uint8_t* b8, int64_t K, int64_t n0, int nt, int64_t k0, int kl
     double* dst = Bp + static_cast<size_t>(q) * kl * kNR;
     const uint8_t* src = b8 + ((n0 / kNR + q) * K + k0) * kNR;
     const int len = kl * kNR;
+    if (k0 + 2 * kl <= K)
+      for (int o = 0; o < len; o += 64) __builtin_prefetch(src + len + o);
 #pragma omp simd
     for (int i = 0; i < len; ++i) dst[i] = e4m3_f64(src[i]);
   }
 }
 
-// P[r][j] (row stride ldp) = Σ_k Ap[k][r] · Bp[k][j] for one 8×16 tile; exact (see above).
+// P[r][j] (row stride ldp) = Σ_k Ap[r][k] · Bp[k][j] for one 8×16 tile (Ap row stride kl); exact (see above).
 void micro_generic(const double* Ap, const double* Bp, int kl, double* P, int ldp) {
   double c[kMR][kNR] = {};
   for (int k = 0; k < kl; ++k)
     for (int r = 0; r < kMR; ++r)
-      for (int j = 0; j < kNR; ++j) c[r][j] = std::fma(Ap[k * kMR + r], Bp[k * kNR + j], c[r][j]);
+      for (int j = 0; j < kNR; ++j) c[r][j] = std::fma(Ap[r * kl + k], Bp[k * kNR + j], c[r][j]);
   for (int r = 0; r < kMR; ++r)
     for (int j = 0; j < kNR; ++j) P[r * ldp + j] = c[r][j];
 }
@@ -416,7 +414,7 @@ __attribute__((target("avx512f"))) void micro_avx512(const double* Ap, const dou
     const __m512d b0 = _mm512_loadu_pd(Bp + k * kNR), b1 = _mm512_loadu_pd(Bp + k * kNR + 8);
 #pragma GCC unroll 8
     for (int r = 0; r < kMR; ++r) {
-      const __m512d av = _mm512_set1_pd(Ap[k * kMR + r]);
+      const __m512d av = _mm512_set1_pd(Ap[r * kl + k]);
       c0[r] = _mm512_fmadd_pd(av, b0, c0[r]);
       c1[r] = _mm512_fmadd_pd(av, b1, c1[r]);
     }
@@ -512,7 +510,7 @@ void run_e4m3_f64(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, c
           pack_b(b8.data(), g.K, n0, nt, k0, kl, Bp.data());
           for (int q = 0; q * kNR < nt; ++q)
             for (int p = 0; p * kMR < mt; ++p) {
-              const double* ap = Ap.data() + static_cast<size_t>(p) * kl * kMR;
+              const double* ap = Ap.data() + static_cast<size_t>(p) * kMR * kl;
               const double* bp = Bp.data() + static_cast<size_t>(q) * kl * kNR;
               double* pp = P.data() + static_cast<size_t>(p) * kMR * kNC + q * kNR;
 #if FP8REF_HAVE_AVX512_MICRO
@@ -580,7 +578,8 @@ void run_e4m3_f64(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, c
 
 void run_exact_kblock(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, const uint8_t* bt,
                       const float* sa, const float* sb, const float* bias, void* out) {
-  if (s.fa == Format::e4m3fn && s.fb == Format::e4m3fn && g.K <= (int64_t{1} << 17)) {
+  const bool whole_exact = s.model == GemmModel::exact && (s.scaling == GemmScaling::tensor || s.scaling == GemmScaling::rowwise);
+  if (s.fa == Format::e4m3fn && s.fb == Format::e4m3fn && (!whole_exact || g.K <= (int64_t{1} << 17))) {
     run_e4m3_f64(s, g, a, bt, ScaleIdx(s, g, sa, sb), bias, out);
     return;
   }
@@ -617,8 +616,8 @@ void run_exact_kblock(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* 
               const int idx = r * kNt + j;
               const int64_t m = m0 + r, n = n0 + j;
               if (exact_model) {
-                if (whole) isum[idx] += partial_units(o, t, idx);
-                else add_scaled(wacc[idx], partial_units(o, t, idx), o.unit, sc.a(m, k0), sc.b(n, k0));
+                if (whole) isum[idx] += t.q[idx];
+                else add_scaled(wacc[idx], t.q[idx], o.unit, sc.a(m, k0), sc.b(n, k0));
                 continue;
               }
               const float P = partial_f32(o, t, idx);

@@ -17,11 +17,17 @@
 //      f32-seq  a scalar std::fma chain (inherently sequential).
 //   3.–4. u = v + eps; rsqrt: rn and cuda-rsqrtf use ref::rsqrt_rn / ref::rsqrt_cuda (scalar, once per row),
 //         ieee 1/sqrtf.
-//   5.–6. normalize and weight in f32 lanes (Mul; bf16 rounding as in 1).
+//   5.–6. normalize and weight in f32 lanes (Mul; bf16 rounding as in 1). bf16 rows on the vectorised group quant
+//         whose z holds no NaN (v not NaN) and whose r is not NaN, with y not exported (normed = null), take
+//         NormWeightBf16Fast: weights widened once per thread, no NaN canonicalisation, bf16 RNE as
+//         (b + 0x7FFF + lsb) & 0xFFFF0000 (every NaN there has zero low 16 bits, so it stays a NaN), group amax as a
+//         u32 max of |y| bits with a rescan of groups that hold a NaN — the same amax, NaN flag and quotients.
 //   7. the group quant, vectorised for the f32 kernels' specs (scale-dtype f32, scale-formula amax/max or
 //      amax*(1/max), formula x/s or x*(1/s)): amax per group in lanes (NaN lanes masked to 0; amax-nan=propagate
 //      tracks them apart), the scale per group in scalar f32 (the reference's steps 3–6), the quotient, the GPU NaN
-//      model and the clamp in lanes, then the cast with cpu::encode_f32 (Highway, serial for a row). Every other
+//      model and the clamp in lanes (specialised per formula and clamp; a NaN-replacing clamp skips the
+//      canonicalisation), then the cast: in lanes for RNE e4m3fn after such a clamp (RowQuant), else
+//      cpu::encode_f32 (Highway, serial for a row). Every other
 //      quant spec (exact formulas, div=triton-nv, bf16/f16/ue8m0 scales) runs cpu::quantize (src/cpu/quant_cpu.cc)
 //      on the normed rows after the loop.
 #undef HWY_TARGET_INCLUDE
@@ -364,19 +370,26 @@ void RowAmax(const float* y, size_t K, size_t G, float* amax, uint8_t* nan) {
 //   |v| >= 2^-6: bits + 0x7FFFF + lsb(bits >> 20), >> 20, minus the bias difference (127 - 7) << 3;
 //   |v| <  2^-6: n = RNE(|v| · 2^9) = bits(|v| + 2^14) - bits(2^14) (the ulp of 2^14 is 2^-9), code n (8 = the
 //                smallest normal).
-void RowQuant(const float* y, size_t K, size_t G, const float* sv, bool mul, Clamp clamp, float mx, bool cast_e4m3,
-              float* v, uint8_t* q) {
+template <bool mul, Clamp clamp>
+HWY_INLINE void RowQuantT(const float* y, size_t K, size_t G, const float* sv, float mx, bool cast_e4m3, float* v,
+                          uint8_t* q) {
   const DF df;
   const DU du;
-  const hn::RebindToSigned<DF> di;
   const hn::Rebind<uint8_t, DF> d8;
   const size_t N = hn::Lanes(df);
   const auto hi = hn::Set(df, mx), lo = hn::Set(df, -mx);
   auto quotient = [&](hn::Vec<DF> yv, hn::Vec<DF> s) {
     const auto raw = mul ? hn::Mul(yv, s) : hn::Div(yv, s);
-    // The clamps that replace a NaN make its bits irrelevant: no canonicalisation needed there.
+    // The clamps that replace a NaN make its bits irrelevant: no canonicalisation needed there. On x86 SIMD
+    // targets Min/Max are minps/maxps, which return the second operand when one is NaN: the clamp order alone then
+    // sends a NaN to the bound (tests/test_rmsnorm_quant.cc checks NaN quotients under both clamps).
+#if HWY_ARCH_X86 && (HWY_TARGET & (HWY_SCALAR | HWY_EMU128)) == 0
+    if (clamp == Clamp::nan_to_max) return hn::Max(hn::Min(raw, hi), lo);  // NaN -> hi -> hi
+    if (clamp == Clamp::nan_to_min) return hn::Min(hn::Max(raw, lo), hi);  // NaN -> lo -> lo
+#else
     if (clamp == Clamp::nan_to_max) return hn::IfThenElse(hn::IsNaN(raw), hi, hn::Min(hn::Max(raw, lo), hi));
     if (clamp == Clamp::nan_to_min) return hn::IfThenElse(hn::IsNaN(raw), lo, hn::Min(hn::Max(raw, lo), hi));
+#endif
     auto t = Canonical(raw);
     switch (clamp) {
       case Clamp::none: return t;
@@ -388,25 +401,25 @@ void RowQuant(const float* y, size_t K, size_t G, const float* sv, bool mul, Cla
   };
   auto cast = [&](hn::Vec<DF> t) {
     const auto b = hn::BitCast(du, t);
-    const auto sign = hn::ShiftLeft<7>(hn::ShiftRight<31>(b));
     const auto a = hn::And(b, hn::Set(du, 0x7FFFFFFFu));
     const auto lsb = hn::And(hn::ShiftRight<20>(a), hn::Set(du, 1));
-    const auto normal = hn::Sub(hn::ShiftRight<20>(hn::Add(hn::Add(a, hn::Set(du, 0x7FFFFu)), lsb)),
-                                hn::Set(du, (127u - 7u) << 3));
+    // (a + 0x7FFFF + lsb - ((127 - 7) << 23)) >> 20, the bias difference folded into the constant (mod 2^32; the
+    // sum is positive for a >= 2^-6); bit 20 of a is unchanged by that subtraction.
+    const auto normal = hn::ShiftRight<20>(hn::Add(hn::Add(a, hn::Set(du, 0x7FFFFu - ((127u - 7u) << 23))), lsb));
     // |v| + 2^14 rounds |v| to a multiple of 2^-9 (the ulp of 2^14), RNE; minus 2^14's bits: RNE(|v|·2^9) in [0, 8].
     const auto sub = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, a), hn::Set(df, 16384.0f))),
                              hn::Set(du, 0x46800000u));
     const auto code = hn::IfThenElse(hn::Lt(a, hn::Set(du, 0x3C800000u)), sub, normal);
-    return hn::DemoteTo(d8, hn::BitCast(di, hn::Or(code, sign)));
+    return hn::U8FromU32(hn::OrAnd(code, hn::ShiftRight<24>(b), hn::Set(du, 0x80u)));  // | the sign, as bit 7
   };
   for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
     const size_t end = k0 + G < K ? k0 + G : K;
     const auto s = hn::Set(df, sv[g]);
     size_t k = k0;
-    for (; k + N <= end; k += N) {
-      const auto t = quotient(hn::LoadU(df, y + k), s);
-      if (cast_e4m3) hn::StoreU(cast(t), d8, q + k);
-      else hn::StoreU(t, df, v + k);
+    if (cast_e4m3) {
+      for (; k + N <= end; k += N) hn::StoreU(cast(quotient(hn::LoadU(df, y + k), s)), d8, q + k);
+    } else {
+      for (; k + N <= end; k += N) hn::StoreU(quotient(hn::LoadU(df, y + k), s), df, v + k);
     }
     if (k < end) {  // the group's tail through a padded vector
       HWY_ALIGN float buf[HWY_MAX_BYTES / sizeof(float)] = {};
@@ -422,6 +435,21 @@ void RowQuant(const float* y, size_t K, size_t G, const float* sv, bool mul, Cla
       }
     }
   }
+}
+
+void RowQuant(const float* y, size_t K, size_t G, const float* sv, bool mul, Clamp clamp, float mx, bool cast_e4m3,
+              float* v, uint8_t* q) {
+#define FP8REF_ROWQUANT_CASE(C)                                                 \
+  case Clamp::C:                                                                \
+    if (mul) return RowQuantT<true, Clamp::C>(y, K, G, sv, mx, cast_e4m3, v, q); \
+    return RowQuantT<false, Clamp::C>(y, K, G, sv, mx, cast_e4m3, v, q);
+  switch (clamp) {
+    FP8REF_ROWQUANT_CASE(none)
+    FP8REF_ROWQUANT_CASE(nan_to_max)
+    FP8REF_ROWQUANT_CASE(nan_to_min)
+    FP8REF_ROWQUANT_CASE(nan_kept)
+  }
+#undef FP8REF_ROWQUANT_CASE
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
@@ -502,14 +530,19 @@ float mean_square_exact(const float* z, int64_t n) {
 
 float mean_square_cub(const float* z, int64_t n, int threads, float* part) {
   HWY_DYNAMIC_DISPATCH(CubPartials)(z, static_cast<size_t>(n / 4), static_cast<size_t>(threads), part);
-  for (int t = 0; t < threads; ++t) part[t] = gpu(part[t]);
+  // The partials are sums of squares: >= 0, +Inf or NaN. A NaN reaches warp 0's lane 0 through the trees and the
+  // block sum, so the reference's result is then the canonical NaN; without one, no sum of the trees can be NaN
+  // (no -Inf), so they run without the NaN canonicalisation.
+  bool any_nan = false;
+  for (int t = 0; t < threads; ++t) any_nan |= std::isnan(part[t]);
+  if (any_nan) return f32_of(kNan);
   float block = 0.0f;
   for (int w = 0; w * 32 < threads; ++w) {
     const int valid = threads - w * 32 < 32 ? threads - w * 32 : 32;
     float* lane = part + w * 32;
     for (int o = 1; o < 32; o *= 2)
-      for (int l = 0; l + o < valid; ++l) lane[l] = gpu(lane[l] + lane[l + o]);
-    block = w == 0 ? lane[0] : gpu(block + lane[0]);
+      for (int l = 0; l + o < valid; ++l) lane[l] = lane[l] + lane[l + o];
+    block = w == 0 ? lane[0] : block + lane[0];
   }
   return gpu(block / static_cast<float>(n));
 }
