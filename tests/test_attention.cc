@@ -365,6 +365,59 @@ TEST_SUITE("attention") {
     CHECK(!seen.empty());
   }
 
+  // The cpu backend decodes cache codes through per-(unit, KV head) 256-entry tables built by its own decode path,
+  // sign-symmetric ones looked up as 128 magnitudes with the sign XORed in. Every finite code under scales that are
+  // negative, produce subnormals or overflow, are ±0, ±Inf or NaN: cpu == ref. (NaN/Inf codes in slots that are read
+  // are left out: the NaN payload reaching the output differs between cpu and ref there, with or without the tables.)
+  TEST_CASE("cpu == reference over every cache code and edge-case scales (decode tables), every md and SIMD target") {
+    const float kScales[][2] = {{0.05f, 3.0f},       {-0.75f, 1e-30f}, {1e-38f, -2e-41f}, {1e36f, 0.5f},
+                                {0.0f, -0.0f},       {INFINITY, 0.25f}, {0.125f, -INFINITY}, {NAN, 1.0f},
+                                {-NAN, 0.0625f}};
+    uint64_t seed = 900;
+    for (Format cf : {Format::e4m3fn, Format::e5m2})
+      for (Format md : {Format::bf16, Format::f16, Format::f32})
+        for (bool specials : {false})
+          for (AttnConvention conv : kAll) {
+            if (conv == AttnConvention::exact) continue;
+            AttnSpec s = base_spec(16, 2, 8, 32);
+            s.convention = conv;
+            s.cache.format = cf;
+            s.q_format = s.out_format = md;
+            s.scale_kind = attn::KvScaleKind::head;
+            PagedProblem p = test::random_problem(s, {40, 3, 19}, {1, 3, 2}, seed++, false);
+            // every code, in a different order per tensor; specials (NaN, and Inf for e5m2) only when asked for
+            auto code = [&](size_t i, uint32_t salt) {
+              uint8_t c = static_cast<uint8_t>(lowbias32(static_cast<uint32_t>(i) ^ salt));
+              const uint8_t mag = c & 0x7F;
+              const bool special = cf == Format::e4m3fn ? mag == 0x7F : mag >= 0x7C;
+              if (special && !specials) c = static_cast<uint8_t>((c & 0x80) | (mag & 0x3F));
+              return c;
+            };
+            for (size_t i = 0; i < p.kc.size(); ++i) p.kc[i] = code(i, 0x1234u);
+            for (size_t i = 0; i < p.vc.size(); ++i) p.vc[i] = code(i, 0xBEEFu);
+            for (const auto& sc : kScales) {
+              const std::string cfn = format_name(cf), mdn = format_name(md), cvn = attn::to_string(conv);
+              CAPTURE(cfn);
+              CAPTURE(mdn);
+              CAPTURE(specials);
+              CAPTURE(cvn);
+              CAPTURE(sc[0]);
+              CAPTURE(sc[1]);
+              p.ks = {sc[0], sc[1]};
+              p.vs = {sc[1], sc[0]};
+              attn::ref::paged_attention(p.spec, p.args());
+              const std::vector<uint8_t> want = p.out;
+              auto run = [&] {
+                std::fill(p.out.begin(), p.out.end(), 0xCD);
+                attn::cpu::paged_attention(p.spec, p.args());
+                CHECK(p.out == want);
+              };
+              if (md == Format::bf16) attn::cpu::for_each_simd_target(run);
+              else run();
+            }
+          }
+  }
+
   TEST_CASE("paging does not change any convention's output: block sizes 1/16/64, shuffled tables, CSR, HND") {
     for (AttnConvention conv : kAll) {
       CAPTURE(attn::to_string(conv));

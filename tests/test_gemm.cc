@@ -458,3 +458,46 @@ TEST_CASE("scaled_mm: e4m3 f64 fast path at tile and K-block edges, extremes, ca
       CHECK(run(p, false) == run(p, true));
     }
 }
+
+// hopper-tc's f32 step kernel (terms trunc(a·b·2^(13−e)) in f32, src/cpu/gemm_cpu.cc tc_step_lanes) against the
+// reference's integer model: extreme exponent spread inside one step (largest codes next to subnormals), exact
+// cancellation with a tiny survivor, a large fast-accumulation T (e5m2 × e5m2, ±57344 of one sign), NaN/Inf codes,
+// K tails (a half-empty last step, K = 1) and partial column tiles, for every format pair.
+TEST_CASE("scaled_mm: hopper-tc f32 step kernel at extreme spreads, cancellation, large T, NaN codes and K tails") {
+  std::mt19937_64 rng(777);
+  const std::pair<Format, Format> fmts[] = {{Format::e4m3fn, Format::e4m3fn}, {Format::e4m3fn, Format::e5m2},
+                                            {Format::e5m2, Format::e4m3fn}, {Format::e5m2, Format::e5m2}};
+  const GemmShape shapes[] = {{9, 70, 300}, {3, 130, 48}, {1, 1, 1}, {2, 65, 144}};
+  auto big = [](Format f) -> uint8_t { return f == Format::e4m3fn ? 0x7E : 0x7B; };  // 448 / 57344
+  int i = 0;
+  for (auto [fa, fb] : fmts)
+    for (int kind = 0; kind < 4; ++kind)
+      for (bool never : {false, true}) {
+        ScaledMmSpec s;
+        s.fa = fa, s.fb = fb, s.model = GemmModel::hopper_tc, s.out = Format::f32;
+        s.scaling = kind == 3 ? GemmScaling::rowwise : GemmScaling::tensor;
+        s.promote_never = never;
+        const GemmShape g = shapes[i++ % 4];
+        Problem p = make(rng, s, g, false);
+        if (kind == 0) {  // spread: per k the largest code, the smallest subnormal or the smallest normal, random sign
+          const uint8_t pick_a[] = {big(fa), 0x01, 0x08}, pick_b[] = {big(fb), 0x01, 0x08};
+          for (auto& x : p.a) x = static_cast<uint8_t>(pick_a[rng() % 3] | ((rng() & 1) << 7));
+          for (auto& x : p.b) x = static_cast<uint8_t>(pick_b[rng() % 3] | ((rng() & 1) << 7));
+        } else if (kind == 1) {  // cancellation: ±big pairs, the last k a tiny product
+          for (int64_t m = 0; m < g.M; ++m)
+            for (int64_t k = 0; k < g.K; ++k) p.a[m * g.K + k] = k == g.K - 1 ? 0x01 : big(fa);
+          for (int64_t n = 0; n < g.N; ++n)
+            for (int64_t k = 0; k < g.K; ++k)
+              p.b[n * g.K + k] = k == g.K - 1 ? 0x01 : static_cast<uint8_t>(big(fb) | ((k & 1) << 7));
+        } else if (kind == 2) {  // one sign, largest codes: T grows to K·max²; a few small codes truncated away
+          for (auto& x : p.a) x = rng() % 16 ? big(fa) : 0x02;
+          for (auto& x : p.b) x = rng() % 16 ? big(fb) : 0x03;
+        } else {  // NaN / Inf codes in some rows of A and BT
+          p.a[0] = fa == Format::e4m3fn ? 0x7F : 0x7C;   // NaN / +Inf
+          p.b[g.N * g.K - 1] = fb == Format::e4m3fn ? 0xFF : 0xFC;
+        }
+        CAPTURE(s.describe());
+        CAPTURE(kind);
+        CHECK(run(p, false) == run(p, true));
+      }
+}

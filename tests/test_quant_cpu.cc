@@ -400,6 +400,65 @@ TEST_SUITE("quant_cpu") {
     }
   }
 
+  TEST_CASE("the e4m3fn cast in lanes (x/s, x*(1/s), Triton x/s; NaN-replacing clamps): every code, tie, ±max, NaN") {
+    // src/cpu/quant_cpu.cc casts in lanes (CastE4m3, packed 4 vectors at a time) when the clamp replaces NaN and
+    // fp8-max <= 448. Static scales that are powers of two keep v = y·2^-k exact, so the inputs below reach the cast
+    // as they are: every e4m3fn value, every midpoint (RNE ties, normal and subnormal) and its f32 neighbours, f32
+    // subnormals, ±0, ±max and beyond, ±Inf, NaN. Oracle: the reference (ref::quantize_static / ref::quantize).
+    std::vector<float> vals;
+    for (uint32_t c = 0; c < 0x7E; ++c) {
+      const float lo = static_cast<float>(ref::value_of(Format::e4m3fn, static_cast<uint8_t>(c))),
+                  hi = static_cast<float>(ref::value_of(Format::e4m3fn, static_cast<uint8_t>(c + 1))), mid = (lo + hi) / 2;
+      for (float v : {lo, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY), std::nextafter(lo, INFINITY)})
+        vals.insert(vals.end(), {v, -v});
+    }
+    for (float v : {0.0f, 448.0f, 449.0f, 464.0f, 465.0f, 1e30f, INFINITY, NAN, 0x1p-10f, 0x1p-11f, 0x1p-149f,
+                    0x1.fffffcp-127f, 0x1p-126f, std::nextafter(0x1p-10f, 1.0f), 240.0f, 248.0f, 432.0f})
+      vals.insert(vals.end(), {v, -v});
+    const int64_t K = 45;  // groups of 32 with a tail of 13; the packed loop takes 64 elements at a time
+    std::vector<int64_t> shape = {static_cast<int64_t>((vals.size() + K - 1) / K), K};
+    vals.resize(static_cast<size_t>(shape[0] * K), 0.0f);
+    const std::vector<int64_t> shape128 = {1, static_cast<int64_t>(vals.size())};
+    size_t cases = 0;
+    for (const char* clamp : {"nan-to-min", "nan-to-max"}) {
+      for (const char* formula : {"x/s", "x*(1/s)"}) {
+        for (const char* div : {"ieee", "triton-nv"}) {
+          for (const char* mx : {"448", "240", "432"}) {
+            for (const char* g : {"group:32", "group:128"}) {
+              auto spec = try_spec("vllm-group", Format::e4m3fn, ScaleDtype::f32,
+                                   {{"clamp", clamp}, {"formula", formula}, {"div", div}, {"fp8-max", mx},
+                                    {"granularity", g}, {"tail", "partial"}},
+                                   false);
+              REQUIRE(spec);
+              const auto& shp = g[6] == '3' ? shape : shape128;
+              const QuantLayout L = quant_layout(*spec, shp);
+              for (Format from : {Format::f32, Format::bf16}) {
+                const Input in = make_source(from, vals);
+                for (float s : {1.0f, 0.5f, 4.0f, -1.0f}) {
+                  std::vector<float> sc(static_cast<size_t>(L.n_scales), s);
+                  std::vector<uint8_t> qr(vals.size(), 0x5A), qc(vals.size(), 0xA5);
+                  ref::quantize_static(*spec, from, in.bytes.data(), shp, sc.data(), qr.data());
+                  cpu::quantize_static(*spec, from, in.bytes.data(), shp, sc.data(), qc.data());
+                  const std::string d = first_diff(qc, qr);
+                  CHECK_MESSAGE(d.empty(), spec->describe(), " from ", format_name(from), " scale ", s, ": ", d);
+                  ++cases;
+                }
+              }
+              // dynamic: the same inputs with their own scales (and the adversarial rows)
+              auto dyn = try_spec("vllm-group", Format::e4m3fn, ScaleDtype::f32,
+                                  {{"clamp", clamp}, {"formula", formula}, {"div", div}, {"fp8-max", mx},
+                                   {"granularity", g}, {"tail", "partial"}},
+                                  true);
+              REQUIRE(dyn);
+              check_both(*dyn, Format::f32, make_source(Format::f32, vals), shp, dyn->describe());
+            }
+          }
+        }
+      }
+    }
+    CHECK(cases == 2 * 2 * 2 * 3 * 2 * 2 * 4);
+  }
+
   TEST_CASE("the FMA division the kernel uses (Markstein) equals IEEE division on its range, ties included") {
     // src/cpu/quant_cpu.cc divides y / sv as q0 = RN(y·r), r = RN(1/sv); two corrections q += RN(y − sv·q)·r
     // (fused), for sv in [2^-60, 2^60] and |y| in [2^-60, 2^60]. The same steps in scalar std::fma, against `/`.

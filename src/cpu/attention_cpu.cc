@@ -15,6 +15,10 @@
 // ref. Maxima and the softmax denominators are scalar loops in ref's order. exp/exp2 are the same Sleef sequences
 // in SIMD (MulAdd = fma; targets without native FMA take the scalar twin). bf16 rounding is integer RNE on the
 // f32 bits; f16 roundings call ref::narrow per element (not a speed path).
+// Decoding: each unit builds, per KV head, 256-entry code -> value tables for K and V by running DecodeRow (and the
+// f16 rounding) over all 256 codes with that head's scale; tiles are then decoded by lookup (AVX-512: 128 magnitudes
+// in registers, sign XORed in, when the table is sign-symmetric bit for bit; otherwise the 256-entry table). A scale
+// that does not compare equal to itself (NaN) takes DecodeRow directly.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/attention_cpu.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -156,6 +160,34 @@ void DecodeRow(const uint8_t* c, size_t n, bool e5m2, bool raw, float s, bool to
     }
     out[i] = f;
   }
+}
+
+// out[i] = table[c[i]] for a 256-entry table of the finished per-code values (DecodeRow + any f16 rounding, built
+// by the worker from the same code path, so the lookup is bit-identical to decoding). sym: the table is
+// sign-symmetric (table[c | 0x80] = table[c] with the sign bit flipped, checked bit by bit when it is built); AVX-512
+// then looks up the 128 magnitudes in registers (four two-table permutes) and XORs the sign in.
+void LutRow(const uint8_t* c, size_t n, const float* table, bool sym, float* out) {
+  size_t i = 0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if (sym) {
+    const __m512 t0 = _mm512_loadu_ps(table), t1 = _mm512_loadu_ps(table + 16), t2 = _mm512_loadu_ps(table + 32),
+                 t3 = _mm512_loadu_ps(table + 48), t4 = _mm512_loadu_ps(table + 64), t5 = _mm512_loadu_ps(table + 80),
+                 t6 = _mm512_loadu_ps(table + 96), t7 = _mm512_loadu_ps(table + 112);
+    const __m512i b5 = _mm512_set1_epi32(0x20), b6 = _mm512_set1_epi32(0x40), b7 = _mm512_set1_epi32(0x80);
+    for (; i + 16 <= n; i += 16) {
+      const __m512i code = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + i)));
+      const __m512 a = _mm512_permutex2var_ps(t0, code, t1), b = _mm512_permutex2var_ps(t2, code, t3);
+      const __m512 e = _mm512_permutex2var_ps(t4, code, t5), f = _mm512_permutex2var_ps(t6, code, t7);
+      const __mmask16 m5 = _mm512_test_epi32_mask(code, b5), m6 = _mm512_test_epi32_mask(code, b6);
+      const __m512 v = _mm512_mask_blend_ps(m6, _mm512_mask_blend_ps(m5, a, b), _mm512_mask_blend_ps(m5, e, f));
+      const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(code, b7), 24);
+      _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), sign)));
+    }
+  }
+#else
+  (void)sym;
+#endif
+  for (; i < n; ++i) out[i] = table[c[i]];
 }
 
 // 16 dot products: out[j] = Σ_d q[d]·kT[d·16 + j] (fma, d in order, from +0), lanes j = 0..15.
@@ -302,6 +334,7 @@ HWY_AFTER_NAMESPACE();
 namespace fp8ref {
 HWY_EXPORT(ExpArray);
 HWY_EXPORT(DecodeRow);
+HWY_EXPORT(LutRow);
 HWY_EXPORT(QkTile);
 HWY_EXPORT(PvRows);
 HWY_EXPORT(TransposeTile);
@@ -389,6 +422,7 @@ class Worker {
       sks_[static_cast<size_t>(kvh)] = a_.k_scale[si];
       svs_[static_cast<size_t>(kvh)] = s_.v_from_k ? a_.k_scale[si] : a_.v_scale[si];
     }
+    build_luts();
     rows_.clear();
     const int64_t ctx = seq_.seq_len - seq_.q_len;
     for (int64_t i = u.i0; i < u.i1; ++i)
@@ -447,11 +481,52 @@ class Worker {
         for (int64_t d = 0; d < n; ++d) o[d] = load_md(s_.q_format, from_k ? a_.k_new : a_.v_new, base + d);
         continue;
       }
+      if (lut_ok_ && how == lut_how_ && scale == (is_k ? sk_ : sv_)) {
+        const size_t at = static_cast<size_t>(kvh_) * 2 + (is_k ? 0 : 1);
+        HWY_DYNAMIC_DISPATCH(LutRow)(is_k ? krow(j) : vrow(j), static_cast<size_t>(n), lut_.data() + at * 256,
+                                     lut_sym_[at] != 0, o);
+        continue;
+      }
       HWY_DYNAMIC_DISPATCH(DecodeRow)(is_k ? krow(j) : vrow(j), static_cast<size_t>(n), e5m2_, how == Deq::raw, scale,
                                       bf16, o);
       if (per_elem || quirk)
         for (int64_t d = 0; d < n; ++d) o[d] = round_to(Format::f16, o[d]);
     }
+  }
+  // The 256-entry code -> value tables of every KV head's K and V for this unit (its scales), made by the decode
+  // path itself (DecodeRow, then the f16 rounding deq_rows applies), so a lookup equals decoding bit for bit.
+  void build_luts() {
+    lut_ok_ = false;
+    switch (s_.convention) {
+      case AttnConvention::vllm_paged_v1: lut_how_ = Deq::md_f16_quirk; break;
+      case AttnConvention::torch_sdpa_math:
+      case AttnConvention::spyre:
+      case AttnConvention::vllm_triton_unified: lut_how_ = Deq::md; break;
+      case AttnConvention::flashinfer: lut_how_ = Deq::raw; break;
+      case AttnConvention::exact: return;
+    }
+    const int64_t H = s_.cache.num_kv_heads;
+    lut_.resize(static_cast<size_t>(H) * 2 * 256);
+    lut_sym_.assign(static_cast<size_t>(H) * 2, 0);
+    uint8_t codes[256];
+    for (int c = 0; c < 256; ++c) codes[c] = static_cast<uint8_t>(c);
+    const bool bf16 = lut_how_ != Deq::raw && s_.q_format == Format::bf16;
+    const bool per_elem = lut_how_ != Deq::raw && !bf16 && s_.q_format == Format::f16;
+    const bool quirk = lut_how_ == Deq::md_f16_quirk && s_.q_format == Format::f32;
+    for (int64_t kvh = 0; kvh < H; ++kvh)
+      for (int kv = 0; kv < 2; ++kv) {
+        const size_t at = static_cast<size_t>(kvh) * 2 + static_cast<size_t>(kv);
+        float* t = lut_.data() + at * 256;
+        HWY_DYNAMIC_DISPATCH(DecodeRow)(codes, 256, e5m2_, lut_how_ == Deq::raw,
+                                        kv == 0 ? sks_[static_cast<size_t>(kvh)] : svs_[static_cast<size_t>(kvh)],
+                                        bf16, t);
+        if (per_elem || quirk)
+          for (int c = 0; c < 256; ++c) t[c] = round_to(Format::f16, t[c]);
+        bool sym = true;
+        for (int c = 0; c < 128; ++c) sym = sym && bits_of(t[c | 0x80]) == (bits_of(t[c]) ^ 0x80000000u);
+        lut_sym_[at] = sym ? 1 : 0;
+      }
+    lut_ok_ = true;
   }
   // K tile, transposed: kT_[d·16 + (j − t0)] for j in [j0, j1) (other lanes: stale, never used).
   void k_tile(int64_t t0, int64_t j0, int64_t j1, Deq how, float mul) {
@@ -475,17 +550,25 @@ class Worker {
     HWY_DYNAMIC_DISPATCH(QkTileRows)(kT_.data(), qptr_.data(), qptr_.size(), static_cast<size_t>(Dk_), tmp_.data());
     for (size_t n = 0; n < idx_.size(); ++n) std::memcpy(&dots_[idx_[n] * kTile], &tmp_[n * kTile], kTile * 4);
   }
-  // Prefetches the K (and V) rows of KV head h for keys [j0, j1) (into L2: a tile ahead is far enough).
-  void prefetch(int64_t j0, int64_t j1, int64_t h, bool v) const {
+  // Prefetches the K and/or V rows of every KV head for keys [j0, j1) into L2 (called once per tile, kAhead tiles
+  // ahead: the pages are scattered, so the hardware prefetcher cannot follow them).
+  void prefetch(int64_t j0, int64_t j1, bool k, bool v) const {
     const int64_t bs = s_.cache.block_size;
-    for (int64_t j = j0; j < j1; ++j) {
-      const uint8_t* k = a_.k_cache + s_.cache.offset(seq_.pages[j / bs], j % bs, h);
-      for (int64_t o = 0; o < Dk_; o += 64) __builtin_prefetch(k + o, 0, 2);
-      if (v && !s_.v_from_k) {
-        const uint8_t* vp = a_.v_cache + vshape_.offset(seq_.pages[j / bs], j % bs, h);
-        for (int64_t o = 0; o < Dv_; o += 64) __builtin_prefetch(vp + o, 0, 2);
+    for (int64_t j = j0; j < j1; ++j)
+      for (int64_t h = 0; h < s_.cache.num_kv_heads; ++h) {
+        if (k || s_.v_from_k) {
+          const uint8_t* kp = a_.k_cache + s_.cache.offset(seq_.pages[j / bs], j % bs, h);
+          for (int64_t o = 0; o < Dk_; o += 64) __builtin_prefetch(kp + o, 0, 2);
+        }
+        if (v && !s_.v_from_k) {
+          const uint8_t* vp = a_.v_cache + vshape_.offset(seq_.pages[j / bs], j % bs, h);
+          for (int64_t o = 0; o < Dv_; o += 64) __builtin_prefetch(vp + o, 0, 2);
+        }
       }
-    }
+  }
+  void prefetch_ahead(int64_t t0, int64_t uhi, bool k, bool v) const {
+    constexpr int64_t kAhead = 2;
+    prefetch(std::min(uhi + 1, t0 + kAhead * kTile), std::min(uhi + 1, t0 + (kAhead + 1) * kTile), k, v);
   }
 
   // vllm-paged-v1 (torch = false) and torch-sdpa-math / spyre (torch = true).
@@ -511,7 +594,7 @@ class Worker {
     for (int64_t t0 = (ulo / kTile) * kTile; t0 <= uhi; t0 += kTile) {
       const int64_t j0 = std::max(ulo, t0), j1 = std::min(uhi + 1, t0 + kTile);
       for (int64_t kvh = 0; kvh < s_.cache.num_kv_heads; ++kvh) {
-      prefetch(std::min(uhi + 1, t0 + kTile), std::min(uhi + 1, t0 + 2 * kTile), kvh, false);
+      if (kvh == 0) prefetch_ahead(t0, uhi, true, false);
       select(kvh);
       k_tile(t0, j0, j1, how, torch ? root : 0.0f);
       all_dots(kvh);
@@ -560,6 +643,7 @@ class Worker {
     for (int64_t t0 = (ulo / kTile) * kTile; t0 <= uhi; t0 += kTile) {
       const int64_t j0 = std::max(ulo, t0), j1 = std::min(uhi + 1, t0 + kTile);
       for (int64_t kvh = 0; kvh < s_.cache.num_kv_heads; ++kvh) {
+      if (kvh == 0) prefetch_ahead(t0, uhi, false, true);
       select(kvh);
       deq_rows(false, j0, j1, how, sv_, vt_.data());
       for (size_t ri = 0; ri < rows_.size(); ++ri) {
@@ -596,7 +680,7 @@ class Worker {
     for (int64_t t0 = (std::max<int64_t>(ulo, 0) / kTile) * kTile; t0 <= uhi; t0 += kTile) {
       const int64_t j0 = std::max(ulo, t0), j1 = std::min(uhi + 1, t0 + kTile);
       for (int64_t kvh = 0; kvh < s_.cache.num_kv_heads; ++kvh) {
-      prefetch(std::min(uhi + 1, t0 + kTile), std::min(uhi + 1, t0 + 2 * kTile), kvh, true);
+      if (kvh == 0) prefetch_ahead(t0, uhi, true, true);
       select(kvh);
       const float c2 = static_cast<float>(s_.scale() * static_cast<double>(sk_)) * 1.44269504088896340736f;
       k_tile(t0, j0, j1, how, 0.0f);
@@ -678,6 +762,10 @@ class Worker {
   std::vector<float> sks_, svs_;  // per KV head
   std::vector<Row> rows_;
   std::vector<float> kT_, kr_, vt_, logits_, dots_, tmp_;
+  bool lut_ok_ = false;
+  Deq lut_how_ = Deq::md;
+  std::vector<float> lut_;        // [Hkv][K, V][256]
+  std::vector<uint8_t> lut_sym_;  // [Hkv][K, V]
   std::vector<const float*> qptr_;
   std::vector<size_t> idx_;
 };

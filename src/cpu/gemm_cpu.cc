@@ -11,8 +11,9 @@
 //   other pairs (and e4m3 × e4m3 exact tensor/rowwise with K > 2^17): integers in units of 2^(qmin_a + qmin_b),
 //   int64 (e4m3 × e5m2) or int128 (e5m2 × e5m2) sums; exact adds P · sa · sb into exact::WideAcc per element.
 // hopper-tc — per lane (output column) integer state T = tm·2^tx; per 32-k step the max nominal exponent, the
-//   truncated products (|ma·mb| << (13 − pa − pb)) >> (e − Ea − Eb) and the 14-bit re-truncation, vectorised over
-//   64 output columns, 8 rows at a time (the B chunk of a step stays in L1).
+//   truncated products trunc(a·b · 2^(13 − e)) (exact f32 values of the codes, f32 products and power-of-two scale
+//   without rounding, truncating f32 → int32 conversion) and the 14-bit re-truncation, vectorised over 64 output
+//   columns, 8 rows at a time (the B chunk of a step stays in L1).
 // Outputs in rows of A / rows of BT that hold a NaN or Inf code are recomputed with ref::scaled_mm (the defined
 // special-value semantics); mma-sync-sm90 chains ref::mma_sm90_element over K (one mma per 32 k).
 #include <omp.h>
@@ -47,7 +48,6 @@ using exact::u128;
 
 struct Code {
   double v = 0;      // exact value (NaN/Inf for specials)
-  int32_t sm = 0;    // signed integer significand (hopper-tc), value = sm · 2^(E − pm)
   int32_t E = -4096; // nominal exponent; -4096 for zero
   int64_t iv = 0;    // value in units of 2^qmin (exact integer)
   bool special = false;
@@ -68,11 +68,9 @@ void decode_table(Format f, Code* t) {
     }
     if (v == 0) continue;
     const int mag = c & 0x7F, pm = pm_of(f);
-    const int ef = mag >> pm, fr = mag & ((1 << pm) - 1);
+    const int ef = mag >> pm;
     const int bias = f == Format::e4m3fn ? 7 : 15;
-    const int m = ef ? (fr | (1 << pm)) : fr;
     d.E = ef ? ef - bias : 1 - bias;
-    d.sm = (c & 0x80) ? -m : m;
     d.iv = static_cast<int64_t>(std::ldexp(v, -qmin_of(f)));
   }
 }
@@ -660,11 +658,15 @@ struct TcLanes {
   int32_t tm[kHn], tx[kHn], e[kHn], S[kHn];
 };
 
-// One wgmma step for one row of A over kHn lanes: k in [k0, k1).
+// One wgmma step for one row of A over kHn lanes: k in [k0, k1). FA, FB: the exact values of the codes as f32 (0
+// for zero and NaN/Inf codes; rows holding NaN/Inf are recomputed by fix_specials). The truncated term of a product
+// on the grid 2^(e-13) is trunc(a·b · 2^(13-e)) computed in f32 without rounding: a·b has at most 8 significant bits
+// (exact), the power-of-two scale is exact (a result below 2^-126 is below 1 and truncates to 0 either way), and
+// the f32 → int32 conversion truncates toward zero on the magnitude. Every term is below 2^15 (|a·b| <
+// 2^(Ea+Eb+2) <= 2^(e+2)), so S (at most 32 terms plus T) stays below 2^21.
 FP8REF_CLONES
-void tc_step_lanes(TcLanes& Ls, const int32_t* __restrict EA, const int32_t* __restrict MA,
-                   const int32_t* __restrict EB, const int32_t* __restrict MB, int64_t /*N*/, int64_t /*n0*/, int nt,
-                   int64_t k0, int64_t k1, int cshift) {
+void tc_step_lanes(TcLanes& Ls, const int32_t* __restrict EA, const float* __restrict FA,
+                   const int32_t* __restrict EB, const float* __restrict FB, int64_t k0, int64_t k1) {
   TcLanes L = Ls;  // a local copy: no aliasing with the B arrays
 #pragma omp simd
   for (int l = 0; l < kHn; ++l) {
@@ -673,14 +675,11 @@ void tc_step_lanes(TcLanes& Ls, const int32_t* __restrict EA, const int32_t* __r
   }
   for (int64_t k = k0; k < k1; ++k) {  // a zero a has E = -4096: it never sets the maximum
     const int32_t ea = EA[k];
-    const int32_t* eb = EB + k * kHn;  // EB, MB: this column tile (tiled layout)
-    if (nt == kHn) {
+    const int32_t* eb = EB + k * kHn;  // EB, FB: this column tile (tiled layout; padding columns hold zero codes)
 #pragma omp simd
-      for (int l = 0; l < kHn; ++l) L.e[l] = std::max(L.e[l], ea + eb[l]);
-    } else {
-      for (int l = 0; l < nt; ++l) L.e[l] = std::max(L.e[l], ea + eb[l]);
-    }
+    for (int l = 0; l < kHn; ++l) L.e[l] = std::max(L.e[l], ea + eb[l]);
   }
+  uint32_t sbits[kHn];
 #pragma omp simd
   for (int l = 0; l < kHn; ++l) {
     const int32_t grid = L.e[l] - 13;
@@ -688,21 +687,17 @@ void tc_step_lanes(TcLanes& Ls, const int32_t* __restrict EA, const int32_t* __r
     const int32_t mag = L.tm[l] < 0 ? -L.tm[l] : L.tm[l];
     int32_t v = sh >= 0 ? (mag << std::min(sh, 16)) : (mag >> std::min(-sh, 31));
     L.S[l] = L.tm[l] < 0 ? -v : v;
+    // 2^(13-e) as f32 bits; e in [-114, 139] for every lane with a non-zero term (e4m3/e5m2 products and sums),
+    // the clamp only touches lanes whose terms are all zero
+    sbits[l] = static_cast<uint32_t>(std::min(std::max(127 + 13 - L.e[l], 1), 254)) << 23;
   }
+  float scale[kHn];
+  std::memcpy(scale, sbits, sizeof scale);
   for (int64_t k = k0; k < k1; ++k) {
-    const int32_t ma = MA[k];  // 0 for a zero a: every t is 0
-    const int32_t ea = EA[k];
-    const int32_t* eb = EB + k * kHn;
-    const int32_t* mb = MB + k * kHn;
-    const int lanes = nt == kHn ? kHn : nt;
+    const float fa = FA[k];  // 0 for a zero a: every term is 0
+    const float* fb = FB + k * kHn;
 #pragma omp simd
-    for (int l = 0; l < lanes; ++l) {
-      const int32_t mm = ma * mb[l];
-      const int32_t am = (mm < 0 ? -mm : mm) << cshift;
-      const int32_t d = std::min(std::max(L.e[l] - ea - eb[l], 0), 31);
-      const int32_t t = am >> d;
-      L.S[l] += mm < 0 ? -t : t;
-    }
+    for (int l = 0; l < kHn; ++l) L.S[l] += static_cast<int32_t>((fa * fb[l]) * scale[l]);
   }
 #pragma omp simd
   for (int l = 0; l < kHn; ++l) {
@@ -730,12 +725,13 @@ void run_hopper(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, con
   Code ta[256], tb[256];
   decode_table(s.fa, ta);
   decode_table(s.fb, tb);
-  const int cshift = 13 - pm_of(s.fa) - pm_of(s.fb);
   const size_t MK = static_cast<size_t>(g.M * g.K);
-  std::vector<int32_t> EA(MK), MA(MK), EB(tiled_size(g.N, g.K)), MB(tiled_size(g.N, g.K));
-  for (size_t i = 0; i < MK; ++i) EA[i] = ta[a[i]].E, MA[i] = ta[a[i]].sm;
+  std::vector<int32_t> EA(MK), EB(tiled_size(g.N, g.K));
+  std::vector<float> FA(MK), FB(tiled_size(g.N, g.K));
+  auto fval = [](const Code& d) { return d.special ? 0.0f : static_cast<float>(d.v); };  // exact: <= 4 bits
+  for (size_t i = 0; i < MK; ++i) EA[i] = ta[a[i]].E, FA[i] = fval(ta[a[i]]);
   transpose_b(bt, g.N, g.K, EB.data(), [&](uint8_t c) { return tb[c].E; });
-  transpose_b(bt, g.N, g.K, MB.data(), [&](uint8_t c) { return tb[c].sm; });
+  transpose_b(bt, g.N, g.K, FB.data(), [&](uint8_t c) { return fval(tb[c]); });
   const ScaleIdx sc(s, g, sa, sb);
   const bool blocked = s.scaling == GemmScaling::blockwise || s.scaling == GemmScaling::group;
   const int64_t tiles = (g.K + 127) / 128;
@@ -764,9 +760,8 @@ void run_hopper(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, con
               const int64_t m = m0 + r;
               if (blocked) std::memset(&L, 0, sizeof(TcLanes));
               for (int64_t c0 = kt0; c0 < kt1; c0 += 32)
-                tc_step_lanes(L, EA.data() + m * g.K, MA.data() + m * g.K, EB.data() + (n0 / kHn) * g.K * kHn,
-                              MB.data() + (n0 / kHn) * g.K * kHn, g.N, n0, nt, c0,
-                              std::min(kt1, c0 + 32), cshift);
+                tc_step_lanes(L, EA.data() + m * g.K, FA.data() + m * g.K, EB.data() + (n0 / kHn) * g.K * kHn,
+                              FB.data() + (n0 / kHn) * g.K * kHn, c0, std::min(kt1, c0 + 32));
               if (blocked) {
                 for (int l = 0; l < nt; ++l) {
                   const float sab = sc.a(m, kt0) * sc.b(n0 + l, kt0);

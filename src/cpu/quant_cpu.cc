@@ -66,6 +66,9 @@
 // [8] clamp in f32 vectors (NaN -> +max / -max / kept).
 // [9] the cast: cpu::encode_f32 (src/cpu/convert_cpu.cc) on the chunk's v, with the spec's resolved cast — the
 //   f32 value carries exactly the information the reference's f32 (or exact f64) value does.
+//   In lanes instead (ElemConst::cast_lanes, set by make_ctx): e4m3fn with an RNE cast after a NaN-replacing clamp to
+//   fp8-max <= 448, for x/s, x*(1/s) and Triton's x/s over groups — CastE4m3 on v in registers, four vectors packed
+//   to 64 bytes (StoreCodes4); no f32 round trip through memory (vllm-group and the like).
 // Dequantize: value(code) by rebiasing the exponent field (normals) or f32(fraction)·2^(1−bias−m) (subnormals),
 //   exact; the sign OR-ed in, NaN/Inf codes set; one f32 multiply by sv
 //   (= the reference's f64 product rounded once to f32); NaN -> 0x7FFFFFFF; bf16 output by integer RNE, f16 by
@@ -107,6 +110,7 @@ struct ElemConst {
   uint32_t clamp;     // Clamp
   float mx;           // fp8-max
   uint32_t nan_bits;  // the NaN v takes
+  uint32_t cast_lanes;  // 1: step 9 in lanes (CastE4m3: RNE e4m3fn after a NaN-replacing clamp to max <= 448)
 };
 struct ScaleConst {
   bool propagate;
@@ -351,15 +355,16 @@ void GroupParams(uint32_t kind, const float* sv, const float* amax, size_t n, fl
   }
 }
 
-// RN(y / a) given b = RN(1/a) (b = 0: divide). Sets *slow when the FMA path could not be used.
-HWY_INLINE VF Quotient(VF y, VF a, VF b, VF* rem, bool* slow) {
+// RN(y / a) given b = RN(1/a) (b = 0: divide). Sets *slow when the FMA path could not be used. b_ok: 1 when the
+// caller knows b != 0 in every lane (one group's broadcast b), 0 when it is 0, -1: test the lanes.
+HWY_INLINE VF Quotient(VF y, VF a, VF b, VF* rem, bool* slow, int b_ok = -1) {
   const DF df;
   const DU du;
   if constexpr (kFma) {
     const VU ay = hn::And(hn::BitCast(du, y), hn::Set(du, 0x7FFFFFFFu));
     const auto yzero = hn::Eq(ay, hn::Zero(du));
     const auto ok = hn::Or(yzero, InRange(ay));
-    if (hn::AllTrue(du, ok) && hn::AllFalse(df, hn::Eq(b, hn::Zero(df)))) {
+    if ((b_ok < 0 ? hn::AllFalse(df, hn::Eq(b, hn::Zero(df))) : b_ok == 1) && hn::AllTrue(du, ok)) {
       const VF q0 = hn::Mul(y, b);
       const VF q1 = hn::MulAdd(hn::NegMulAdd(q0, a, y), b, q0);
       const VF e1 = hn::NegMulAdd(q1, a, y);
@@ -374,14 +379,53 @@ HWY_INLINE VF Quotient(VF y, VF a, VF b, VF* rem, bool* slow) {
   return hn::Div(y, a);
 }
 
+// [9] in lanes (ElemConst::cast_lanes; the same kernel as cast_e4m3 in src/cpu/rmsnorm_quant_cpu.cc): RNE to e4m3fn
+// of a value the clamp left finite in [-448, 448] — every RNE cast convention gives the same code there (no NaN, no
+// overflow; -0 -> 0x80):
+//   |v| >= 2^-6: bits + 0x7FFFF + lsb(bits >> 20), >> 20, minus the bias difference (127 - 7) << 3 (folded into the
+//                constant, mod 2^32; bit 20 is unchanged by that subtraction);
+//   |v| <  2^-6: n = RNE(|v| · 2^9) = bits(|v| + 2^14) - bits(2^14) (the ulp of 2^14 is 2^-9; f32 subnormals
+//                included), code n (8 = the smallest normal).
+// The sign as bit 7. Returns the code in the low byte of each u32 lane.
+HWY_INLINE VU CastE4m3(VF t) {
+  const DF df;
+  const DU du;
+  const VU b = hn::BitCast(du, t);
+  const VU a = hn::And(b, hn::Set(du, 0x7FFFFFFFu));
+  const VU lsb = hn::And(hn::ShiftRight<20>(a), hn::Set(du, 1u));
+  const VU normal = hn::ShiftRight<20>(hn::Add(hn::Add(a, hn::Set(du, 0x7FFFFu - ((127u - 7u) << 23))), lsb));
+  const VU sub = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, a), hn::Set(df, 16384.0f))), hn::Set(du, 0x46800000u));
+  const VU code = hn::IfThenElse(hn::Lt(a, hn::Set(du, 0x3C800000u)), sub, normal);
+  return hn::OrAnd(code, hn::ShiftRight<24>(b), hn::Set(du, 0x80u));
+}
+
+// Four vectors of codes (u32 lanes, each <= 0xFF) -> 4·N bytes in order. AVX-512: two packus_epi32, one
+// packus_epi16 (exact: the values fit) and one dword permutation (the packs interleave per 128-bit block: block L
+// holds dwords c0[L], c1[L], c2[L], c3[L]); elsewhere U8FromU32 per vector.
+HWY_INLINE void StoreCodes4(VU c0, VU c1, VU c2, VU c3, uint8_t* dst) {
+#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+  const __m512i w01 = _mm512_packus_epi32(c0.raw, c1.raw), w23 = _mm512_packus_epi32(c2.raw, c3.raw);
+  const __m512i b = _mm512_packus_epi16(w01, w23);
+  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_storeu_si512(reinterpret_cast<void*>(dst), _mm512_permutexvar_epi32(idx, b));
+#else
+  const hn::Rebind<uint8_t, DF> d8;
+  const size_t N = hn::Lanes(d8);
+  hn::StoreU(hn::U8FromU32(c0), d8, dst);
+  hn::StoreU(hn::U8FromU32(c1), d8, dst + N);
+  hn::StoreU(hn::U8FromU32(c2), d8, dst + 2 * N);
+  hn::StoreU(hn::U8FromU32(c3), d8, dst + 3 * N);
+#endif
+}
+
 template <uint32_t kOp, uint32_t kClamp>
-HWY_INLINE VF ElemV(VF y, VF a, VF b, const ElemConst& c, bool* unsafe) {
+HWY_INLINE VF ElemV(VF y, VF a, VF b, const ElemConst& c, bool* unsafe, int b_ok = -1) {
   const DF df;
   const DU du;
   VF v;
   if constexpr (kOp == kOpDiv) {
     bool slow = false;
-    v = Quotient(y, a, b, nullptr, &slow);
+    v = Quotient(y, a, b, nullptr, &slow, b_ok);
   } else if constexpr (kOp == kOpMul) {
     v = hn::Mul(y, a);
   } else if constexpr (kOp == kOpTriton) {
@@ -431,8 +475,14 @@ HWY_INLINE VF ElemV(VF y, VF a, VF b, const ElemConst& c, bool* unsafe) {
     const VU step = hn::IfThenElse(hn::Eq(sgn, hn::Zero(du)), hn::Set(du, 1u), hn::Set(du, 0xFFFFFFFFu));
     v = hn::BitCast(df, hn::IfThenElse(hn::And(few, inexact), hn::Add(vb, step), vb));
   }
-  v = Canon(v, c.nan_bits);
   const VF mx = hn::Set(df, c.mx), nmx = hn::Neg(mx);
+#if HWY_ARCH_X86 && (HWY_TARGET & (HWY_SCALAR | HWY_EMU128)) == 0
+  // NaN-replacing clamps: x86 minps/maxps return the second operand when one is NaN, so the order alone sends a NaN
+  // to the bound (as in src/cpu/rmsnorm_quant_cpu.cc; tests/test_quant_cpu.cc checks NaN inputs under both clamps)
+  if constexpr (kClamp == static_cast<uint32_t>(Clamp::nan_to_max)) return hn::Max(hn::Min(v, mx), nmx);
+  if constexpr (kClamp == static_cast<uint32_t>(Clamp::nan_to_min)) return hn::Min(hn::Max(v, nmx), mx);
+#endif
+  v = Canon(v, c.nan_bits);
   switch (static_cast<Clamp>(kClamp)) {
     case Clamp::none: break;
     case Clamp::nan_to_max: v = hn::IfThenElse(hn::IsNaN(v), mx, hn::Min(hn::Max(v, nmx), mx)); break;
@@ -445,9 +495,10 @@ HWY_INLINE VF ElemV(VF y, VF a, VF b, const ElemConst& c, bool* unsafe) {
 // v for the elements [k0, k1) of a row into out[0, k1 - k0). G > 0: groups of G along the row, a[g - g0], b[g - g0]
 // (g = k / G); G = 0: per-element constants a[k - k0], b[k - k0]. Returns false when a kOpExact vector left the
 // FMA range (the caller runs the reference on the chunk).
-template <int kSrc, uint32_t kOp, uint32_t kClamp>
+// kCast: the codes (CastE4m3) into q[0, k1 - k0) instead.
+template <int kSrc, uint32_t kOp, uint32_t kClamp, bool kCast = false>
 bool ElemRangeT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const float* a, const float* b,
-                const ElemConst& cref, float* out) {
+                const ElemConst& cref, float* out, uint8_t* q = nullptr) {
   const ElemConst c = cref;  // a local copy: the stores through `out` cannot alias it (no reloads per vector)
   const DF df;
   const size_t N = hn::Lanes(df);
@@ -459,6 +510,27 @@ bool ElemRangeT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, cons
       const size_t g = k / G;
       const size_t e = (g + 1) * G < k1 ? (g + 1) * G : k1;
       const VF A = hn::Set(df, a[g - g0]), B = hn::Set(df, b[g - g0]);
+      if constexpr (kCast) {
+        const hn::Rebind<uint8_t, DF> d8;
+        const int bok = b[g - g0] != 0.0f ? 1 : 0;  // (the group's b: tested once, not per vector)
+        for (; k + 4 * N <= e; k += 4 * N) {
+          const VU c0 = CastE4m3(ElemV<kOp, kClamp>(LoadY<kSrc>(s + k), A, B, c, &unsafe, bok));
+          const VU c1 = CastE4m3(ElemV<kOp, kClamp>(LoadY<kSrc>(s + k + N), A, B, c, &unsafe, bok));
+          const VU c2 = CastE4m3(ElemV<kOp, kClamp>(LoadY<kSrc>(s + k + 2 * N), A, B, c, &unsafe, bok));
+          const VU c3 = CastE4m3(ElemV<kOp, kClamp>(LoadY<kSrc>(s + k + 3 * N), A, B, c, &unsafe, bok));
+          StoreCodes4(c0, c1, c2, c3, q + (k - k0));
+        }
+        for (; k + N <= e; k += N)
+          hn::StoreU(hn::U8FromU32(CastE4m3(ElemV<kOp, kClamp>(LoadY<kSrc>(s + k), A, B, c, &unsafe, bok))), d8, q + (k - k0));
+        if (k < e) {
+          HWY_ALIGN uint8_t tmp[kMaxLanes];
+          hn::Store(hn::U8FromU32(CastE4m3(ElemV<kOp, kClamp>(LoadYN<kSrc>(s + k, e - k), A, B, c, &unsafe, bok))), d8, tmp);
+          std::memcpy(q + (k - k0), tmp, e - k);
+          k = e;
+        }
+        if (unsafe) return false;
+        continue;
+      }
       for (; k + N <= e; k += N) hn::StoreU(ElemV<kOp, kClamp>(LoadY<kSrc>(s + k), A, B, c, &unsafe), df, out + (k - k0));
       if (k < e) {
         HWY_ALIGN float tmp[kMaxLanes];
@@ -487,7 +559,17 @@ bool ElemRangeT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, cons
 
 template <int kSrc, uint32_t kClamp>
 bool ElemRangeC(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const float* a, const float* b,
-                const ElemConst& c, float* out) {
+                const ElemConst& c, float* out, uint8_t* q) {
+  if constexpr (kClamp == static_cast<uint32_t>(Clamp::nan_to_max) || kClamp == static_cast<uint32_t>(Clamp::nan_to_min)) {
+    if (c.cast_lanes && G > 0) {  // (the ops of the named group conventions: x/s, x*(1/s), Triton's x/s)
+      switch (c.op) {
+        case kOpDiv: return ElemRangeT<kSrc, kOpDiv, kClamp, true>(src, k0, k1, G, g0, a, b, c, out, q);
+        case kOpMul: return ElemRangeT<kSrc, kOpMul, kClamp, true>(src, k0, k1, G, g0, a, b, c, out, q);
+        case kOpTriton: return ElemRangeT<kSrc, kOpTriton, kClamp, true>(src, k0, k1, G, g0, a, b, c, out, q);
+        default: break;
+      }
+    }
+  }
   switch (c.op) {
     case kOpDiv: return ElemRangeT<kSrc, kOpDiv, kClamp>(src, k0, k1, G, g0, a, b, c, out);
     case kOpMul: return ElemRangeT<kSrc, kOpMul, kClamp>(src, k0, k1, G, g0, a, b, c, out);
@@ -499,19 +581,20 @@ bool ElemRangeC(const void* src, size_t k0, size_t k1, size_t G, size_t g0, cons
 }
 template <int kSrc>
 bool ElemRangeS(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const float* a, const float* b,
-                const ElemConst& c, float* out) {
+                const ElemConst& c, float* out, uint8_t* q) {
   switch (static_cast<Clamp>(c.clamp)) {
-    case Clamp::none: return ElemRangeC<kSrc, 0>(src, k0, k1, G, g0, a, b, c, out);
-    case Clamp::nan_to_max: return ElemRangeC<kSrc, 1>(src, k0, k1, G, g0, a, b, c, out);
-    case Clamp::nan_to_min: return ElemRangeC<kSrc, 2>(src, k0, k1, G, g0, a, b, c, out);
-    default: return ElemRangeC<kSrc, 3>(src, k0, k1, G, g0, a, b, c, out);
+    case Clamp::none: return ElemRangeC<kSrc, 0>(src, k0, k1, G, g0, a, b, c, out, q);
+    case Clamp::nan_to_max: return ElemRangeC<kSrc, 1>(src, k0, k1, G, g0, a, b, c, out, q);
+    case Clamp::nan_to_min: return ElemRangeC<kSrc, 2>(src, k0, k1, G, g0, a, b, c, out, q);
+    default: return ElemRangeC<kSrc, 3>(src, k0, k1, G, g0, a, b, c, out, q);
   }
 }
+// c.cast_lanes: the codes into q[0, k1 - k0) when the spec's op has a lane cast (CastCodes says which), else v.
 bool ElemRange(int src, const void* p, size_t k0, size_t k1, size_t G, size_t g0, const float* a, const float* b,
-               const ElemConst& c, float* out) {
-  if (src == 0) return ElemRangeS<0>(p, k0, k1, G, g0, a, b, c, out);
-  if (src == 1) return ElemRangeS<1>(p, k0, k1, G, g0, a, b, c, out);
-  return ElemRangeS<2>(p, k0, k1, G, g0, a, b, c, out);
+               const ElemConst& c, float* out, uint8_t* q) {
+  if (src == 0) return ElemRangeS<0>(p, k0, k1, G, g0, a, b, c, out, q);
+  if (src == 1) return ElemRangeS<1>(p, k0, k1, G, g0, a, b, c, out, q);
+  return ElemRangeS<2>(p, k0, k1, G, g0, a, b, c, out, q);
 }
 
 // ---- Dequantize ------------------------------------------------------------------------------------------------
@@ -808,6 +891,11 @@ Ctx make_ctx(const QuantSpec& spec, Format from, const std::vector<int64_t>& sha
     case GranularityKind::tensor: c.G = static_cast<size_t>(c.L.K); c.nk = 1; break;
     case GranularityKind::col: c.G = 0; c.nk = static_cast<size_t>(c.L.K); break;
   }
+  // Step 9 in lanes (CastE4m3) for x/s, x*(1/s) and Triton's x/s over groups: an RNE cast to e4m3fn of values a
+  // NaN-replacing clamp leaves in [-448, 448] (the same predicate as rmsnorm_quant's cast_in_lanes).
+  c.ec.cast_lanes = spec.to == Format::e4m3fn && spec.cast.to == Format::e4m3fn && spec.cast.rounding == Rounding::rne &&
+                    (spec.clamp == Clamp::nan_to_max || spec.clamp == Clamp::nan_to_min) && spec.fp8_max <= 448.0f &&
+                    (c.ec.op == kOpDiv || c.ec.op == kOpMul || c.ec.op == kOpTriton) && c.G > 0;
   return c;
 }
 
@@ -954,8 +1042,8 @@ void elements(const Ctx& c, const void* x, size_t row, size_t k0, size_t k1, siz
   uint8_t* q_row = q + row * K;
   if (w.v.size() < k1 - k0) w.v.resize(k1 - k0);
   const size_t g0 = c.G ? k0 / c.G : 0;
-  if (HWY_DYNAMIC_DISPATCH(ElemRange)(c.src, src_row, k0, k1, c.G, g0, a, b, c.ec, w.v.data())) {
-    cpu::encode_f32(w.v.data(), q_row + k0, k1 - k0, c.spec->cast);
+  if (HWY_DYNAMIC_DISPATCH(ElemRange)(c.src, src_row, k0, k1, c.G, g0, a, b, c.ec, w.v.data(), q_row + k0)) {
+    if (!c.ec.cast_lanes) cpu::encode_f32(w.v.data(), q_row + k0, k1 - k0, c.spec->cast);
   } else {
     chunk_reference(c, src_row, k0, k1, scales, gid_row, q_row);
   }
