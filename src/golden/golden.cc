@@ -7,6 +7,7 @@
 
 #include "fp8ref/error.h"
 #include "fp8ref/golden.h"
+#include "golden/ops.h"
 
 #ifndef FP8REF_SOURCE_DIR
 #define FP8REF_SOURCE_DIR "."
@@ -125,6 +126,20 @@ std::string case_file_name(const Descriptor& d) {
   const std::string line = to_string(d);
   return d.op + "-" + io::sha256_hex(reinterpret_cast<const uint8_t*>(line.data()), line.size()).substr(0, 12) +
          ".safetensors";
+}
+
+std::string where(const Descriptor& d) { return "descriptor '" + to_string(d) + "': "; }
+
+const io::Tensor& find_input(const Descriptor& d, const Tensors& inputs, const std::string& name, io::DType dtype,
+                             const std::vector<int64_t>& shape) {
+  for (const io::Tensor& t : inputs) {
+    if (t.name != name) continue;
+    if (t.dtype != dtype || t.shape != shape)
+      throw InputError("tensor '" + name + "': expected " + io::dtype_name(dtype) + " [" + shape_string(shape) +
+                       "], got " + io::dtype_name(t.dtype) + " [" + shape_string(t.shape) + "] (" + where(d) + ")");
+    return t;
+  }
+  throw InputError("missing tensor '" + name + "' (" + where(d) + ")");
 }
 
 }  // namespace fp8ref::golden

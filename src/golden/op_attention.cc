@@ -29,8 +29,6 @@ namespace fp8ref::golden {
 
 namespace {
 
-std::string where(const Descriptor& d) { return "descriptor '" + to_string(d) + "': "; }
-
 Format format_key(const Descriptor& d, const char* key) {
   Format f;
   if (!parse_format(d.get(key), &f)) throw InputError(where(d) + "unknown format '" + d.get(key) + "' for " + key);
@@ -92,18 +90,6 @@ E enum_key(const Descriptor& d, const char* key, bool (*parse)(std::string_view,
   E e;
   if (!parse(d.get(key), &e)) throw InputError(where(d) + "unknown " + key + " '" + d.get(key) + "' (" + choices + ")");
   return e;
-}
-
-const io::Tensor& find_input(const Descriptor& d, const Tensors& in, const std::string& name, io::DType dt,
-                             const std::vector<int64_t>& shape) {
-  for (const io::Tensor& t : in) {
-    if (t.name != name) continue;
-    if (t.dtype != dt || t.shape != shape)
-      throw InputError("tensor '" + name + "': expected " + io::dtype_name(dt) + " [" + shape_string(shape) + "], got " +
-                       io::dtype_name(t.dtype) + " [" + shape_string(t.shape) + "] (" + where(d) + ")");
-    return t;
-  }
-  throw InputError("missing tensor '" + name + "' (" + where(d) + ")");
 }
 
 template <typename T>

@@ -37,8 +37,6 @@ struct QuantCase {
   QuantLayout layout;
 };
 
-std::string where(const Descriptor& d) { return "descriptor '" + to_string(d) + "': "; }
-
 Format format_key(const Descriptor& d, const char* key) {
   Format f;
   if (!parse_format(d.get(key), &f)) throw InputError(where(d) + "unknown format '" + d.get(key) + "' for " + key);
@@ -82,19 +80,6 @@ io::DType scale_dtype_of(const QuantSpec& s) { return io::format_dtype(scale_sto
 // The scale tensor as stored (scale-layout): its dtype and shape.
 io::DType stored_dtype_of(const QuantSpec& s, const QuantLayout& L) {
   return stored_scales(s, L).packed ? io::DType::I32 : scale_dtype_of(s);
-}
-
-const io::Tensor& find_input(const Descriptor& d, const Tensors& inputs, const char* name, io::DType dtype,
-                             const std::vector<int64_t>& shape) {
-  for (const io::Tensor& t : inputs) {
-    if (t.name != name) continue;
-    if (t.dtype != dtype || t.shape != shape)
-      throw InputError(std::string("tensor '") + name + "': expected " + io::dtype_name(dtype) + " [" +
-                       shape_string(shape) + "], got " + io::dtype_name(t.dtype) + " [" + shape_string(t.shape) +
-                       "] (" + where(d) + ")");
-    return t;
-  }
-  throw InputError(std::string("missing tensor '") + name + "' (" + where(d) + ")");
 }
 
 std::string dims_json(size_t rank) {

@@ -30,8 +30,6 @@ struct Case {
   RmsNormLayout layout;
 };
 
-std::string where(const Descriptor& d) { return "descriptor '" + to_string(d) + "': "; }
-
 Case parse_case(const Descriptor& d) {
   Case c;
   if (!parse_format(d.get("from"), &c.from)) throw InputError(where(d) + "unknown format '" + d.get("from") + "' for from");
@@ -57,19 +55,6 @@ Case parse_case(const Descriptor& d) {
   return c;
 }
 
-const io::Tensor& input(const Descriptor& d, const Tensors& inputs, const char* name, io::DType dtype,
-                        const std::vector<int64_t>& shape) {
-  for (const io::Tensor& t : inputs) {
-    if (t.name != name) continue;
-    if (t.dtype != dtype || t.shape != shape)
-      throw InputError(std::string("tensor '") + name + "': expected " + io::dtype_name(dtype) + " [" +
-                       shape_string(shape) + "], got " + io::dtype_name(t.dtype) + " [" + shape_string(t.shape) +
-                       "] (" + where(d) + ")");
-    return t;
-  }
-  throw InputError(std::string("missing tensor '") + name + "' (" + where(d) + ")");
-}
-
 // Runs `backend` (ref or cpu) on a case; exact_q optional.
 Tensors compute(const Descriptor& d, const Tensors& inputs, bool cpu, io::Tensor* exact_q) {
   const Case c = parse_case(d);
@@ -78,15 +63,15 @@ Tensors compute(const Descriptor& d, const Tensors& inputs, bool cpu, io::Tensor
   a.from = c.from;
   a.shape = c.shape;
   a.weight_shape = c.wshape;
-  a.x = input(d, inputs, "input.x", dt, c.shape).data.data();
-  a.weight = input(d, inputs, "input.weight", dt, c.wshape).data.data();
+  a.x = find_input(d, inputs, "input.x", dt, c.shape).data.data();
+  a.weight = find_input(d, inputs, "input.weight", dt, c.wshape).data.data();
   io::Tensor q = io::make_tensor("output.q", io::format_dtype(c.spec.quant.to), c.shape);
   io::Tensor s = io::make_tensor("output.scale", io::format_dtype(scale_storage(c.spec.quant)), c.layout.quant.scale_shape);
   io::Tensor r = io::make_tensor("output.residual", dt, c.residual ? c.shape : std::vector<int64_t>{0});
   a.q = q.data.data();
   a.scales = s.data.data();
   if (c.residual) {
-    a.residual = input(d, inputs, "input.residual", dt, c.shape).data.data();
+    a.residual = find_input(d, inputs, "input.residual", dt, c.shape).data.data();
     a.residual_out = r.data.data();
   }
   if (exact_q) a.exact_q = reinterpret_cast<double*>(exact_q->data.data());

@@ -25,8 +25,6 @@ namespace fp8ref::golden {
 
 namespace {
 
-std::string where(const Descriptor& d) { return "descriptor '" + to_string(d) + "': "; }
-
 struct MmCase {
   ScaledMmSpec s;
   GemmShape g;
@@ -102,19 +100,6 @@ std::vector<int64_t> b_shape(const MmCase& c) { return with_batch(c, c.b_batched
 std::vector<int64_t> sa_shape(const MmCase& c) { return scale_with_batch(c, c.sa_batched, gemm_sa_shape(c.s, c.g)); }
 std::vector<int64_t> sb_shape(const MmCase& c) { return scale_with_batch(c, c.sb_batched, gemm_sb_shape(c.s, c.g)); }
 std::vector<int64_t> out_shape(const MmCase& c) { return with_batch(c, true, {c.g.M, c.g.N}); }
-
-const io::Tensor& find_input(const Descriptor& d, const Tensors& inputs, const char* name, io::DType dtype,
-                             const std::vector<int64_t>& shape) {
-  for (const io::Tensor& t : inputs) {
-    if (t.name != name) continue;
-    if (t.dtype != dtype || t.shape != shape)
-      throw InputError(std::string("tensor '") + name + "': expected " + io::dtype_name(dtype) + " [" +
-                       shape_string(shape) + "], got " + io::dtype_name(t.dtype) + " [" + shape_string(t.shape) +
-                       "] (" + where(d) + ")");
-    return t;
-  }
-  throw InputError(std::string("missing tensor '") + name + "' (" + where(d) + ")");
-}
 
 struct Inputs {
   const io::Tensor *a, *b, *sa, *sb, *bias = nullptr;

@@ -3,11 +3,18 @@
 // to each table in registry.cc.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "fp8ref/golden.h"
 
 namespace fp8ref::golden {
+
+// Shared by the op files (golden.cc): "descriptor '<d>': ", the prefix of every error about a case; and the input
+// tensor `name` of a case, checked for dtype and shape (InputError naming the tensor and the case otherwise).
+std::string where(const Descriptor& d);
+const io::Tensor& find_input(const Descriptor& d, const Tensors& inputs, const std::string& name, io::DType dtype,
+                             const std::vector<int64_t>& shape);
 
 OpInfo convert_op();
 std::vector<Kernel> convert_kernels();
