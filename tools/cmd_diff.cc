@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "fp8ref/diff.h"
 #include "fp8ref/error.h"
+#include "fp8ref/golden.h"
 #include "fp8ref/io.h"
 
 namespace fp8ref::cli {
@@ -37,6 +38,11 @@ const char* kHelp =
     "  --top K          worst elements listed per tensor (default 10)\n"
     "  --quiet          print only the per-tensor summary lines, the verdict and the repro\n"
     "  --threads N      worker threads (default: OpenMP's)\n"
+    "  --models WHEN    auto (default: when the verdict is FAIL) | always | never: run EXPECTED's case (its\n"
+    "                   descriptor and inputs) under every model of its op (scaled_mm: exact, f32-kblock both\n"
+    "                   ways, hopper-tc promote 128/never x split-K 1-5, mma-sync-sm90; paged_attention: each\n"
+    "                   convention) on the cpu backend and list ACTUAL's distance to each, best first: for a\n"
+    "                   device output of unknown model, which stack's arithmetic it follows\n"
     "  -h, --help       this help\n"
     "\n"
     "Exit codes: 0 PASS or MISTRUSTED (printed as such), 1 FAIL, 2 bad usage or bad input (nothing written).\n";
@@ -51,7 +57,7 @@ int parse_count(const std::string& flag, const std::string& v, long long lo, lon
 
 int diff_main(int argc, char** argv) {
   Args args(argc, argv,
-            {{"--tol"}, {"--json"}, {"--top"}, {"--quiet", Kind::flag}, {"--threads"}});
+            {{"--tol"}, {"--json"}, {"--top"}, {"--quiet", Kind::flag}, {"--threads"}, {"--models"}});
   args.expect_positionals({"EXPECTED", "ACTUAL"});
   const std::string exp_path = args.positionals()[0], act_path = args.positionals()[1];
   diff::DiffOptions opt;
@@ -69,7 +75,12 @@ int diff_main(int argc, char** argv) {
   // memory-mapped, zero-copy: the tensors are read in place
   const io::MappedSafetensors expected(exp_path);
   const io::MappedSafetensors actual(act_path);
-  const diff::DiffReport rep = diff::diff_files(expected, actual, opt);
+  const std::string models = args.get("--models").value_or("auto");
+  if (models != "auto" && models != "always" && models != "never")
+    throw UsageError("--models is auto, always or never, not '" + models + "'");
+  diff::DiffReport rep = diff::diff_files(expected, actual, opt);
+  if (models == "always" || (models == "auto" && rep.verdict == diff::Verdict::fail))
+    rep.models = golden::model_distances(expected, actual, &rep.models_note);
   const auto json_path = args.get("--json");
   if (json_path && *json_path == "-") {
     std::fputs(diff::render_json(rep).c_str(), stdout);

@@ -269,24 +269,7 @@ int identify(const Parsed& p, const GemmShape& g, int64_t batch, const cpu::BmmO
     rows.push_back({name, n ? static_cast<double>(eq) / static_cast<double>(n) : 1.0, worst});
   };
   (void)batch;
-  ScaledMmSpec s = base;
-  s.split_k = 1, s.promote_never = false, s.kblock = 0;
-  s.model = GemmModel::exact;
-  try_spec(s, "exact");
-  s.model = GemmModel::f32_kblock;
-  for (PromoteArith pa : {PromoteArith::mul_mul_add, PromoteArith::fma}) {
-    s.promote_arith = pa;
-    try_spec(s, std::string("f32-kblock --promote-arith ") + to_string(pa));
-  }
-  s.model = GemmModel::hopper_tc;
-  for (bool never : {false, true})
-    for (int split = 1; split <= 5; ++split) {
-      s.promote_never = never, s.split_k = split;
-      try_spec(s, std::string("hopper-tc --promote ") + (never ? "never" : "128") + " --split-k " + std::to_string(split));
-    }
-  s.promote_never = false, s.split_k = 1;
-  s.model = GemmModel::mma_sync_sm90;
-  try_spec(s, "mma-sync-sm90");
+  for (const GemmVariant& v : gemm_model_variants(base)) try_spec(v.spec, v.name);
   std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
     return a.equal != b.equal ? a.equal > b.equal : a.max_ulp < b.max_ulp;
   });

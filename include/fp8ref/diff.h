@@ -206,7 +206,22 @@ struct TensorReport {
   std::string summary;     // the one-line summary
 };
 
+// The distance of ACTUAL to one model of the op (fp8ref diff --models; golden::model_distances fills these): the
+// case of EXPECTED (its descriptor and input.* tensors) run by the cpu backend under the model, then every output.*
+// tensor of ACTUAL compared with that run bitwise.
+struct ModelDistance {
+  std::string name;        // "hopper-tc --promote never --split-k 2", "vllm-paged-v1"
+  std::string descriptor;  // the case under this model (its repro: fp8ref golden --case '<descriptor>')
+  std::string skipped;     // why the model did not run on this case (it rejects the case); empty when it ran
+  uint64_t elements = 0, equal = 0;  // over every compared output tensor; equal = bitwise
+  uint64_t max_ulp = 0;              // largest distance on the ordered encodings (finite pairs)
+  uint64_t special_mismatch = 0;     // elements where exactly one of the two is NaN/Inf, or both but different
+  bool is_reference = false;         // the model EXPECTED itself was made with
+};
+
 struct DiffReport {
+  std::vector<ModelDistance> models;  // filled on request (fp8ref diff --models), best match first
+  std::string models_note;            // why the table is absent or partial
   std::string expected_name, actual_name;
   std::string descriptor;   // EXPECTED's fp8ref.descriptor (may be empty)
   std::string repro;        // the repro command, or empty when EXPECTED has no descriptor

@@ -88,6 +88,14 @@ bool parse_gemm_model(std::string_view s, GemmModel* out, int* kblock);
 bool parse_promote_arith(std::string_view s, PromoteArith* out);
 bool parse_bias_mode(std::string_view s, BiasMode* out);
 
+struct ScaledMmSpec;
+// The deterministic models a device output may follow, as variants of `base` (same formats, scaling, output,
+// bias, cuBLAS scale stride): exact; f32-kblock with both promotion arithmetics; hopper-tc with promotion every
+// 128 K or never, split-K 1..5; mma-sync-sm90. `name` spells the CLI flags ("hopper-tc --promote never
+// --split-k 2"). Used by `fp8ref scaled-mm --identify` and by `fp8ref diff` (distance to each model).
+struct GemmVariant;
+std::vector<GemmVariant> gemm_model_variants(const ScaledMmSpec& base);
+
 struct ScaledMmSpec {
   Format fa = Format::e4m3fn, fb = Format::e4m3fn;  // e4m3fn or e5m2
   GemmScaling scaling = GemmScaling::tensor;
@@ -107,6 +115,11 @@ struct ScaledMmSpec {
 
 struct GemmShape {
   int64_t M = 0, N = 0, K = 0;
+};
+
+struct GemmVariant {
+  std::string name;
+  ScaledMmSpec spec;
 };
 
 // Logical scale shapes (row-major) for the spec and shape. sb: with cublas_sb_stride the 1-D buffer length.

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "fp8ref/diff.h"
 #include "fp8ref/io.h"
 
 namespace fp8ref::golden {
@@ -82,6 +83,9 @@ struct OpInfo {
   std::function<std::string(const Descriptor&)> convention;
   // Optional: the exact results before each output's final rounding (named exact.*, F64), for the diff.
   std::function<Tensors(const Descriptor&, const Tensors& inputs)> exact;
+  // Optional: the deterministic models (conventions, accumulation models) of the op as variants of a case — the
+  // same inputs, other model keys. `fp8ref diff --models` runs the case under each and ranks them against ACTUAL.
+  std::function<std::vector<std::pair<std::string, Descriptor>>(const Descriptor&)> models;
 };
 
 struct Kernel {
@@ -105,6 +109,12 @@ io::SafetensorsFile make_golden(const Descriptor& d);
 // result file: the outputs plus metadata.
 io::SafetensorsFile run_case(const io::SafetensorsFile& case_file, std::string_view backend,
                              const std::string& what);
+// fp8ref diff --models: the case of EXPECTED (descriptor + input.* tensors) run by the cpu backend under every model
+// of its op (OpInfo::models) and compared bitwise with ACTUAL's output.* tensors; best match first (bit-equal
+// fraction, then the largest ULP distance). *note says why nothing was compared (no descriptor, the op has no
+// models, a file misses an input). Throws InputError for a malformed EXPECTED.
+std::vector<diff::ModelDistance> model_distances(const io::MappedSafetensors& expected,
+                                                 const io::MappedSafetensors& actual, std::string* note);
 // The descriptor of a case file; throws InputError naming `what` if absent or malformed.
 Descriptor case_descriptor(const io::SafetensorsFile& f, const std::string& what);
 // Tensors with a given prefix ("input." / "output.").

@@ -181,4 +181,28 @@ void check_gemm_scales(const ScaledMmSpec& s, const float* scales, size_t n, con
   }
 }
 
+std::vector<GemmVariant> gemm_model_variants(const ScaledMmSpec& base) {
+  std::vector<GemmVariant> v;
+  ScaledMmSpec s = base;
+  s.split_k = 1, s.promote_never = false, s.kblock = 0, s.promote_arith = PromoteArith::mul_mul_add;
+  s.model = GemmModel::exact;
+  v.push_back({"exact", s});
+  s.model = GemmModel::f32_kblock;
+  for (PromoteArith pa : {PromoteArith::mul_mul_add, PromoteArith::fma}) {
+    s.promote_arith = pa;
+    v.push_back({std::string("f32-kblock --promote-arith ") + to_string(pa), s});
+  }
+  s.promote_arith = PromoteArith::mul_mul_add;
+  s.model = GemmModel::hopper_tc;
+  for (bool never : {false, true})
+    for (int split = 1; split <= 5; ++split) {
+      s.promote_never = never, s.split_k = split;
+      v.push_back({std::string("hopper-tc --promote ") + (never ? "never" : "128") + " --split-k " + std::to_string(split), s});
+    }
+  s.promote_never = false, s.split_k = 1;
+  s.model = GemmModel::mma_sync_sm90;
+  v.push_back({"mma-sync-sm90", s});
+  return v;
+}
+
 }  // namespace fp8ref

@@ -248,6 +248,35 @@ nlohmann::json jnum(double v) {
   return v;
 }
 
+// "distance to each model" (fp8ref diff --models): one line per model, best first.
+void render_models(std::string& out, const DiffReport& rep) {
+  if (rep.models.empty()) {
+    if (!rep.models_note.empty()) out += "models: " + rep.models_note + "\n";
+    return;
+  }
+  out += "distance of " + rep.actual_name + " to each model (EXPECTED's inputs run by the cpu backend):\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "  %-46s %11s %9s %9s\n", "model", "bit-equal", "max ulp", "specials");
+  out += line;
+  for (const ModelDistance& m : rep.models) {
+    const std::string name = m.name + (m.is_reference ? " (EXPECTED's)" : "");
+    if (!m.skipped.empty()) {
+      std::snprintf(line, sizeof line, "  %-46s %s\n", name.c_str(), ("not run: " + m.skipped).substr(0, 200).c_str());
+    } else {
+      const double f = m.elements ? 100.0 * static_cast<double>(m.equal) / static_cast<double>(m.elements) : 100.0;
+      std::snprintf(line, sizeof line, "  %-46s %10.4f%% %9llu %9llu\n", name.c_str(), f,
+                    static_cast<unsigned long long>(m.max_ulp), static_cast<unsigned long long>(m.special_mismatch));
+    }
+    out += line;
+  }
+  const ModelDistance& best = rep.models.front();
+  if (best.skipped.empty() && best.elements && best.equal == best.elements)
+    out += "  => bit-exact under " + best.name + ": fp8ref golden --case '" + best.descriptor + "'\n";
+  else
+    out += "  => no model reproduces " + rep.actual_name + " bit for bit\n";
+  if (!rep.models_note.empty()) out += "  (" + rep.models_note + ")\n";
+}
+
 }  // namespace
 
 std::string render_text(const DiffReport& rep, bool quiet) {
@@ -262,6 +291,7 @@ std::string render_text(const DiffReport& rep, bool quiet) {
     out += "summary:\n";
   }
   for (const TensorReport& r : rep.tensors) out += "  " + r.summary + "\n";
+  render_models(out, rep);
   out += std::string("verdict: ") + to_string(rep.verdict) + "\n";
   if (rep.verdict == Verdict::fail)
     out += "repro: " + (rep.repro.empty() ? std::string("(") + rep.expected_name + " has no fp8ref.descriptor)" : rep.repro) + "\n";
@@ -279,6 +309,21 @@ std::string render_json(const DiffReport& rep) {
   j["actual_backend"] = rep.actual_backend;
   j["verdict"] = to_string(rep.verdict);
   j["exit_code"] = rep.exit_code();
+  if (!rep.models.empty() || !rep.models_note.empty()) {
+    json ms = json::array();
+    for (const ModelDistance& m : rep.models)
+      ms.push_back({{"name", m.name},
+                    {"descriptor", m.descriptor},
+                    {"ran", m.skipped.empty()},
+                    {"skipped", m.skipped},
+                    {"elements", m.elements},
+                    {"bit_equal", m.equal},
+                    {"max_ulp", m.max_ulp},
+                    {"special_mismatch", m.special_mismatch},
+                    {"is_expected_model", m.is_reference}});
+    j["models"] = ms;
+    j["models_note"] = rep.models_note;
+  }
   j["tensors"] = json::array();
   static const char* const kPresence[] = {"ok", "missing", "extra", "dtype_mismatch", "shape_mismatch", "transposed"};
   for (const TensorReport& r : rep.tensors) {

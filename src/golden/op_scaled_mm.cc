@@ -221,6 +221,21 @@ std::string outputs_json(const Descriptor& d, bool bmm) {
          (bmm ? R"(["batch", "row", "col"])" : R"(["row", "col"])") + "}}";
 }
 
+// The deterministic models of the case (gemm_model_variants), for fp8ref diff --models.
+std::vector<std::pair<std::string, Descriptor>> models(const Descriptor& d, bool bmm) {
+  const MmCase c = parse_case(d, bmm);
+  std::vector<std::pair<std::string, Descriptor>> out;
+  for (const GemmVariant& v : gemm_model_variants(c.s)) {
+    Descriptor x = d;
+    x.set("model", to_string(v.spec.model));
+    x.set("promote", v.spec.promote_never ? "never" : "128");
+    x.set("split-k", std::to_string(v.spec.split_k));
+    x.set("promote-arith", to_string(v.spec.promote_arith));
+    out.emplace_back(v.name, x);
+  }
+  return out;
+}
+
 }  // namespace
 
 OpInfo scaled_mm_op() {
@@ -234,6 +249,7 @@ OpInfo scaled_mm_op() {
   op.outputs_json = [](const Descriptor& d) { return outputs_json(d, false); };
   op.convention = [](const Descriptor&) { return std::string("-"); };
   op.exact = [](const Descriptor& d, const Tensors& in) { return exact_outputs(d, in, false); };
+  op.models = [](const Descriptor& d) { return models(d, false); };
   return op;
 }
 
@@ -250,6 +266,7 @@ OpInfo scaled_bmm_op() {
   op.outputs_json = [](const Descriptor& d) { return outputs_json(d, true); };
   op.convention = [](const Descriptor&) { return std::string("-"); };
   op.exact = [](const Descriptor& d, const Tensors& in) { return exact_outputs(d, in, true); };
+  op.models = [](const Descriptor& d) { return models(d, true); };
   return op;
 }
 

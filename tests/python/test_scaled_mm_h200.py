@@ -148,3 +148,45 @@ def test_hopper_tc_bias_and_f16_output_on_h200(fp8ref, test_data, tmp_path, name
         rate = float((np.load(tmp_path / "out.npy") == d[f"{name}_out"]).mean())
         print(f"{name} bias-mode {mode}: {rate:.6f}")
         assert (rate == 1.0) == (mode in (None, "f32")), (mode, rate)
+
+
+def test_diff_names_the_model_of_a_device_output(fp8ref, test_data, tmp_path):
+    """`fp8ref diff` on a failing device output lists its distance to each model: the H200's fast-accum output
+    (torch._scaled_mm, use_fast_accum=True) fails against the exact golden and is hopper-tc, promote never."""
+    from test_diff_cli import read_st, write_st
+
+    d = load(test_data)
+    name = "c0_tensor_f32_fast1"
+    M, K = d["c0_a"].shape
+    N = d["c0_b"].shape[0]
+    desc = f"scaled_mm shape={M}x{N}x{K} a=e4m3fn b=e4m3fn scaling=tensor model=exact out=f32"
+    case = tmp_path / "case.safetensors"
+    write_st(case, {"input.a": ("F8_E4M3", [M, K], d["c0_a"].tobytes()),
+                    "input.bt": ("F8_E4M3", [N, K], d["c0_b"].tobytes()),
+                    "input.sa": ("F32", [1], d[f"{name}_sa"].tobytes()),
+                    "input.sb": ("F32", [1], d[f"{name}_sb"].tobytes())}, {"fp8ref.descriptor": desc})
+    expected = tmp_path / "expected.safetensors"
+    fp8ref("run", "--backend", "reference", case, "-o", expected, check=True)
+    header, data = read_st(expected)
+    assert header["output.out"]["dtype"] == "F32"
+    b, e = header["output.out"]["data_offsets"]
+    alone = fp8ref("diff", expected, case, "--models", "always", "--quiet")  # a result file has no inputs
+    assert "EXPECTED carries no input.* tensors" in alone.stdout, alone.stdout
+    # the golden file of the captured case: its inputs and the reference's output
+    write_st(expected, {"input.a": ("F8_E4M3", [M, K], d["c0_a"].tobytes()),
+                        "input.bt": ("F8_E4M3", [N, K], d["c0_b"].tobytes()),
+                        "input.sa": ("F32", [1], d[f"{name}_sa"].tobytes()),
+                        "input.sb": ("F32", [1], d[f"{name}_sb"].tobytes()),
+                        "output.out": ("F32", [M, N], data[b:e])}, header["__metadata__"])
+    device = tmp_path / "device.safetensors"
+    write_st(device, {"output.out": ("F32", [M, N], d[f"{name}_out"].tobytes())}, {"fp8ref.backend": "h200"})
+    p = fp8ref("diff", expected, device, "--quiet")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "=> bit-exact under hopper-tc --promote never --split-k 1" in p.stdout, p.stdout
+    lines = p.stdout.splitlines()
+    exact = [ln for ln in lines if ln.strip().startswith("exact (EXPECTED's)")]
+    assert exact and not exact[0].split()[2].startswith("100"), p.stdout
+    never = fp8ref("diff", expected, device, "--quiet", "--models", "never")
+    assert never.returncode == 1 and "distance of" not in never.stdout
+    bad = fp8ref("diff", expected, device, "--models", "sometimes")
+    assert bad.returncode == 2 and "--models" in bad.stderr

@@ -1,0 +1,106 @@
+// fp8ref diff --models (golden::model_distances): a device output made under one model is recognised as that
+// model, bit for bit, among every model of its op; the golden model itself is flagged; ops without models say so.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "fp8ref/diff.h"
+#include "fp8ref/golden.h"
+#include "fp8ref/io.h"
+
+using namespace fp8ref;
+
+namespace {
+
+struct Files {
+  std::filesystem::path dir;
+  std::string expected, actual;
+  Files(const io::SafetensorsFile& e, const io::SafetensorsFile& a, const char* tag) {
+    dir = std::filesystem::temp_directory_path() / ("fp8ref_models_" + std::string(tag) + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    expected = (dir / "e.safetensors").string();
+    actual = (dir / "a.safetensors").string();
+    io::write_safetensors(expected, e.tensors, e.metadata);
+    io::write_safetensors(actual, a.tensors, a.metadata);
+  }
+  ~Files() { std::filesystem::remove_all(dir); }
+};
+
+// The result file of `backend` on the case `desc` (as a device would hand it over).
+io::SafetensorsFile result_of(const std::string& desc) {
+  return golden::run_case(golden::make_golden(golden::parse_descriptor(desc)), "cpu", desc);
+}
+
+}  // namespace
+
+TEST_CASE("diff --models: a device output of a non-default model is found among the scaled_mm models") {
+  const std::string base = "scaled_mm shape=48x160x1024 scaling=rowwise model=exact out=bf16 seed=3";
+  struct Want {
+    const char* desc;
+    const char* name;
+  };
+  for (const Want& w : {Want{"scaled_mm shape=48x160x1024 scaling=rowwise model=hopper-tc promote=never split-k=2 out=bf16 seed=3",
+                             "hopper-tc --promote never --split-k 2"},
+                        Want{"scaled_mm shape=48x160x1024 scaling=rowwise model=hopper-tc out=bf16 seed=3",
+                             "hopper-tc --promote 128 --split-k 1"},
+                        Want{"scaled_mm shape=48x160x1024 scaling=rowwise model=exact out=bf16 seed=3", "exact"}}) {
+    CAPTURE(w.desc);
+    const io::SafetensorsFile g = golden::make_golden(golden::parse_descriptor(base));
+    Files f(g, result_of(w.desc), "mm");
+    const io::MappedSafetensors em(f.expected), am(f.actual);
+    std::string note;
+    const std::vector<diff::ModelDistance> rows = golden::model_distances(em, am, &note);
+    REQUIRE(rows.size() == 14);  // exact, f32-kblock x2, hopper-tc 2 x 5, mma-sync-sm90
+    CHECK(note.empty());
+    CHECK(rows[0].name == w.name);
+    CHECK(rows[0].skipped.empty());
+    CHECK(rows[0].elements == 48 * 160);
+    CHECK(rows[0].equal == rows[0].elements);
+    CHECK(rows[0].max_ulp == 0);
+    int refs = 0;
+    for (const diff::ModelDistance& m : rows) {
+      refs += m.is_reference;
+      if (m.is_reference) CHECK(m.name == "exact");
+      if (m.name != w.name && m.skipped.empty() && std::string(w.name) != "exact" && m.name == "exact")
+        CHECK(m.equal < m.elements);  // K = 1024: the hopper-tc truncation shows in some outputs
+    }
+    CHECK(refs == 1);
+    // The report carries the table in text and JSON.
+    diff::DiffReport rep = diff::diff_files(em, am);
+    rep.models = rows;
+    const std::string text = diff::render_text(rep);
+    CHECK(text.find(std::string("=> bit-exact under ") + w.name) != std::string::npos);
+    CHECK(diff::render_json(rep).find("\"models\"") != std::string::npos);
+  }
+}
+
+TEST_CASE("diff --models: a corrupted output matches no model; ops without models say why") {
+  const std::string desc = "scaled_mm shape=32x64x256 scaling=blockwise model=f32-kblock out=f32 seed=5";
+  io::SafetensorsFile a = result_of(desc);
+  for (io::Tensor& t : a.tensors)
+    if (t.name == "output.out") t.data[40] ^= 0x01;  // one element off by one ULP
+  Files f(golden::make_golden(golden::parse_descriptor(desc)), a, "bad");
+  const io::MappedSafetensors em(f.expected), am(f.actual);
+  std::string note;
+  const auto rows = golden::model_distances(em, am, &note);
+  REQUIRE(!rows.empty());
+  CHECK(rows[0].equal + 1 == rows[0].elements);
+  CHECK(rows[0].max_ulp == 1);
+  diff::DiffReport rep = diff::diff_files(em, am);
+  rep.models = rows;
+  CHECK(diff::render_text(rep).find("=> no model reproduces") != std::string::npos);
+  // blockwise scales with promote never are refused (as torch does): listed as not run, after the models that ran
+  bool skipped = false;
+  for (const auto& m : rows)
+    if (m.name.find("--promote never") != std::string::npos) skipped = skipped || !m.skipped.empty();
+  CHECK(skipped);
+  CHECK(rows.back().skipped.size() > 0);
+
+  const std::string cdesc = "convert from=f32 to=e4m3fn shape=64";
+  Files c(golden::make_golden(golden::parse_descriptor(cdesc)), result_of(cdesc), "conv");
+  const io::MappedSafetensors ce(c.expected), ca(c.actual);
+  CHECK(golden::model_distances(ce, ca, &note).empty());
+  CHECK(note.find("no alternative models") != std::string::npos);
+}
