@@ -6,7 +6,7 @@
 // GFLOP/s = 2·M·N·K / seconds (the best of --reps runs after one warm-up). M is cut to --max-m rows (default 512)
 // for the slow models and said so in the table: the work per row is the same for every row.
 //
-// Usage: OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive bench_gemm [--reps 3] [--max-m 512] [--only exact|f32-kblock|hopper-tc]
+// Usage: OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive bench_gemm [--reps 3] [--max-m 512] [--only exact|f32-kblock|hopper-tc] [--shape MxNxK]
 #include <omp.h>
 
 #include <algorithm>
@@ -60,13 +60,18 @@ int main(int argc, char** argv) {
   int reps = 3;
   int64_t max_m = 512;
   std::string only;
+  int64_t sel[3] = {0, 0, 0};  // --shape MxNxK: only that shape
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--max-m" && i + 1 < argc) max_m = std::atoll(argv[++i]);
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: bench_gemm [--reps N] [--max-m M] [--only MODEL]\n");
+    else if (a == "--shape" && i + 1 < argc) {
+      long long m = 0, n = 0, k = 0;
+      if (std::sscanf(argv[++i], "%lldx%lldx%lld", &m, &n, &k) != 3) return 2;
+      sel[0] = m, sel[1] = n, sel[2] = k;
+    } else {
+      std::fprintf(stderr, "usage: bench_gemm [--reps N] [--max-m M] [--only MODEL] [--shape MxNxK]\n");
       return 2;
     }
   }
@@ -77,6 +82,7 @@ int main(int argc, char** argv) {
               "|---|---|---|---|---|---|---|\n");
   std::mt19937_64 rng(1);
   for (const Shape& sh : shapes) {
+    if (sel[0] && (sh.M != sel[0] || sh.N != sel[1] || sh.K != sel[2])) continue;
     fp8ref::GemmShape g{std::min(sh.M, max_m), sh.N, sh.K};
     std::vector<uint8_t> a(static_cast<size_t>(g.M * g.K)), b(static_cast<size_t>(g.N * g.K));
     std::normal_distribution<float> nd(0, 1);

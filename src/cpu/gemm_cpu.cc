@@ -337,9 +337,12 @@ void pack_a(const uint8_t* a, int64_t K, int64_t m0, int mt, int64_t k0, int kl,
 }
 #if defined(__x86_64__)
 // dst[k·16 + j] = rows[j][k] for j, k < 16: a 16×16 byte transpose in four SSE2 unpack stages (8, 16, 32, 64 bits).
-inline void transpose16x16(const uint8_t* const* rows, int64_t k0, uint8_t* dst) {
+// seen (optional): per row, the bytewise max of (code | 0x80) — a byte 0xFF marks an e4m3fn NaN code in that row.
+inline void transpose16x16(const uint8_t* const* rows, int64_t k0, uint8_t* dst, __m128i* seen = nullptr) {
   __m128i x[16], L1[8][2], L2[4][4], L3[2][8];
   for (int i = 0; i < 16; ++i) x[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + k0));
+  if (seen)
+    for (int i = 0; i < 16; ++i) seen[i] = _mm_max_epu8(seen[i], _mm_or_si128(x[i], _mm_set1_epi8(static_cast<char>(0x80))));
   for (int p = 0; p < 8; ++p)  // rows 2p, 2p+1; [h]: k 8h..8h+7
     L1[p][0] = _mm_unpacklo_epi8(x[2 * p], x[2 * p + 1]), L1[p][1] = _mm_unpackhi_epi8(x[2 * p], x[2 * p + 1]);
   for (int q = 0; q < 4; ++q)  // rows 4q..4q+3; [h]: k 4h..4h+3
@@ -359,24 +362,41 @@ inline void transpose16x16(const uint8_t* const* rows, int64_t k0, uint8_t* dst)
 }
 #endif
 
+// Columns [n0, n0 + kNR) of BT, k in [k0, k0 + kl), into one k-major panel: dst[k·kNR + j] = bt[(n0 + j)·K + k0 + k]
+// (code 0 past N). nan_rows (optional, e4m3fn): nan_rows[n0 + j] |= 1 when the row's piece holds a NaN code.
+void regroup_panel(const uint8_t* bt, int64_t N, int64_t K, int64_t n0, int64_t k0, int64_t kl, const uint8_t* zeros,
+                   uint8_t* dst, uint8_t* nan_rows = nullptr) {
+  static_assert(kNR == 16, "regroup_panel transposes 16 columns at a time");
+  const uint8_t* rows[kNR];
+  for (int j = 0; j < kNR; ++j) rows[j] = n0 + j < N ? bt + (n0 + j) * K + k0 : zeros;
+  if (k0 + 2 * kl <= K)  // the next block of these 16 rows (16 streams at stride K: too many for the prefetcher)
+    for (int j = 0; j < kNR; ++j)
+      for (int64_t o = 0; o < kl; o += 64) __builtin_prefetch(rows[j] + kl + o);
+  uint8_t nan[kNR] = {};
+  int64_t k = 0;
+#if defined(__x86_64__)
+  __m128i seen[kNR];
+  for (__m128i& v : seen) v = _mm_setzero_si128();
+  for (; k + 16 <= kl; k += 16) transpose16x16(rows, k, dst + k * kNR, nan_rows ? seen : nullptr);
+  if (nan_rows)
+    for (int j = 0; j < kNR; ++j) nan[j] = _mm_movemask_epi8(_mm_cmpeq_epi8(seen[j], _mm_set1_epi8(-1))) != 0;
+#endif
+  for (; k < kl; ++k)
+    for (int j = 0; j < kNR; ++j) {
+      dst[k * kNR + j] = rows[j][k];
+      nan[j] |= (rows[j][k] & 0x7F) == 0x7F;
+    }
+  if (nan_rows)
+    for (int j = 0; j < kNR && n0 + j < N; ++j) nan_rows[n0 + j] |= nan[j];
+}
 // BT's codes regrouped once per call into column panels of kNR, k-major: b8[(q·K + k)·kNR + j] = bt[(q·kNR + j)·K + k]
-// (code 0 past N) — a byte copy of B, so that the per-block f64 conversion below reads contiguous bytes.
+// (code 0 past N) — a byte copy of B, so that the per-block f64 conversion below reads contiguous bytes. Used when
+// B is converted more than once (more than one chunk of kMC rows); with one chunk each tile is regrouped on the fly.
 void regroup_b(const uint8_t* bt, int64_t N, int64_t K, uint8_t* b8) {
-  static_assert(kNR == 16, "regroup_b transposes 16 columns at a time");
   const int64_t panels = (N + kNR - 1) / kNR;
   std::vector<uint8_t> zeros(static_cast<size_t>(K), 0);
 #pragma omp parallel for schedule(static)
-  for (int64_t q = 0; q < panels; ++q) {
-    uint8_t* dst = b8 + q * K * kNR;
-    const uint8_t* rows[kNR];
-    for (int j = 0; j < kNR; ++j) rows[j] = q * kNR + j < N ? bt + (q * kNR + j) * K : zeros.data();
-    int64_t k = 0;
-#if defined(__x86_64__)
-    for (; k + 16 <= K; k += 16) transpose16x16(rows, k, dst + k * kNR);
-#endif
-    for (; k < K; ++k)
-      for (int j = 0; j < kNR; ++j) dst[k * kNR + j] = rows[j][k];
-  }
+  for (int64_t q = 0; q < panels; ++q) regroup_panel(bt, N, K, q * kNR, 0, K, zeros.data(), b8 + q * K * kNR);
 }
 // Panels [n0/kNR, n0/kNR + ceil(nt/kNR)) × k [k0, k0+kl) of b8 to f64: Bp[q][k][j] (columns past N are code 0).
 FP8REF_CLONES
@@ -464,15 +484,23 @@ void add_block(double* __restrict s, const double* __restrict P, int nt) {
   for (int j = 0; j < nt; ++j) s[j] = s[j] + P[j];  // exact (see above)
 }
 
-void run_e4m3_f64(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, const uint8_t* bt, const ScaleIdx& sc,
-                  const float* bias, void* out) {
+// b_nan (size N, zeroed): filled with the rows of BT that hold a NaN code when the kernel regroups B on the fly
+// (then it sees every code of B once); returns whether it did.
+bool run_e4m3_f64(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, const uint8_t* bt, const ScaleIdx& sc,
+                  const float* bias, void* out, uint8_t* b_nan) {
   const bool exact_model = s.model == GemmModel::exact;
   const bool whole = exact_model && (s.scaling == GemmScaling::tensor || s.scaling == GemmScaling::rowwise);
   const int64_t group = s.scaling == GemmScaling::mx ? 32 : 128;
   const int64_t blk = exact_model ? (whole ? kKC : group) : gemm_kblock(s);
   const int64_t mchunks = (g.M + kMC - 1) / kMC, nchunks = (g.N + kNC - 1) / kNC;
-  std::vector<uint8_t> b8(static_cast<size_t>((g.N + kNR - 1) / kNR * kNR * g.K));
-  regroup_b(bt, g.N, g.K, b8.data());
+  // One chunk of rows: every B tile is converted once, so it is regrouped on the fly (no copy of B).
+  const bool direct = mchunks == 1;
+  std::vector<uint8_t> b8;
+  if (!direct) {
+    b8.resize(static_cast<size_t>((g.N + kNR - 1) / kNR * kNR * g.K));
+    regroup_b(bt, g.N, g.K, b8.data());
+  }
+  const std::vector<uint8_t> zeros(static_cast<size_t>(std::max<int64_t>(blk, kKC)), 0);
 #if FP8REF_HAVE_AVX512_MICRO
   const bool avx512 = __builtin_cpu_supports("avx512f");
 #else
@@ -486,6 +514,7 @@ void run_e4m3_f64(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, c
     std::vector<float> facc;
     std::vector<double> vbd(kNC);
     std::vector<float> vbf(kNC);
+    std::vector<uint8_t> tile(direct ? static_cast<size_t>(kNC) * kKC : 0);  // one regrouped B tile
     if (exact_model) st_s.resize(T), st_c.resize(T), st_m.resize(T);
     else facc.resize(T);
 #pragma omp for schedule(dynamic) collapse(2)
@@ -505,7 +534,14 @@ void run_e4m3_f64(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, c
         for (int64_t k0 = 0; k0 < g.K; k0 += blk) {
           const int kl = static_cast<int>(std::min<int64_t>(blk, g.K - k0));
           pack_a(a, g.K, m0, mt, k0, kl, Ap.data());
-          pack_b(b8.data(), g.K, n0, nt, k0, kl, Bp.data());
+          if (direct) {
+            for (int q = 0; q * kNR < nt; ++q)
+              regroup_panel(bt, g.N, g.K, n0 + q * kNR, k0, kl, zeros.data(), tile.data() + static_cast<size_t>(q) * kl * kNR,
+                            b_nan);
+            pack_b(tile.data(), kl, 0, nt, 0, kl, Bp.data());
+          } else {
+            pack_b(b8.data(), g.K, n0, nt, k0, kl, Bp.data());
+          }
           for (int q = 0; q * kNR < nt; ++q)
             for (int p = 0; p * kMR < mt; ++p) {
               const double* ap = Ap.data() + static_cast<size_t>(p) * kMR * kl;
@@ -572,15 +608,15 @@ void run_e4m3_f64(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, c
           }
       }
   }
+  return direct;
 }
 
-void run_exact_kblock(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, const uint8_t* bt,
-                      const float* sa, const float* sb, const float* bias, void* out) {
+// Returns whether b_nan (size N, zeroed) was filled with the rows of BT holding a NaN code (run_e4m3_f64).
+bool run_exact_kblock(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, const uint8_t* bt,
+                      const float* sa, const float* sb, const float* bias, void* out, uint8_t* b_nan) {
   const bool whole_exact = s.model == GemmModel::exact && (s.scaling == GemmScaling::tensor || s.scaling == GemmScaling::rowwise);
-  if (s.fa == Format::e4m3fn && s.fb == Format::e4m3fn && (!whole_exact || g.K <= (int64_t{1} << 17))) {
-    run_e4m3_f64(s, g, a, bt, ScaleIdx(s, g, sa, sb), bias, out);
-    return;
-  }
+  if (s.fa == Format::e4m3fn && s.fb == Format::e4m3fn && (!whole_exact || g.K <= (int64_t{1} << 17)))
+    return run_e4m3_f64(s, g, a, bt, ScaleIdx(s, g, sa, sb), bias, out, b_nan);
   const ScaleIdx sc(s, g, sa, sb);
   const bool exact_model = s.model == GemmModel::exact;
   const bool whole = s.scaling == GemmScaling::tensor || s.scaling == GemmScaling::rowwise;
@@ -648,10 +684,11 @@ void run_exact_kblock(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* 
           }
       }
   }
+  return false;
 }
 
 // ---- hopper-tc ---------------------------------------------------------------------------------------------------
-constexpr int kHm = 8, kHn = 64;
+constexpr int kHn = 64;
 static_assert(kHn == kBt && kNt % kBt == 0, "tiles must match the tiled B layout");
 
 struct TcLanes {
@@ -720,69 +757,132 @@ float tc_value(const TcLanes& L, int l) {
   return static_cast<float>(L.tm[l]) * f32_of(static_cast<uint32_t>(tx + 127) << 23);
 }
 
+// The exponent E and exact f32 value F of each code of one 16-column panel ([k][16] bytes, kl rows) into the 64-lane
+// tile at lane offset q·16: decode_table's E (-4096 for zero and NaN/Inf codes) and value (0 for NaN/Inf: rows
+// holding them are recomputed by fix_specials). AVX-512: the code's magnitude bits placed at the top of an f32
+// mantissa give 2^(ef−127)·(1 + fr/2^pm) (ef > 0) or the f32 subnormal fr·2^(−126−pm) (ef = 0); one exact multiply by
+// 2^(127−bias) makes either the code's value. Elsewhere: the table.
+void tc_decode_panel_table(const Code* tb, const uint8_t* __restrict p, int kl, int q, int32_t* __restrict EB,
+                           float* __restrict FB) {
+  for (int k = 0; k < kl; ++k)
+    for (int j = 0; j < 16; ++j) {
+      const Code& d = tb[p[k * 16 + j]];
+      EB[k * kHn + q * 16 + j] = d.E;
+      FB[k * kHn + q * 16 + j] = d.special ? 0.0f : static_cast<float>(d.v);
+    }
+}
+#if FP8REF_HAVE_AVX512_MICRO
+__attribute__((target("avx512f,avx512bw"))) void tc_decode_panel_avx512(const uint8_t* __restrict p, int kl, int q,
+                                                                       bool e4m3, int32_t* __restrict EB,
+                                                                       float* __restrict FB) {
+  const int pm = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+  const __m512i m7f = _mm512_set1_epi32(0x7F), m80 = _mm512_set1_epi32(0x80);
+  const __m512i emax = _mm512_set1_epi32(e4m3 ? 0x7F : 0x7C);  // e4m3fn: mag == 0x7F; e5m2: mag >= 0x7C
+  const __m512 scale = _mm512_set1_ps(e4m3 ? 0x1p120f : 0x1p112f);
+  const __m512i vbias = _mm512_set1_epi32(bias), one = _mm512_set1_epi32(1), none = _mm512_set1_epi32(-4096);
+  const __m128i sh_m = _mm_cvtsi32_si128(23 - pm), sh_e = _mm_cvtsi32_si128(pm);
+  for (int k = 0; k < kl; ++k) {
+    const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + k * 16)));
+    const __m512i mag = _mm512_and_si512(c, m7f);
+    const __mmask16 special = _mm512_cmpge_epi32_mask(mag, emax), zero = _mm512_cmpeq_epi32_mask(mag, _mm512_setzero_si512());
+    const __m512 v = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_sll_epi32(mag, sh_m)), scale);
+    const __m512 f = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), _mm512_slli_epi32(_mm512_and_si512(c, m80), 24)));
+    const __m512i ef = _mm512_srl_epi32(mag, sh_e);
+    const __m512i e = _mm512_sub_epi32(_mm512_max_epi32(ef, one), vbias);
+    _mm512_storeu_ps(FB + k * kHn + q * 16, _mm512_mask_mov_ps(f, special, _mm512_setzero_ps()));
+    _mm512_storeu_si512(EB + k * kHn + q * 16, _mm512_mask_mov_epi32(e, static_cast<__mmask16>(special | zero), none));
+  }
+}
+#endif
+
+// Work: OpenMP over 64-column tiles of B; per tile, chunks of kHc rows; per 128-K tile of the chunk's split-K part, the
+// B tile is decoded once (regroup_panel + tc_decode_panel, 64 KiB of per-thread state) and every row of the chunk runs
+// its wgmma steps on it. No copy of B beyond the tile; A is decoded once per call (M·K).
+constexpr int kHc = 64;
 void run_hopper(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, const uint8_t* bt, const float* sa,
                 const float* sb, const float* bias, void* out) {
   Code ta[256], tb[256];
   decode_table(s.fa, ta);
   decode_table(s.fb, tb);
+  const bool b_e4m3 = s.fb == Format::e4m3fn;
+#if FP8REF_HAVE_AVX512_MICRO
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+#endif
   const size_t MK = static_cast<size_t>(g.M * g.K);
-  std::vector<int32_t> EA(MK), EB(tiled_size(g.N, g.K));
-  std::vector<float> FA(MK), FB(tiled_size(g.N, g.K));
+  std::vector<int32_t> EA(MK);
+  std::vector<float> FA(MK);
   auto fval = [](const Code& d) { return d.special ? 0.0f : static_cast<float>(d.v); };  // exact: <= 4 bits
-  for (size_t i = 0; i < MK; ++i) EA[i] = ta[a[i]].E, FA[i] = fval(ta[a[i]]);
-  transpose_b(bt, g.N, g.K, EB.data(), [&](uint8_t c) { return tb[c].E; });
-  transpose_b(bt, g.N, g.K, FB.data(), [&](uint8_t c) { return fval(tb[c]); });
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < static_cast<int64_t>(MK); ++i) EA[i] = ta[a[i]].E, FA[i] = fval(ta[a[i]]);
   const ScaleIdx sc(s, g, sa, sb);
   const bool blocked = s.scaling == GemmScaling::blockwise || s.scaling == GemmScaling::group;
   const int64_t tiles = (g.K + 127) / 128;
   const int64_t per = (tiles + s.split_k - 1) / s.split_k;
-  const int64_t mtiles = (g.M + kHm - 1) / kHm, ntiles = (g.N + kHn - 1) / kHn;
+  const int64_t ntiles = (g.N + kHn - 1) / kHn;
+  const std::vector<uint8_t> zeros(128, 0);
 #pragma omp parallel
   {
-    std::vector<TcLanes> lanes(kHm);
-    float A[kHm][kHn], acc[kHm][kHn];
-#pragma omp for schedule(dynamic) collapse(2)
-    for (int64_t mi = 0; mi < mtiles; ++mi)
-      for (int64_t ni = 0; ni < ntiles; ++ni) {
-        const int64_t m0 = mi * kHm, n0 = ni * kHn;
-        const int mt = static_cast<int>(std::min<int64_t>(kHm, g.M - m0));
-        const int nt = static_cast<int>(std::min<int64_t>(kHn, g.N - n0));
+    std::vector<TcLanes> lanes(kHc);
+    std::vector<float> A(static_cast<size_t>(kHc) * kHn), acc(static_cast<size_t>(kHc) * kHn);
+    std::vector<uint8_t> bytes(static_cast<size_t>(128) * kHn);
+    std::vector<int32_t> EB(static_cast<size_t>(128) * kHn);
+    std::vector<float> FB(static_cast<size_t>(128) * kHn);
+#pragma omp for schedule(dynamic)
+    for (int64_t ni = 0; ni < ntiles; ++ni) {
+      const int64_t n0 = ni * kHn;
+      const int nt = static_cast<int>(std::min<int64_t>(kHn, g.N - n0));
+      for (int64_t m0 = 0; m0 < g.M; m0 += kHc) {
+        const int mt = static_cast<int>(std::min<int64_t>(kHc, g.M - m0));
         for (int part = 0; part < s.split_k; ++part) {
           const int64_t t0 = part * per, t1 = std::min(tiles, (part + 1) * per);
           for (int r = 0; r < mt; ++r) {
             std::memset(&lanes[r], 0, sizeof(TcLanes));
-            for (int l = 0; l < kHn; ++l) A[r][l] = 0.0f;
+            for (int l = 0; l < kHn; ++l) A[r * kHn + l] = 0.0f;
           }
           for (int64_t t = t0; t < t1; ++t) {
             const int64_t kt0 = t * 128, kt1 = std::min(g.K, kt0 + 128);
+            const int kl = static_cast<int>(kt1 - kt0);
+            for (int q = 0; q < kHn / 16; ++q) {
+              uint8_t* pq = bytes.data() + static_cast<size_t>(q) * 128 * 16;
+              regroup_panel(bt, g.N, g.K, n0 + q * 16, kt0, kl, zeros.data(), pq);
+#if FP8REF_HAVE_AVX512_MICRO
+              if (avx512) {
+                tc_decode_panel_avx512(pq, kl, q, b_e4m3, EB.data(), FB.data());
+                continue;
+              }
+#endif
+              tc_decode_panel_table(tb, pq, kl, q, EB.data(), FB.data());
+            }
             for (int r = 0; r < mt; ++r) {
               TcLanes& L = lanes[r];
               const int64_t m = m0 + r;
               if (blocked) std::memset(&L, 0, sizeof(TcLanes));
               for (int64_t c0 = kt0; c0 < kt1; c0 += 32)
-                tc_step_lanes(L, EA.data() + m * g.K, FA.data() + m * g.K, EB.data() + (n0 / kHn) * g.K * kHn,
-                              FB.data() + (n0 / kHn) * g.K * kHn, c0, std::min(kt1, c0 + 32));
+                tc_step_lanes(L, EA.data() + m * g.K + kt0, FA.data() + m * g.K + kt0, EB.data(), FB.data(), c0 - kt0,
+                              std::min(kt1, c0 + 32) - kt0);
+              float* Ar = A.data() + static_cast<size_t>(r) * kHn;
               if (blocked) {
                 for (int l = 0; l < nt; ++l) {
                   const float sab = sc.a(m, kt0) * sc.b(n0 + l, kt0);
-                  A[r][l] = std::fma(sab, tc_value(L, l), A[r][l]);
+                  Ar[l] = std::fma(sab, tc_value(L, l), Ar[l]);
                 }
               } else if (!s.promote_never) {
-                for (int l = 0; l < nt; ++l) A[r][l] = A[r][l] + tc_value(L, l);
+                for (int l = 0; l < nt; ++l) Ar[l] = Ar[l] + tc_value(L, l);
                 std::memset(&L, 0, sizeof(TcLanes));
               }
             }
           }
           for (int r = 0; r < mt; ++r)
             for (int l = 0; l < nt; ++l) {
-              const float pr = (!blocked && s.promote_never) ? tc_value(lanes[r], l) : A[r][l];
-              acc[r][l] = part == 0 ? pr : acc[r][l] + pr;
+              const float pr = (!blocked && s.promote_never) ? tc_value(lanes[r], l) : A[r * kHn + l];
+              float& c = acc[static_cast<size_t>(r) * kHn + l];
+              c = part == 0 ? pr : c + pr;
             }
         }
         for (int r = 0; r < mt; ++r)
           for (int l = 0; l < nt; ++l) {
             const int64_t m = m0 + r, n = n0 + l;
-            float v = acc[r][l];
+            float v = acc[static_cast<size_t>(r) * kHn + l];
             if (s.scaling == GemmScaling::tensor) {
               v = v * (sc.a(m, 0) * sc.b(n, 0));
             } else if (s.scaling == GemmScaling::rowwise) {
@@ -792,12 +892,10 @@ void run_hopper(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, con
             store(out, m * g.N + n, s.out, finish_f32(v, s, bias, n));
           }
       }
+    }
   }
 }
 
-// ---- mma-sync-sm90: one mma.sync.m16n8k32 per 32 k (research/h200-mma-fp8-model.md), chained through C -------------
-// Per output: D = mma(a[k0..k0+31], b[k0..k0+31], D) from D = +0 (a short last chunk zero-padded); the epilogues
-// of hopper-tc (tensor, rowwise); blockwise/group/mx: per scale group, P from +0 and acc = fma(RN(sa·sb), P, acc).
 void run_mma(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, const uint8_t* bt, const float* sa,
              const float* sb, const float* bias, void* out) {
   const ScaleIdx sc(s, g, sa, sb);
@@ -868,8 +966,9 @@ uint8_t has_special(const bool* sp, const uint8_t* p, int64_t n) {
 
 // Recomputes, with the reference, the outputs whose A row or BT row holds a NaN/Inf code (or all outputs when a
 // scale is infinite): the special-value semantics live in one place.
+// b_nan: the rows of BT holding a NaN code when the kernel already found them (e4m3fn B; else nullptr: scanned here).
 void fix_specials(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, const uint8_t* bt, const float* sa,
-                  const float* sb, const float* bias, void* out) {
+                  const float* sb, const float* bias, void* out, const uint8_t* b_nan = nullptr) {
   const size_t es = s.out == Format::f32 ? 4 : 2;
   bool spa[256], spb[256];
   for (int c = 0; c < 256; ++c) {
@@ -878,8 +977,14 @@ void fix_specials(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, c
   }
   std::vector<uint8_t> row_a(static_cast<size_t>(g.M), 0), row_b(static_cast<size_t>(g.N), 0);
   bool any = false;
+#pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < g.M; ++m) row_a[m] = has_special(spa, a + m * g.K, g.K);
-  for (int64_t n = 0; n < g.N; ++n) row_b[n] = has_special(spb, bt + n * g.K, g.K);
+  if (b_nan) {
+    std::memcpy(row_b.data(), b_nan, static_cast<size_t>(g.N));
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < g.N; ++n) row_b[n] = has_special(spb, bt + n * g.K, g.K);
+  }
   for (uint8_t v : row_a) any |= v != 0;
   for (uint8_t v : row_b) any |= v != 0;
   const bool inf_scale = any_special_scale(s, sa, count(gemm_sa_shape(s, g))) ||
@@ -927,7 +1032,12 @@ void scaled_mm(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, c
   if (g.M == 0 || g.N == 0) return;
   switch (spec.model) {
     case GemmModel::exact:
-    case GemmModel::f32_kblock: run_exact_kblock(spec, g, a, bt, sa, sb, bias, out); break;
+    case GemmModel::f32_kblock: {
+      std::vector<uint8_t> b_nan(static_cast<size_t>(g.N), 0);
+      const bool found = run_exact_kblock(spec, g, a, bt, sa, sb, bias, out, b_nan.data());
+      fix_specials(spec, g, a, bt, sa, sb, bias, out, found ? b_nan.data() : nullptr);
+      return;
+    }
     case GemmModel::hopper_tc: run_hopper(spec, g, a, bt, sa, sb, bias, out); break;
     case GemmModel::mma_sync_sm90: run_mma(spec, g, a, bt, sa, sb, bias, out); return;
     case GemmModel::fast: scaled_mm_fast(spec, g, a, bt, sa, sb, bias, out); return;  // src/cpu/gemm_fast.cc
