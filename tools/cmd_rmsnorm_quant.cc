@@ -57,6 +57,8 @@ const char* kHelp =
     "  --variance exact|f32-seq|cub:auto|cub:T  the sum of squares (cub:T = vLLM's block reduce, T threads)\n"
     "  --rsqrt rn|ieee|cuda-rsqrtf            correctly rounded, 1/sqrtf, or CUDA rsqrtf (MUFU.RSQ, captured)\n"
     "  --weight-round f32|dtype-twice|dtype-once   y = z*r*w in f32 / bf16(bf16(z*r)*w) / bf16(z*r*w)\n"
+    "  --scale-layout row-major|col-major|tma-aligned   how SCALES is stored: col-major [ceil(K/G), M] (vLLM\n"
+    "                                         is_scale_transposed), tma-aligned [ceil(K/G), align4(M)] (DeepGEMM)\n"
     "  --granularity, --tail, --amax-nan, --guard, --scale-formula, --formula, --clamp, --fp8-max, --cast\n"
     "                                         the group quant's fields, as in fp8ref quantize --help\n"
     "\n"
@@ -73,7 +75,8 @@ const std::pair<const char*, const char*> kOverrides[] = {
     {"--weight-round", "weight"},       {"--granularity", "granularity"}, {"--tail", "tail"},
     {"--amax-nan", "amax-nan"},         {"--guard", "guard"},             {"--scale-formula", "scale-formula"},
     {"--formula", "formula"},           {"--clamp", "clamp"},             {"--fp8-max", "fp8-max"},
-    {"--cast", "cast"},                 {"--group", "group"},             {"--eps", "eps"}};
+    {"--cast", "cast"},                 {"--group", "group"},             {"--eps", "eps"},
+    {"--scale-layout", "scale-layout"}};
 
 bool ends_with(const std::string& s, const char* suffix) {
   const size_t n = std::strlen(suffix);
@@ -100,7 +103,7 @@ int rmsnorm_quant_main(int argc, char** argv) {
             {{"--from"}, {"--to"}, {"--convention"}, {"--group"}, {"--residual"}, {"--residual-out"}, {"--eps"},
              {"--normed"}, {"--exact"}, {"--rms"}, {"--backend"}, {"--verbose", Kind::flag}, {"--residual-sum"}, {"--variance"},
              {"--rsqrt"}, {"--weight-round"}, {"--granularity"}, {"--tail"}, {"--amax-nan"}, {"--guard"},
-             {"--scale-formula"}, {"--formula"}, {"--clamp"}, {"--fp8-max"}, {"--cast"}});
+             {"--scale-formula"}, {"--formula"}, {"--clamp"}, {"--fp8-max"}, {"--cast"}, {"--scale-layout"}});
   const std::string from_name = args.require("--from"), to_name = args.require("--to");
   const std::string convention = args.require("--convention");
   args.expect_positionals({"IN", "WEIGHT", "Q", "SCALES"});
@@ -170,8 +173,16 @@ int rmsnorm_quant_main(int argc, char** argv) {
   if (normed_path) a.normed = reinterpret_cast<float*>(normed.data.data());
   if (exact_path) a.exact_q = reinterpret_cast<double*>(exact.data.data());
   if (rms_path) a.rms = reinterpret_cast<float*>(rms.data.data());
-  if (backend == "cpu") cpu::rmsnorm_quant(*spec, a);
-  else ref::rmsnorm_quant(*spec, a);
+  RmsNormQuantSpec logical = *spec;  // the kernels write logical row-major scales; --scale-layout stores them
+  logical.quant.scale_layout = ScaleLayout::row_major;
+  if (backend == "cpu") cpu::rmsnorm_quant(logical, a);
+  else ref::rmsnorm_quant(logical, a);
+  if (spec->quant.scale_layout != ScaleLayout::row_major) {
+    const StoredScaleShape st = stored_scales(spec->quant, L.quant);
+    io::Tensor stored = io::make_tensor("", st.packed ? io::DType::I32 : s.dtype, st.shape);
+    stored.data = layout_scales(spec->quant, L.quant, s.data.data());
+    s = std::move(stored);
+  }
 
   io::write_npy(pos[2], q);
   io::write_npy(pos[3], s);

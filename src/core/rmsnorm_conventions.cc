@@ -227,8 +227,6 @@ void finalize_rmsnorm_quant_spec(RmsNormQuantSpec* spec) {
   if (spec->variance == Variance::cub && (spec->cub_threads < 0 || spec->cub_threads > 1024))
     throw InputError("rmsnorm-quant: cub threads must be in [1, 1024]");
   if (!(spec->eps >= 0) || std::isinf(spec->eps)) throw InputError("rmsnorm-quant: eps must be finite and >= 0");
-  if (spec->quant.scale_layout != ScaleLayout::row_major)
-    throw InputError("rmsnorm-quant: scales are written row-major [..., ceil(K/G)] (other scale layouts: not yet)");
   finalize_quant_spec(&spec->quant, true);
 }
 

@@ -2,7 +2,9 @@
 //
 //   rmsnorm_quant from=bf16 to=e4m3fn shape=64x512 convention=vllm-rmsnorm-quant residual=yes fill=normal:amax=8 seed=1
 //     tensors: input.x [shape] (BF16/F16/F32), input.weight [K], input.residual [shape] (residual=yes);
-//              output.q [shape] (F8 tag of `to`), output.scale [..., ceil(K/G)] (F32 for every convention here),
+//              output.q [shape] (F8 tag of `to`), output.scale [..., ceil(K/G)] (F32 for every convention here;
+//              scale-layout col-major [ceil(K/G), M] / tma-aligned [ceil(K/G), align4(M)] as stored, named in
+//              fp8ref.outputs with its logical shape),
 //              output.residual [shape] (residual=yes: the updated residual, in the input dtype);
 //              exact.q [shape] (F64: y / s, the normed value over its stored scale, before the cast).
 //     Fills: input.x `fill` (stream 0), input.weight `weight-fill` (stream 1), input.residual `fill` (stream 2).
@@ -20,7 +22,7 @@ namespace {
 // Descriptor keys that override one field of the convention (apply_rmsnorm_override).
 const char* const kOverrides[] = {"group",    "eps",  "residual-sum", "variance", "rsqrt",   "weight",
                                   "granularity", "tail", "amax-nan",     "guard",    "scale-formula", "formula",
-                                  "clamp",    "fp8-max", "cast"};
+                                  "clamp",    "fp8-max", "cast", "scale-layout"};
 
 struct Case {
   Format from;
@@ -75,8 +77,18 @@ Tensors compute(const Descriptor& d, const Tensors& inputs, bool cpu, io::Tensor
     a.residual_out = r.data.data();
   }
   if (exact_q) a.exact_q = reinterpret_cast<double*>(exact_q->data.data());
-  if (cpu) cpu::rmsnorm_quant(c.spec, a);
-  else ref::rmsnorm_quant(c.spec, a);
+  // The kernels write the logical row-major scales; scale-layout transforms them as stored (vLLM's
+  // is_scale_transposed, sglang/DeepGEMM column-major and TMA-aligned scales).
+  RmsNormQuantSpec logical = c.spec;
+  logical.quant.scale_layout = ScaleLayout::row_major;
+  if (cpu) cpu::rmsnorm_quant(logical, a);
+  else ref::rmsnorm_quant(logical, a);
+  if (c.spec.quant.scale_layout != ScaleLayout::row_major) {
+    const StoredScaleShape st = stored_scales(c.spec.quant, c.layout.quant);
+    io::Tensor stored = io::make_tensor("output.scale", st.packed ? io::DType::I32 : s.dtype, st.shape);
+    stored.data = layout_scales(c.spec.quant, c.layout.quant, s.data.data());
+    s = std::move(stored);
+  }
   Tensors out = {q, s};
   if (c.residual) out.push_back(r);
   return out;
@@ -116,6 +128,7 @@ OpInfo rmsnorm_quant_op() {
       {"clamp", "-", "override: none, nan-to-max, nan-to-min, nan-kept"},
       {"fp8-max", "-", "override: a positive f32 value or finfo"},
       {"cast", "-", "override: the convert convention of the final cast"},
+      {"scale-layout", "-", "override: row-major, col-major, tma-aligned (output.scale as stored)"},
       {"fill", "normal:amax=8", "fill of input.x and input.residual (docs/golden-format.md)"},
       {"weight-fill", "normal:amax=3", "fill of input.weight"},
       {"seed", "1", "case seed"},
@@ -139,7 +152,14 @@ OpInfo rmsnorm_quant_op() {
     std::string j = std::string(R"({"output.q": {"role": "data", "format": ")") + format_name(c.spec.quant.to) +
                     R"(", "contract": "exact", "dims": )" + dims + R"(, "scale": "output.scale"}, "output.scale": )" +
                     R"({"role": "scale", "format": ")" + format_name(scale_storage(c.spec.quant)) +
-                    R"(", "contract": "exact", "of": "output.q", "block": )" + block + "}";
+                    R"(", "contract": "exact", "of": "output.q", "block": )" + block;
+    if (c.spec.quant.scale_layout != ScaleLayout::row_major) {  // stored transformed: the diff reads it back
+      std::string logical = "[";
+      for (size_t i = 0; i < c.layout.quant.scale_shape.size(); ++i)
+        logical += (i ? ", " : "") + std::to_string(c.layout.quant.scale_shape[i]);
+      j += std::string(R"(, "layout": ")") + to_string(c.spec.quant.scale_layout) + R"(", "logical_shape": )" + logical + "]";
+    }
+    j += "}";
     if (c.residual)
       j += std::string(R"(, "output.residual": {"role": "data", "format": ")") + format_name(c.from) +
            R"(", "contract": "exact", "dims": )" + dims + "}";

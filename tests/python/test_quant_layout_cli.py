@@ -137,3 +137,30 @@ def test_empty_tensors_have_empty_stored_scales(fp8ref, tmp_path):
     assert q.shape == (0, 256) and s.shape == (1, 0) and s.dtype == np.int32
     _, s = quantize(fp8ref, tmp_path, x, "--convention", "sglang-triton-colmajor")
     assert s.shape == (2, 0) and s.dtype == np.float32
+
+
+@pytest.mark.parametrize("convention", ["vllm-rmsnorm-quant", "aiter-rmsnorm-quant", "exact"])
+def test_rmsnorm_quant_scale_layouts(fp8ref, tmp_path, convention):
+    """rmsnorm-quant --scale-layout: the same codes, the scales stored as the numpy transform of the row-major ones
+    (vLLM's is_scale_transposed = col-major; DeepGEMM's TMA-aligned); packed-ue8m0 needs ue8m0 scales: exit 2."""
+    x = rows(M=30, K=384, seed=3)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "w.npy", np.linspace(0.5, 1.5, 384, dtype=np.float32))
+
+    def run(*extra, s="s.npy", check=True):
+        r = fp8ref("rmsnorm-quant", "--from", "f32", "--to", "e4m3fn", "--convention", convention, *extra,
+                   tmp_path / "x.npy", tmp_path / "w.npy", tmp_path / ("q" + s), tmp_path / s)
+        if check:
+            assert r.returncode == 0, r.stderr
+            return np.load(tmp_path / ("q" + s)), np.load(tmp_path / s)
+        return r
+
+    q, s = run()
+    assert s.shape == (30, 3)
+    qc, sc = run("--scale-layout", "col-major", s="c.npy")
+    qt, st = run("--scale-layout", "tma-aligned", s="t.npy")
+    assert np.array_equal(q, qc) and np.array_equal(q, qt)
+    assert np.array_equal(sc, s.T)
+    assert np.array_equal(st, pad_rows(s.T, 4))
+    bad = run("--scale-layout", "packed-ue8m0", s="p.npy", check=False)
+    assert bad.returncode == 2 and "ue8m0" in bad.stderr and not (tmp_path / "p.npy").exists()
