@@ -11,6 +11,7 @@
 // A command returns 0 on success and 1 for a numerical failure (diff, validate).
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <initializer_list>
 #include <optional>
@@ -169,5 +170,17 @@ class Args {
   std::vector<std::pair<std::string, std::string>> values_;  // (option name, value) in command-line order
   std::vector<std::string> positionals_;
 };
+
+// Shared by the commands' messages and file checks.
+inline bool ends_with(const std::string& s, const char* suffix) {
+  const std::string_view v(suffix);
+  return s.size() >= v.size() && s.compare(s.size() - v.size(), v.size(), v) == 0;
+}
+// A shape as numpy prints it: "(2, 3)", "(5,)", "()".
+inline std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
 
 }  // namespace fp8ref::cli

@@ -54,6 +54,8 @@ const char* kAttnHelp =
     "  flashinfer           FlashInfer decode/prefill: K scale folded into sm_scale, exp2, V scale after the kernel\n"
     "  torch-sdpa-math      PyTorch CPU math SDPA on the dequantized cache (bit for bit, torch 2.11)\n"
     "  spyre                fms-mo scaled_paged_attn_compute (math SDPA on md-dequantized K/V)\n"
+    "  fast                 the CPU fallback (AMX where available): not bit-exact, within a derived bound of\n"
+    "                       exact (attention.h); --backend cpu only; no soft-cap, no --k-new/--v-new\n"
     "\n"
     "Files: Q '<f4'/'<f2'/'<u2'(bf16); int arrays int32 (int64 accepted); caches uint8 codes (layout as in\n"
     "kv-cache-write; V absent with --mla); scales f32 [1], [Hkv] or [B]. OUT is written in --out-dtype (bf16 as\n"
@@ -76,17 +78,6 @@ const char* kAttnHelp =
     "  --backend B          cpu (default) or reference\n"
     "\n"
     "Exit codes: 0 success, 2 bad usage or bad input (nothing is written).\n";
-
-bool ends_with(const std::string& s, const char* suffix) {
-  const size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + (shape.size() == 1 ? ",)" : ")");
-}
 
 Format format_flag(const char* flag, const std::string& v) {
   Format f;
@@ -277,7 +268,7 @@ int attn_main(int argc, char** argv) {
   attn::AttnSpec spec;
   if (!attn::parse_attn_convention(args.require("--convention"), &spec.convention))
     throw InputError("unknown --convention '" + *args.get("--convention") +
-                     "' (exact, vllm-paged-v1, vllm-triton-unified, flashinfer, torch-sdpa-math, spyre)");
+                     "' (exact, vllm-paged-v1, vllm-triton-unified, flashinfer, torch-sdpa-math, spyre, fast)");
   spec.q_format = format_flag("--md", args.require("--md"));
   spec.out_format = format_flag("--out-dtype", args.get("--out-dtype").value_or(format_name(spec.q_format)));
   const Format cf = format_flag("--cache-format", args.get("--cache-format").value_or("e4m3fn"));

@@ -62,11 +62,6 @@ const char* const kOverrideFields[] = {"rounding", "overflow", "nan", "nan-code"
 
 enum class Backend { cpu, reference };
 
-bool ends_with(const std::string& s, const char* suffix) {
-  const size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
 // The numpy name of a dtype (as read from a .npy).
 std::string numpy_name(io::DType d) {
   switch (d) {
@@ -112,7 +107,7 @@ Format parse_format_flag(const std::string& flag, const std::string& value) {
   return f;
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
+std::string shape_csv(const std::vector<int64_t>& shape) {
   std::string s;
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
   return s;
@@ -141,10 +136,10 @@ io::Tensor read_input(const std::string& path, const std::optional<std::vector<i
     uint64_t nbytes = io::dtype_size(want);
     for (int64_t d : *shape)
       if (io::detail::mul_overflow(nbytes, static_cast<uint64_t>(d), &nbytes))
-        throw InputError("--shape " + shape_text(*shape) + " is too large");
+        throw InputError("--shape " + shape_csv(*shape) + " is too large");
     io::detail::MappedFile f(path);
     if (f.size() != nbytes)
-      throw InputError(path + ": has " + std::to_string(f.size()) + " bytes, but --shape " + shape_text(*shape) +
+      throw InputError(path + ": has " + std::to_string(f.size()) + " bytes, but --shape " + shape_csv(*shape) +
                        " of " + want_text + " needs " + std::to_string(nbytes));
     io::Tensor t = io::make_tensor("", want, *shape);
     if (nbytes) std::memcpy(t.data.data(), f.data(), nbytes);

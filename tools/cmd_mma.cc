@@ -39,17 +39,6 @@ const char* kHelp =
     "\n"
     "Exit codes: 0 success, 2 bad usage or bad input (nothing is written).\n";
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + (shape.size() == 1 ? ",)" : ")");
-}
-
-bool ends_with(const std::string& s, const char* suffix) {
-  const size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
 // Reads path, checks its dtype and that its shape is [T, rows, cols] or [rows, cols]; returns T.
 int64_t read_tiles(const std::string& path, io::DType dtype, const char* dtype_text, int64_t rows, int64_t cols,
                    io::Tensor* out) {

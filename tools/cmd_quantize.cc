@@ -110,17 +110,6 @@ const char* kDequantizeHelp =
 const char* const kOverrides[] = {"tail", "amax-nan", "guard", "scale-formula", "scale-round", "scale-store",
                                   "formula", "clamp", "fp8-max", "cast", "div", "scale-layout"};
 
-bool ends_with(const std::string& s, const char* suffix) {
-  const size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + (shape.size() == 1 ? ",)" : ")");
-}
-
 std::string numpy_name(io::DType d) {
   switch (d) {
     case io::DType::U8: return "uint8";

@@ -78,17 +78,6 @@ const std::pair<const char*, const char*> kOverrides[] = {
     {"--cast", "cast"},                 {"--group", "group"},             {"--eps", "eps"},
     {"--scale-layout", "scale-layout"}};
 
-bool ends_with(const std::string& s, const char* suffix) {
-  const size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + (shape.size() == 1 ? ",)" : ")");
-}
-
 io::Tensor read_source(const std::string& path, Format from, const char* what) {
   io::Tensor t = io::read_npy(path);
   const io::DType want = from == Format::bf16 ? io::DType::U16 : io::format_dtype(from);

@@ -78,12 +78,6 @@ const char* kScaledBmmHelp =
     "\n"
     "Exit codes: 0 success, 2 bad usage or bad input (nothing is written).\n";
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + (shape.size() == 1 ? ",)" : ")");
-}
-
 Format fp8_format(const std::string& name) {
   Format f;
   if (!parse_format(name, &f) || (f != Format::e4m3fn && f != Format::e5m2))
