@@ -10,7 +10,6 @@
 // Checked on the device against 2^24 random inputs of every class (0 mismatches; tests/data/h200/
 // rsqrtf_capture_log.txt) and here against 20,012 captured pairs (tests/test_rmsnorm_quant.cc). rsqrtf equals the
 // correctly rounded rsqrt for only ~88.5% of inputs; torch.rsqrt on CUDA equals rsqrtf on all captured inputs.
-#include <zlib.h>
 
 #include <cmath>
 #include <cstring>
@@ -18,6 +17,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "embedded.h"
 #include "fp8ref/rmsnorm.h"
 
 namespace fp8ref::ref {
@@ -31,29 +31,13 @@ namespace {
 
 constexpr uint32_t kEntries = 1u << 24;
 
-float f32(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-uint32_t bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
+float f32(uint32_t b) { return detail::f32_of_bits(b); }
+uint32_t bits(float f) { return detail::bits_of_f32(f); }
 
 const std::vector<int8_t>& table() {
   static std::vector<int8_t> d;
   static std::once_flag once;
-  std::call_once(once, [] {
-    std::vector<int8_t> t(kEntries);
-    uLongf len = kEntries;
-    const int rc = uncompress(reinterpret_cast<Bytef*>(t.data()), &len, detail::kCudaRsqrtfZlib,
-                              static_cast<uLong>(detail::kCudaRsqrtfZlibSize));
-    if (rc != Z_OK || len != kEntries) throw std::runtime_error("fp8ref: the embedded rsqrtf table is corrupt");
-    d.swap(t);
-  });
-  return d;
+  return detail::inflate_once(once, d, detail::kCudaRsqrtfZlib, detail::kCudaRsqrtfZlibSize, kEntries, "rsqrtf table");
 }
 
 }  // namespace

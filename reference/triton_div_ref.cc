@@ -1,8 +1,8 @@
 // fp8ref — Triton's fp32 division on NVIDIA (div.full.f32 on sm_90): the model and the reciprocal table
 // (include/fp8ref/triton_div.h states both and where they come from). Built with -ffp-contract=off.
+#include "embedded.h"
 #include "fp8ref/triton_div.h"
 
-#include <zlib.h>
 
 #include <cmath>
 #include <cstring>
@@ -22,30 +22,14 @@ namespace {
 constexpr uint32_t kMantissas = 1u << 23;
 constexpr uint32_t kCanonicalNan = 0x7FFFFFFFu;
 
-float f32(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-uint32_t bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
+float f32(uint32_t b) { return detail::f32_of_bits(b); }
+uint32_t bits(float f) { return detail::bits_of_f32(f); }
 
 // d[m] = bits(T(m)) - bits(RN(1/(1 + m·2^-23))), in {-1, 0, 1}.
 const std::vector<int8_t>& table() {
   static std::vector<int8_t> d;
   static std::once_flag once;
-  std::call_once(once, [] {
-    std::vector<int8_t> t(kMantissas);
-    uLongf len = kMantissas;
-    const int rc = uncompress(reinterpret_cast<Bytef*>(t.data()), &len, detail::kTritonNvRcpZlib,
-                              static_cast<uLong>(detail::kTritonNvRcpZlibSize));
-    if (rc != Z_OK || len != kMantissas) throw std::runtime_error("fp8ref: the embedded Triton reciprocal table is corrupt");
-    d.swap(t);
-  });
-  return d;
+  return detail::inflate_once(once, d, detail::kTritonNvRcpZlib, detail::kTritonNvRcpZlibSize, kMantissas, "Triton reciprocal table");
 }
 
 }  // namespace
