@@ -2105,7 +2105,13 @@ DiffReport diff_logical(const std::vector<io::TensorView>& ev, const std::map<st
                         const std::vector<io::TensorView>& av, const std::map<std::string, std::string>& amd,
                         const DiffOptions& opt) {
   const detail::LogicalViews l = detail::logical_scale_views(ev, av, emd, opt.expected_name);
-  return diff_views(FileView{l.expected, l.expected_metadata}, FileView{l.actual, amd}, opt);
+  DiffReport rep = diff_views(FileView{l.expected, l.expected_metadata}, FileView{l.actual, amd}, opt);
+  for (TensorReport& r : rep.tensors) {  // say what was stored, not only the logical form compared
+    auto it = l.stored_as.find(r.name);
+    if (it != l.stored_as.end() && r.presence == TensorReport::Presence::ok)
+      r.presence_note = " (stored " + it->second + "; compared in logical row-major form)";
+  }
+  return rep;
 }
 
 DiffReport diff_files(const io::SafetensorsFile& expected, const io::SafetensorsFile& actual, const DiffOptions& opt) {

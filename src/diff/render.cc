@@ -80,7 +80,7 @@ void render_tensor(std::string& out, const TensorReport& r, const DiffReport& re
          r.contract + "  tol " + r.tol.to_string() + " ==\n";
   // 1. presence
   if (r.presence == TensorReport::Presence::ok)
-    line(out, "1. presence", "ok: " + r.expected_dtype + " " + shape_string(r.expected_shape) + " in both");
+    line(out, "1. presence", "ok: " + r.expected_dtype + " " + shape_string(r.expected_shape) + " in both" + r.presence_note);
   else
     line(out, "1. presence", r.presence_note);
   if (!r.compared) {

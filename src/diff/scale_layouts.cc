@@ -80,6 +80,7 @@ LogicalViews logical_scale_views(const std::vector<io::TensorView>& expected, co
       adjusted = true;
       continue;
     }
+    out.stored_as[name] = std::string(to_string(layout)) + " " + io::dtype_name(stored_dtype) + " " + shape_text(st.shape);
     for (io::TensorView* v : {e, a}) {
       if (!v) continue;
       io::Tensor t = io::make_tensor(v->name, io::format_dtype(fmt), logical);

@@ -16,6 +16,8 @@ struct LogicalViews {
   std::list<io::Tensor> owned;                   // the converted tensors (the views below point into them)
   std::vector<io::TensorView> expected, actual;  // the files' tensors, laid-out scale tensors in logical form
   std::map<std::string, std::string> expected_metadata;  // emd, or a copy whose fp8ref.outputs is adjusted (below)
+  // tensor name -> how it is stored ("packed-ue8m0 I32 [1, 32]"), for each tensor compared in logical form
+  std::map<std::string, std::string> stored_as;
 };
 
 // `emd`: the EXPECTED file's metadata (its fp8ref.outputs says which tensors are laid out, their element format and
