@@ -217,6 +217,7 @@ struct ModelDistance {
   uint64_t max_ulp = 0;              // largest distance on the ordered encodings (finite pairs)
   uint64_t special_mismatch = 0;     // elements where exactly one of the two is NaN/Inf, or both but different
   bool is_reference = false;         // the model EXPECTED itself was made with
+  std::string note;                  // e.g. an output tensor this model stores in another dtype/shape (counted as differing)
 };
 
 struct DiffReport {

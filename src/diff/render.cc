@@ -268,11 +268,17 @@ void render_models(std::string& out, const DiffReport& rep) {
                     static_cast<unsigned long long>(m.max_ulp), static_cast<unsigned long long>(m.special_mismatch));
     }
     out += line;
+    if (!m.note.empty()) out += "      (" + m.note + ")\n";
   }
   const ModelDistance& best = rep.models.front();
-  if (best.skipped.empty() && best.elements && best.equal == best.elements)
+  auto exact = [](const ModelDistance& m) { return m.skipped.empty() && m.elements && m.equal == m.elements; };
+  if (exact(best)) {
+    std::string also;
+    for (size_t i = 1; i < rep.models.size() && exact(rep.models[i]); ++i)
+      also += (also.empty() ? "" : ", ") + rep.models[i].name;
     out += "  => bit-exact under " + best.name + ": fp8ref golden --case '" + best.descriptor + "'\n";
-  else
+    if (!also.empty()) out += "     (the same output on this case: " + also + ")\n";
+  } else
     out += "  => no model reproduces " + rep.actual_name + " bit for bit\n";
   if (!rep.models_note.empty()) out += "  (" + rep.models_note + ")\n";
 }
@@ -320,7 +326,8 @@ std::string render_json(const DiffReport& rep) {
                     {"bit_equal", m.equal},
                     {"max_ulp", m.max_ulp},
                     {"special_mismatch", m.special_mismatch},
-                    {"is_expected_model", m.is_reference}});
+                    {"is_expected_model", m.is_reference},
+                    {"note", m.note}});
     j["models"] = ms;
     j["models_note"] = rep.models_note;
   }

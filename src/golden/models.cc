@@ -15,6 +15,7 @@
 #include "fp8ref/convert.h"
 #include "fp8ref/error.h"
 #include "fp8ref/golden.h"
+#include "golden/ops.h"
 
 namespace fp8ref::golden {
 
@@ -70,6 +71,17 @@ void compare(const io::Tensor& model, const io::TensorView& actual, diff::ModelD
 }
 
 }  // namespace
+
+std::vector<std::pair<std::string, Descriptor>> key_variants(const Descriptor& d, const char* key,
+                                                             const std::vector<const char*>& values) {
+  std::vector<std::pair<std::string, Descriptor>> out;
+  for (const char* v : values) {
+    Descriptor x = d;
+    x.set(key, v);
+    out.emplace_back(v, x);
+  }
+  return out;
+}
 
 std::vector<diff::ModelDistance> model_distances(const io::MappedSafetensors& expected,
                                                  const io::MappedSafetensors& actual, std::string* note) {

@@ -286,6 +286,10 @@ OpInfo quantize_op() {
     return j + "}";
   };
   op.convention = [](const Descriptor& d) { return d.get("convention"); };
+  op.models = [](const Descriptor& d) {  // dynamic quantization: which stack's rounding a device output follows
+    return key_variants(d, "convention", {"exact", "vllm-group", "vllm-per-token", "deepseek-act-quant", "deepgemm",
+                                          "sglang-triton", "sglang-triton-colmajor", "sgl-kernel", "sglang-jit", "mx"});
+  };
   op.exact = [](const Descriptor& d, const Tensors& inputs) -> Tensors {
     const QuantCase c = parse_quant_case(d);
     const io::Tensor& x = find_input(d, inputs, "input.x", io::format_dtype(c.from), c.shape);

@@ -166,6 +166,9 @@ OpInfo rmsnorm_quant_op() {
     return j + "}";
   };
   op.convention = [](const Descriptor& d) { return d.get("convention"); };
+  op.models = [](const Descriptor& d) {
+    return key_variants(d, "convention", {"exact", "aiter-rmsnorm-quant", "vllm-rmsnorm-quant", "deepseek-rmsnorm"});
+  };
   op.exact = [](const Descriptor& d, const Tensors& inputs) -> Tensors {
     const Case c = parse_case(d);
     io::Tensor e = io::make_tensor("exact.q", io::DType::F64, c.shape);

@@ -16,6 +16,11 @@ std::string where(const Descriptor& d);
 const io::Tensor& find_input(const Descriptor& d, const Tensors& inputs, const std::string& name, io::DType dtype,
                              const std::vector<int64_t>& shape);
 
+// OpInfo::models for ops whose models are the values of one descriptor key (a convention): the case with `key` set
+// to each value, named by it (models.cc).
+std::vector<std::pair<std::string, Descriptor>> key_variants(const Descriptor& d, const char* key,
+                                                             const std::vector<const char*>& values);
+
 OpInfo convert_op();
 std::vector<Kernel> convert_kernels();
 
