@@ -7,6 +7,8 @@
 // step (best of --reps, median in parentheses), the cache bytes read per second, and that as a fraction of the
 // anchor. torch CPU SDPA is not installed on this machine (no anchor row for it; see bench/RESULTS.md).
 //
+// `fast` is the CPU-fallback convention (src/cpu/attention_fast.cc: AMX where the CPU has it; not bit-exact, within a
+// derived bound of exact); --conv fast runs only it (with the anchor).
 // Usage: bench_attention [--threads 2] [--reps 5] [--conv NAME|all] [--ctx 4096] [--batch 32]
 // Run with OMP_WAIT_POLICY=passive on this 2-core VM.
 #include <omp.h>
@@ -111,7 +113,7 @@ int main(int argc, char** argv) {
   std::vector<attn::AttnConvention> convs;
   if (conv == "all") {
     convs = {attn::AttnConvention::vllm_triton_unified, attn::AttnConvention::vllm_paged_v1,
-             attn::AttnConvention::flashinfer, attn::AttnConvention::torch_sdpa_math};
+             attn::AttnConvention::flashinfer, attn::AttnConvention::torch_sdpa_math, attn::AttnConvention::fast};
   } else {
     attn::AttnConvention c;
     if (!attn::parse_attn_convention(conv, &c)) {

@@ -72,11 +72,15 @@ float round_to(Format f, float x) {
   return f32_of(static_cast<uint32_t>(fp8ref::ref::narrow(f, fp8ref::ref::narrow(Format::f32, bits_of(x), f), Format::f32)));
 }
 
+// A NaN result is stored as the canonical quiet NaN (+, 0x7FC00000 / 0x7FC0 / 0x7E00): which NaN operand propagates
+// (its sign and payload) depends on each implementation's operand order, not on the convention.
 void store_out(Format f, void* out, int64_t i, float x) {
+  if (std::isnan(x)) x = std::numeric_limits<float>::quiet_NaN();
   const uint64_t b = fp8ref::ref::narrow(Format::f32, bits_of(x), f);
   std::memcpy(static_cast<uint8_t*>(out) + elem_size(f) * i, &b, elem_size(f));
 }
 void store_out_f64(Format f, void* out, int64_t i, double x) {
+  if (std::isnan(x)) x = std::numeric_limits<double>::quiet_NaN();
   uint64_t xb;
   std::memcpy(&xb, &x, 8);
   const uint64_t b = fp8ref::ref::narrow(Format::f64, xb, f);
@@ -494,12 +498,18 @@ void paged_attention_head(const AttnSpec& spec, const AttnArgs& args, int64_t b,
       case AttnConvention::flashinfer: row_flashinfer(c, q, lo, hi, args.out, oidx); break;
       case AttnConvention::torch_sdpa_math:
       case AttnConvention::spyre: row_torch_math(c, q, lo, hi, args.out, oidx); break;
+      case AttnConvention::fast: break;  // refused by paged_attention
     }
   }
 }
 
 void paged_attention(const AttnSpec& spec, const AttnArgs& args, double* exact_out) {
   check_paged_attention(spec, args);
+  // fast (any order, error-bounded) has no reference, as GemmModel fast: its golden is the exact convention's output
+  // with a bound (src/golden/op_attention.cc). exact_out alone (args.out null) is still computed.
+  if (spec.convention == AttnConvention::fast && args.out)
+    throw InputError("the reference has no fast attention convention (not bit-exact; its golden is exact's with a "
+                     "bound); use the cpu backend");
   for (int64_t b = 0; b < args.num_seqs; ++b)
     for (int64_t h = 0; h < spec.num_q_heads; ++h) paged_attention_head(spec, args, b, h, exact_out);
 }

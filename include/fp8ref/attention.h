@@ -46,6 +46,8 @@
 // window_left >= 0, j >= qpos − window_left (FlashInfer's window_left; vLLM's sliding_window = window_left + 1).
 // Soft-cap (cap > 0): logit -> cap·tanh(logit / cap), after sm_scale (exact and vllm-triton-unified only).
 // Keys outside [0, seq_len) are never read: a cache may hold NaN in every unused slot.
+// A NaN output element is stored as the canonical quiet NaN (+; f32 0x7FC00000, bf16 0x7FC0, f16 0x7E00) by every
+// bit-exact convention and backend: which NaN operand propagates (sign, payload) is an operand-order artefact.
 //
 // ---- Conventions (every f32 step one IEEE binary32 operation, RNE; md = the query dtype) -------------------------
 // Shared definitions:
@@ -97,6 +99,33 @@
 // spyre (fms-mo spyre::scaled_paged_attn_compute with attn_algorithm=math; pac b.1): the fms-mo dequant
 //   K̂ = md(f32(k8)·s[b]) then torch math SDPA with a bottom-right f32 −inf mask: the torch-sdpa-math steps above.
 //   (aftu runs the default flash-CPU SDPA backend, pac b.1.7; that kernel's blocking is not modelled.)
+// fast (the CPU fallback; src/cpu/attention_fast.{h,cc}): not bit-exact — any summation order, within a derived
+//   per-element bound of `exact` (cpu::paged_attention_fast_bound). Mirrors GemmModel fast: the cpu backend runs it;
+//   ref::paged_attention refuses it (InputError); the golden output of fast is the exact convention's, with a
+//   bound.out tensor (contract "bound", `fp8ref diff --tol bound`). No soft-cap, no unquantized chunk (InputError).
+//   Steps: Q̃ = RN_bf16(q) once (|Q̃| < 2^-126 -> ±0); k, v = the code values (exact in bf16; scales folded);
+//   acc_j = Σ_d Q̃_d·k_jd (f32, any order, flush-to-zero allowed); t_j = RN32(c2·acc_j),
+//   c2 = RN32(RN32(sm_scale·sk)·RN32(log2 e)); online base-2 softmax with an integer running max m2 = ceil(max t)
+//   (rescales by 2^(m2 − m2') are exact); P̃_j = RN_bf16(exp2(RN32(t_j − m2))) (Sleef exp2, <= 2^-22 relative), 0
+//   where t_j − m2 < −126; L = Σ P̃_j, N_d = Σ P̃_j·v_jd (f32, any order); out = RN_out(RN32(N_d · RN32(sv / L))),
+//   0 for a row without visible keys.
+//   Bound (u = 2^-24, u' = 2^-23, u_b = 2^-8, u_q = 0 for bf16 q else 2^-8, η = 2^-126, γ'_n = n·u'/(1 − n·u'),
+//   per row: n visible keys, A = max_j Σ_d |q_d k_jd|, K1 = max_j Σ_d |k_jd| (code units), κ = (1+u)^4(1+2^-52) − 1):
+//     Δacc = u_q·A + η·K1 + γ'_Dk·((1+u_q)·A + η·K1) + Dk·η            (Q̃ rounding/flush, f32 accumulation, FTZ)
+//     E_l  = sm_scale·sk·(Δacc·(1+κ) + κ·A) + 2^-149                   (|t_j·ln 2 − l_j|, natural-log units)
+//     θ    = e^(E_l + 126·u·ln 2)·(1 + 2^-22)·(1 + u_b) − 1            (per-key relative weight error: logit, z's
+//                                                                       rounding, exp2, P̃'s bf16 rounding)
+//   The computed weights sum to >= 1/2 (the max key's P̃ >= 1/2), weights below 2^-125 may be dropped, so with
+//   range_d = (max_j v_jd − min_j v_jd)·sv and V_d = max_j |v_jd| (codes), per output element d:
+//     E_ratio = range_d·(θ·(1 + 2nη')/(1 − θ) + 2nη'),  η' = 2^-125     (a ratio of sums with perturbed weights)
+//     E_acc   = sv·(2γ'_n·V_d + 2·(3 + 2V_d)·n·η)/(1 − γ'_n − 8nη)      (N and L in f32, any order, flushes)
+//     A_d = |o_d| + E_ratio + E_acc;  E_fin = (2u + u²)·A_d + 2^-148 + u_out·A_d·(1 + 3u) + η_out
+//     |fast − o_d| <= E_ratio + E_acc + E_fin;  against exact's f64 result add bound_exact_f64 (times 1 + 2^-40)
+//   (u_out = 2^-8 bf16, 2^-11 f16, 2^-24 f32; η_out = 2^-126 bf16 (the conversion treats f32 subnormals as 0),
+//   2^-25 f16, 2^-150 f32). +Inf (no claim): a non-finite code anywhere in a (sequence, KV head)'s [0, seq_len) K/V,
+//   a non-finite or > 3.3e38 query, θ or γ'_n >= 1/4, sm_scale·sk <= 2^-100, an output reaching the format's max.
+//   On random data with bf16 queries the bound is ~0.8 % of max|v̂| (tested < 1 %); f16/f32 queries add u_q to
+//   the logits.
 #pragma once
 
 #include <cstddef>
@@ -113,7 +142,7 @@ namespace fp8ref::attn {
 enum class KvLayout : uint8_t { nhd, hnd };
 enum class KvScaleKind : uint8_t { tensor, head, seq };
 enum class StoreConvention : uint8_t { vllm_cuda, sglang, spyre, exact };
-enum class AttnConvention : uint8_t { exact, vllm_paged_v1, vllm_triton_unified, flashinfer, torch_sdpa_math, spyre };
+enum class AttnConvention : uint8_t { exact, vllm_paged_v1, vllm_triton_unified, flashinfer, torch_sdpa_math, spyre, fast };
 enum class Causal : uint8_t { bottom_right, top_left, none };
 
 const char* to_string(KvLayout v);          // "nhd", "hnd"
@@ -256,7 +285,7 @@ float exp2_sleef(float x);
 
 namespace cpu {
 // OpenMP over (sequence, chunk of 4 query positions), Highway inner loops (src/cpu/attention_cpu.cc); bit-identical
-// to ref:: per convention. kv_cache_write runs the reference loop; the exact convention runs ref's f64 path per
+// to ref:: per convention. Convention fast runs src/cpu/attention_fast.cc (AMX; within its bound of exact). kv_cache_write runs the reference loop; the exact convention runs ref's f64 path per
 // (sequence, head) in parallel.
 void kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& args);
 void paged_attention(const AttnSpec& spec, const AttnArgs& args);

@@ -22,7 +22,8 @@ bool parse_named(std::string_view s, const char* const (&names)[N], E* out) {
 const char* const kLayouts[] = {"nhd", "hnd"};
 const char* const kScaleKinds[] = {"tensor", "head", "seq"};
 const char* const kStores[] = {"vllm-cuda", "sglang", "spyre", "exact"};
-const char* const kAttns[] = {"exact", "vllm-paged-v1", "vllm-triton-unified", "flashinfer", "torch-sdpa-math", "spyre"};
+const char* const kAttns[] = {"exact", "vllm-paged-v1", "vllm-triton-unified", "flashinfer", "torch-sdpa-math", "spyre",
+                              "fast"};
 const char* const kCausals[] = {"bottom-right", "top-left", "none"};
 
 std::string num(int64_t v) { return std::to_string(v); }

@@ -29,6 +29,7 @@
 #include <cstring>
 
 #include "fp8ref/attention.h"
+#include "cpu/attention_fast.h"
 #include "fp8ref/convert.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -378,7 +379,9 @@ float load_md(Format md, const void* p, int64_t i) {
   std::memcpy(&h, static_cast<const uint8_t*>(p) + 2 * i, 2);
   return f32_of(static_cast<uint32_t>(fp8ref::ref::narrow(md, h, Format::f32)));
 }
+// NaN results canonical, as ref's store_out (which NaN operand propagates is an operand-order artefact).
 void store_out(Format f, void* out, int64_t i, float x) {
+  if (std::isnan(x)) x = std::numeric_limits<float>::quiet_NaN();
   const uint64_t b = fp8ref::ref::narrow(Format::f32, bits_of(x), f);
   std::memcpy(static_cast<uint8_t*>(out) + elem_size(f) * i, &b, elem_size(f));
 }
@@ -447,7 +450,8 @@ class Worker {
       case AttnConvention::spyre: two_pass(true); break;
       case AttnConvention::vllm_triton_unified: online(false); break;
       case AttnConvention::flashinfer: online(true); break;
-      case AttnConvention::exact: break;  // handled by the caller
+      case AttnConvention::exact:
+      case AttnConvention::fast: break;  // handled by the caller
     }
   }
 
@@ -503,7 +507,8 @@ class Worker {
       case AttnConvention::spyre:
       case AttnConvention::vllm_triton_unified: lut_how_ = Deq::md; break;
       case AttnConvention::flashinfer: lut_how_ = Deq::raw; break;
-      case AttnConvention::exact: return;
+      case AttnConvention::exact:
+      case AttnConvention::fast: return;
     }
     const int64_t H = s_.cache.num_kv_heads;
     lut_.resize(static_cast<size_t>(H) * 2 * 256);
@@ -773,6 +778,7 @@ class Worker {
 }  // namespace
 
 void paged_attention(const AttnSpec& spec, const AttnArgs& args) {
+  if (spec.convention == AttnConvention::fast) return paged_attention_fast(spec, args);  // src/cpu/attention_fast.cc
   check_paged_attention(spec, args);
   if (spec.convention == AttnConvention::exact) {
     // The exact convention is the f64 reference path itself (paged_attention_head), run in parallel.

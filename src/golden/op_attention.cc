@@ -13,13 +13,17 @@
 //              input.k_cache (F8 [cache shape]; every slot outside the sequences is NaN 0x7F), input.v_cache (absent
 //              with mla=1: V = K[..., :Dv]), input.k_scale, input.v_scale [n] F32 (v_scale absent with mla=1);
 //              chunk=unquantized: input.k_new [T, Hkv, Dk], input.v_new [T, Hkv, Dv] (md; v_new absent with mla=1);
-//              output.out [T, Hq, Dv] (out dtype); exact.out (F64, the exact convention's f64 result).
+//              output.out [T, Hq, Dv] (out dtype); exact.out (F64, the exact convention's f64 result);
+//              convention=fast: output.out is the exact convention's (contract "bound") and bound.out (F64) the
+//              fast bound (src/cpu/attention_fast.h) plus |output.out − exact.out|.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <string>
 
+#include "cpu/attention_fast.h"
 #include "fp8ref/attention.h"
 #include "fp8ref/convert.h"
 #include "fp8ref/error.h"
@@ -339,8 +343,10 @@ Tensors run_attn(const Descriptor& d, const Tensors& in, bool cpu) {
   attn::AttnArgs a = bind_attn(d, c, in);
   io::Tensor out = io::make_tensor("output.out", io::format_dtype(c.spec.out_format), {c.T, c.spec.num_q_heads, c.spec.dv()});
   a.out = out.data.data();
-  if (cpu) attn::cpu::paged_attention(c.spec, a);
-  else attn::ref::paged_attention(c.spec, a);
+  attn::AttnSpec s = c.spec;
+  if (!cpu && s.convention == attn::AttnConvention::fast) s.convention = attn::AttnConvention::exact;  // fast's golden
+  if (cpu) attn::cpu::paged_attention(s, a);
+  else attn::ref::paged_attention(s, a);
   return {out};
 }
 
@@ -422,7 +428,8 @@ OpInfo paged_attention_op() {
   op.name = "paged_attention";
   op.summary = "attention over a paged FP8 KV cache: decode and chunked prefill, GQA/MQA/MLA, per convention";
   op.params = {
-      {"convention", "vllm-triton-unified", "exact, vllm-paged-v1, vllm-triton-unified, flashinfer, torch-sdpa-math, spyre"},
+      {"convention", "vllm-triton-unified",
+       "exact, vllm-paged-v1, vllm-triton-unified, flashinfer, torch-sdpa-math, spyre, fast (cpu only; bound.out)"},
       {"md", "bf16", "query dtype: f32, bf16, f16"},
       {"out", "bf16", "output dtype: f32, bf16, f16"},
       {"cache", "e4m3fn", "e4m3fn, e5m2"},
@@ -448,16 +455,32 @@ OpInfo paged_attention_op() {
   op.make_inputs = make_attn_inputs;
   op.outputs_json = [](const Descriptor& d) {
     const AttnCase c = parse_attn(d);
+    const bool fast = c.spec.convention == attn::AttnConvention::fast;
     return std::string(R"({"output.out": {"role": "data", "format": ")") + format_name(c.spec.out_format) +
-           R"(", "contract": "exact", "dims": ["token", "head", "d"]}})";
+           R"(", "contract": ")" + (fast ? "bound" : "exact") + R"(", "dims": ["token", "head", "d"]}})";
   };
   op.convention = [](const Descriptor& d) { return d.get("convention"); };
   op.exact = [](const Descriptor& d, const Tensors& in) -> Tensors {
     const AttnCase c = parse_attn(d);
     const attn::AttnArgs a = bind_attn(d, c, in);
     io::Tensor e = io::make_tensor("exact.out", io::DType::F64, {c.T, c.spec.num_q_heads, c.spec.dv()});
-    attn::ref::paged_attention(c.spec, a, reinterpret_cast<double*>(e.data.data()));
-    return {e};
+    double* ep = reinterpret_cast<double*>(e.data.data());
+    attn::ref::paged_attention(c.spec, a, ep);
+    if (c.spec.convention != attn::AttnConvention::fast) return {e};
+    // fast: bound.out = the derived bound against exact's f64 result + that result's distance to the golden output
+    // (exact rounded once to the output format), so `diff --tol bound` against output.out is sound.
+    io::Tensor bd = io::make_tensor("bound.out", io::DType::F64, {c.T, c.spec.num_q_heads, c.spec.dv()});
+    double* bp = reinterpret_cast<double*>(bd.data.data());
+    attn::cpu::paged_attention_fast_bound(c.spec, a, bp);
+    for (int64_t i = 0; i < bd.numel(); ++i) {
+      uint64_t xb;
+      std::memcpy(&xb, &ep[i], 8);
+      const uint64_t r = ref::narrow(c.spec.out_format, ref::narrow(Format::f64, xb, c.spec.out_format), Format::f64);
+      double rv;
+      std::memcpy(&rv, &r, 8);
+      bp[i] += std::isfinite(rv) ? std::fabs(rv - ep[i]) : std::numeric_limits<double>::infinity();
+    }
+    return {e, bd};
   };
   return op;
 }
@@ -468,7 +491,7 @@ std::vector<Kernel> attention_kernels() {
        [](const Descriptor& d, const Tensors& in) { return run_write(d, in, false); }},
       {"kv_cache_write", "cpu", "attn::cpu::kv_cache_write (the reference loop)",
        [](const Descriptor& d, const Tensors& in) { return run_write(d, in, true); }},
-      {"paged_attention", "reference", "attn::ref::paged_attention (scalar, per convention)",
+      {"paged_attention", "reference", "attn::ref::paged_attention (scalar, per convention; fast: the exact result)",
        [](const Descriptor& d, const Tensors& in) { return run_attn(d, in, false); }},
       {"paged_attention", "cpu", "attn::cpu::paged_attention (OpenMP + Highway)",
        [](const Descriptor& d, const Tensors& in) { return run_attn(d, in, true); }},

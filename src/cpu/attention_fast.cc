@@ -1,0 +1,776 @@
+// fp8ref CPU backend — the `fast` paged-attention convention (contract and bound: include/fp8ref/attention.h,
+// "fast"; API: src/cpu/attention_fast.h). Not bit-exact; within paged_attention_fast_bound of the exact convention.
+//
+// Work split: OpenMP (dynamic) over units. AMX path: a sequence whose query rows per KV head fit in 16 (decode: the
+// GQA group's Hq/Hkv heads) is one unit over a group of KV heads — all of them while that leaves >= 4 units per
+// thread — so each page (NHD: all heads of a slot adjacent) is read in one pass, K/V read once per KV head; longer
+// prefill chunks: one unit per (sequence, KV head, 16 rows). Portable path: one unit per (sequence, KV head, 16
+// rows). A row is one (query position, q head). Keys go in chunks of 32 through the page table (any block size, NHD
+// or HND); the next chunk's rows are prefetched while a chunk is computed.
+//
+// AMX path (CPUs with AMX-BF16, AVX512-BF16 and AVX512-VBMI, chosen at run time; this file is compiled without
+// -march flags, the kernels carry __attribute__((target)); the tile state is requested with arch_prctl):
+//   K chunk: FP8 codes -> bf16 code values (exact) with two 128-entry vpermi2b tables (low and high bytes) and a
+//     byte interleave, rows [32][Dk] as they are in the cache; V chunk likewise into the VNNI pair layout
+//     [16 key pairs][Dv][2] (AMX's B operand) by interleaving two keys' codes before the lookup.
+//   S^T[key][row] = K · Q̃^T with _tile_dpbf16ps, two 16-key accumulation chains (Q̃ = q rounded to bf16 once,
+//   pre-packed as the B operand); logits t' = RN32(S·c2), c2 = RN32(RN32(sm_scale·sk)·RN32(log2 e)); the rows sit
+//   in the 16 lanes of a vector — with <= 8 rows (decode GQA 8:1), two KV heads share the vectors (lanes 0..7 and
+//   8..15), so the softmax runs once per pair of heads.
+//   Online softmax in base 2 with an integer running maximum m2 = ceil(max t'): rescaling O and L by 2^(m2 − m2')
+//   is exact; p = exp2(RN32(t' − m2)) (Sleef's exp2 polynomial, the one of ref::exp2_sleef) for t' − m2 >= −126,
+//   else 0; P̃ = RN_bf16(p); L += P̃ (f32); the P̃ tile is transposed to rows (16×16 dword transpose) and
+//   O[row][d] += P̃ · V with _tile_dpbf16ps (O in memory, f32; two 16-d blocks per step).
+//   out = RN_out(RN32(O · RN32(sv / L))); a row with no visible key gets 0.
+// Portable path: the same steps per row in scalar C++ (f32 fma dot products, ref::exp2_sleef), one key at a time.
+// Scratch per thread (AMX): K chunk 32·Dk bf16, V chunk 32·Dv bf16, and per KV head of the unit Q̃ 16·Dk bf16 and
+// O 16·Dv f32, S 32·16 f32, the row pointers of two chunks.
+// Tried and dropped (no gain, measured): software-pipelining the next item's decode under the tiles (double buffers),
+// 64-key chunks (half the O tile traffic), prefetching to L2 only / per head into L1.
+#include "cpu/attention_fast.h"
+
+// GCC 12 flags its own AVX-512 intrinsics (_mm512_undefined_*) as maybe-uninitialized.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <vector>
+
+#include <omp.h>
+
+#include "fp8ref/convert.h"
+#include "fp8ref/error.h"
+
+namespace fp8ref::attn::cpu {
+
+namespace {
+
+constexpr int64_t kChunk = 32;  // keys per chunk (two AMX row tiles; one P̃ tile of 32 keys)
+constexpr int64_t kRows = 16;   // rows per unit (AMX tile rows / vector lanes)
+
+float f32_of(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+// f32 -> bf16 RNE (NaN quieted, sign kept).
+uint16_t bf16_rne(float x) {
+  const uint32_t b = bits_of(x);
+  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((b >> 16) | 0x40);
+  return static_cast<uint16_t>((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+}
+float bf16_val(uint16_t h) { return f32_of(static_cast<uint32_t>(h) << 16); }
+
+// Q̃: q rounded to bf16 once (RNE), values below 2^-126 in magnitude flushed to a signed zero (AMX treats bf16
+// subnormal inputs as zero; flushing here makes both paths see the same Q̃).
+uint16_t q_tilde(Format md, const void* q, int64_t i) {
+  float x;
+  if (md == Format::bf16) {
+    uint16_t h;
+    std::memcpy(&h, static_cast<const uint8_t*>(q) + 2 * i, 2);
+    return (h & 0x7F80) == 0 ? static_cast<uint16_t>(h & 0x8000) : h;  // already bf16: only the flush
+  }
+  if (md == Format::f32) {
+    std::memcpy(&x, static_cast<const uint8_t*>(q) + 4 * i, 4);
+  } else {
+    uint16_t h;
+    std::memcpy(&h, static_cast<const uint8_t*>(q) + 2 * i, 2);
+    x = f32_of(static_cast<uint32_t>(fp8ref::ref::narrow(md, h, Format::f32)));
+  }
+  uint16_t b = bf16_rne(x);
+  if ((b & 0x7F80) == 0) b &= 0x8000;
+  return b;
+}
+
+void store_out(Format f, void* out, int64_t i, float x) {
+  uint8_t* p = static_cast<uint8_t*>(out);
+  if (f == Format::f32) {
+    std::memcpy(p + 4 * i, &x, 4);
+  } else if (f == Format::bf16) {
+    const uint16_t h = bf16_rne(x);
+    std::memcpy(p + 2 * i, &h, 2);
+  } else {
+    const uint16_t h = static_cast<uint16_t>(fp8ref::ref::narrow(Format::f32, bits_of(x), f));
+    std::memcpy(p + 2 * i, &h, 2);
+  }
+}
+
+int64_t scale_index(KvScaleKind kind, int64_t b, int64_t kvh) {
+  return kind == KvScaleKind::tensor ? 0 : kind == KvScaleKind::head ? kvh : b;
+}
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// One unit: rows [r0, r1) of sequence b for KV heads [g0, g1) (the AMX path groups a decode step's KV heads so a
+// page is read in one pass; the portable path takes one head); row r = (query position r / G, q head g·G + r % G).
+struct Unit {
+  int64_t b, g0, g1, r0, r1;
+};
+constexpr int64_t kMaxHeads = 16;  // KV heads per AMX unit
+
+// What every unit of a call shares.
+struct Ctx {
+  const AttnSpec& s;
+  const AttnArgs& a;
+  int64_t G, Dk, Dv, Hq;
+  CacheShape vshape;
+  float c_log2e = 0;  // RN32(log2 e)
+};
+
+struct RowInfo {
+  int64_t lo, hi;      // visible keys [lo, hi] (hi < lo: none)
+  int64_t qrow, head;  // query token row and q head
+};
+
+RowInfo row_info(const Ctx& c, const SeqPages& sp, const Unit& u, int64_t r) {
+  RowInfo ri;
+  const int64_t i = r / c.G;
+  ri.qrow = sp.q_begin + i;
+  ri.head = u.g0 * c.G + r % c.G;
+  const int64_t ctx = sp.seq_len - sp.q_len;
+  const int64_t qpos = c.s.causal == Causal::top_left ? i : ctx + i;
+  ri.hi = c.s.causal == Causal::none ? sp.seq_len - 1 : std::min(qpos, sp.seq_len - 1);
+  ri.lo = c.s.window_left >= 0 ? std::max<int64_t>(0, qpos - c.s.window_left) : 0;
+  return ri;
+}
+
+const uint8_t* k_row(const Ctx& c, const SeqPages& sp, int64_t g, int64_t j) {
+  const int64_t bs = c.s.cache.block_size;
+  return c.a.k_cache + c.s.cache.offset(sp.pages[j / bs], j % bs, g);
+}
+const uint8_t* v_row(const Ctx& c, const SeqPages& sp, int64_t g, int64_t j) {
+  if (c.s.v_from_k) return k_row(c, sp, g, j);
+  const int64_t bs = c.s.cache.block_size;
+  return c.a.v_cache + c.vshape.offset(sp.pages[j / bs], j % bs, g);
+}
+
+float logit_scale(const Ctx& c, float sk) {
+  const float c1 = static_cast<float>(c.s.scale() * static_cast<double>(sk));
+  return c1 * c.c_log2e;
+}
+
+// ---- portable path ------------------------------------------------------------------------------------------------
+
+void unit_portable(const Ctx& c, const Unit& u) {
+  const SeqPages sp = seq_pages(c.s, c.a, u.b);
+  const int64_t si = scale_index(c.s.scale_kind, u.b, u.g0);
+  const float sk = c.a.k_scale[si], sv = c.s.v_from_k ? sk : c.a.v_scale[si];
+  const float c2 = logit_scale(c, sk);
+  const Format f = c.s.cache.format;
+  std::vector<float> q(static_cast<size_t>(c.Dk)), k(static_cast<size_t>(c.Dk)), o(static_cast<size_t>(c.Dv));
+  for (int64_t r = u.r0; r < u.r1; ++r) {
+    const RowInfo ri = row_info(c, sp, u, r);
+    const int64_t qbase = (ri.qrow * c.Hq + ri.head) * c.Dk;
+    for (int64_t d = 0; d < c.Dk; ++d) q[static_cast<size_t>(d)] = bf16_val(q_tilde(c.s.q_format, c.a.q, qbase + d));
+    std::fill(o.begin(), o.end(), 0.0f);
+    float m2 = -std::numeric_limits<float>::infinity(), L = 0.0f;
+    for (int64_t j = ri.lo; j <= ri.hi; ++j) {
+      const uint8_t* kr = k_row(c, sp, u.g0, j);
+      float acc = 0.0f;
+      for (int64_t d = 0; d < c.Dk; ++d) acc = std::fma(q[static_cast<size_t>(d)], fp8ref::ref::decode_f32(f, kr[d]), acc);
+      const float x = acc * c2;
+      const float mn = std::max(m2, std::ceil(x));
+      if (mn > m2) {  // exact power-of-two rescale (0 from −inf)
+        const float alpha = m2 == -std::numeric_limits<float>::infinity()
+                                ? 0.0f
+                                : std::ldexp(1.0f, static_cast<int>(std::max(-300.0f, m2 - mn)));
+        for (auto& v : o) v *= alpha;
+        L *= alpha;
+        m2 = mn;
+      }
+      const float z = x - m2;
+      const float p = z >= -126.0f ? ref::exp2_sleef(z) : 0.0f;
+      const float pt = bf16_val(bf16_rne(p));
+      L += pt;
+      const uint8_t* vr = v_row(c, sp, u.g0, j);
+      for (int64_t d = 0; d < c.Dv; ++d) o[static_cast<size_t>(d)] = std::fma(pt, fp8ref::ref::decode_f32(f, vr[d]), o[static_cast<size_t>(d)]);
+    }
+    const int64_t obase = (ri.qrow * c.Hq + ri.head) * c.Dv;
+    const float fac = L > 0 ? sv / L : 0.0f;
+    for (int64_t d = 0; d < c.Dv; ++d) store_out(c.s.out_format, c.a.out, obase + d, L > 0 ? o[static_cast<size_t>(d)] * fac : 0.0f);
+  }
+}
+
+// ---- AMX path -----------------------------------------------------------------------------------------------------
+
+#define FP8REF_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,amx-tile,amx-bf16")))
+
+struct alignas(64) TileCfg {
+  uint8_t palette = 1, start = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// bf16 code-value tables of the 128 magnitudes: low bytes [0..127] and high bytes [0..127] (the sign is ORed in).
+struct DecodeTables {
+  alignas(64) uint8_t lo[128];
+  alignas(64) uint8_t hi[128];
+};
+
+DecodeTables make_tables(Format f) {
+  DecodeTables t;
+  for (int m = 0; m < 128; ++m) {
+    const uint16_t h = bf16_rne(fp8ref::ref::decode_f32(f, static_cast<uint8_t>(m)));  // exact (NaN: quiet, Inf: Inf)
+    t.lo[m] = static_cast<uint8_t>(h & 0xFF);
+    t.hi[m] = static_cast<uint8_t>(h >> 8);
+  }
+  return t;
+}
+
+struct Scratch {
+  std::vector<uint16_t> kbuf;  // [32][Dks] bf16
+  std::vector<uint32_t> vbuf;  // [2 heads][16 pairs][Dvp] (bf16 pairs)
+  std::vector<uint32_t> qb;    // [heads][Dkp/32][16 pairs][16 rows]
+  std::vector<float> obuf;     // [heads][16][Dvp]
+  std::vector<const uint8_t*> kp, vp;  // row pointers [2][heads][32]
+  alignas(64) float sbuf[kChunk * 16] = {};
+  alignas(64) uint32_t pbuf[16 * 16] = {};  // P̃ rows [16][16 key pairs]
+};
+
+struct AmxKernels {
+  DecodeTables tab;
+  alignas(64) uint8_t il0[64], il1[64];  // interleave two 64-byte sources: bytes 0..31 / 32..63
+  alignas(64) int32_t tr[4][2][16];      // transpose16's permutex2var indices per stage (s = 8, 4, 2, 1)
+};
+
+// The decode tables and shuffle indices, in registers for a unit.
+struct Regs {
+  __m512i lo0, lo1, hi0, hi1, il0, il1, sign;
+};
+
+FP8REF_AMX_TARGET inline Regs load_regs(const AmxKernels& K) {
+  return {_mm512_load_si512(K.tab.lo), _mm512_load_si512(K.tab.lo + 64), _mm512_load_si512(K.tab.hi),
+          _mm512_load_si512(K.tab.hi + 64), _mm512_load_si512(K.il0), _mm512_load_si512(K.il1),
+          _mm512_set1_epi8(static_cast<char>(0x80))};
+}
+
+// 64 codes -> 64 bf16 code values (natural order), two 64-byte stores.
+FP8REF_AMX_TARGET inline void decode_pair_store(const Regs& g, __m512i c, uint16_t* dst) {
+  const __m512i lo = _mm512_permutex2var_epi8(g.lo0, c, g.lo1);
+  __m512i hi = _mm512_permutex2var_epi8(g.hi0, c, g.hi1);
+  hi = _mm512_ternarylogic_epi32(hi, c, g.sign, 0xF8);  // hi | (c & 0x80)
+  _mm512_storeu_si512(dst, _mm512_permutex2var_epi8(lo, g.il0, hi));
+  _mm512_storeu_si512(dst + 32, _mm512_permutex2var_epi8(lo, g.il1, hi));
+}
+
+FP8REF_AMX_TARGET inline __mmask64 tail_mask(int64_t m) { return m >= 64 ? ~__mmask64{0} : ((__mmask64{1} << m) - 1); }
+
+// n codes (the rest of the 64-multiple row zero) -> bf16, natural order.
+FP8REF_AMX_TARGET inline void decode_row(const Regs& g, const uint8_t* src, int64_t n, uint16_t* dst) {
+  for (int64_t d = 0; d < n; d += 64) decode_pair_store(g, _mm512_maskz_loadu_epi8(tail_mask(n - d), src + d), dst + d);
+}
+
+// Two keys' V codes (b may be null: zeros) -> VNNI pairs dst[d] = (v_a[d], v_b[d]) for d < n (64-multiple).
+FP8REF_AMX_TARGET inline void decode_vpair(const Regs& g, const uint8_t* a, const uint8_t* b, int64_t n, uint32_t* dst) {
+  for (int64_t d = 0; d < n; d += 64) {
+    const __mmask64 mk = tail_mask(n - d);
+    const __m512i ca = _mm512_maskz_loadu_epi8(mk, a + d);
+    const __m512i cb = b ? _mm512_maskz_loadu_epi8(mk, b + d) : _mm512_setzero_si512();
+    decode_pair_store(g, _mm512_permutex2var_epi8(ca, g.il0, cb), reinterpret_cast<uint16_t*>(dst + d));  // a0 b0 a1 b1 ..
+    decode_pair_store(g, _mm512_permutex2var_epi8(ca, g.il1, cb), reinterpret_cast<uint16_t*>(dst + d + 32));
+  }
+}
+
+// Sleef exp2 (ref::exp2_sleef's polynomial and steps) for z in [-126, 0]; lanes outside (or NaN) give 0.
+FP8REF_AMX_TARGET inline __m512 exp2_vec(__m512 z) {
+  const __mmask16 ok = _mm512_cmp_ps_mask(z, _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
+  const __m512 zc = _mm512_max_ps(z, _mm512_set1_ps(-126.0f));
+  const __m512 u = _mm512_roundscale_ps(zc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 s = _mm512_sub_ps(zc, u);
+  __m512 p = _mm512_set1_ps(0.1535920892e-3f);
+  p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(0.1339262701e-2f));
+  p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(0.9618384764e-2f));
+  p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(0.5550347269e-1f));
+  p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(0.2402264476e+0f));
+  p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(0.6931471825e+0f));
+  p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_mov_ps(ok, _mm512_scalef_ps(p, u));
+}
+
+// 16×16 dword transpose in place (bit-swap stages: rows i / i+s exchange their off-diagonal s-blocks).
+FP8REF_AMX_TARGET inline void transpose16(const AmxKernels& K, __m512i* r) {
+  int st = 0;
+  for (int s = 8; s >= 1; s >>= 1, ++st) {
+    const __m512i xa = _mm512_load_si512(K.tr[st][0]), xb = _mm512_load_si512(K.tr[st][1]);
+    for (int i = 0; i < 16; ++i) {
+      if (i & s) continue;
+      const __m512i a = r[i], b = r[i + s];
+      r[i] = _mm512_permutex2var_epi32(a, xa, b);
+      r[i + s] = _mm512_permutex2var_epi32(a, xb, b);
+    }
+  }
+}
+
+// The K and V row pointers of keys [j0, j0 + n) of KV head g: one division per chunk, rows stepped within a page.
+void row_ptrs(const Ctx& c, const SeqPages& sp, int64_t g, int64_t j0, int64_t n, const uint8_t** kp, const uint8_t** vp) {
+  const int64_t bs = c.s.cache.block_size;
+  const int64_t ks = c.s.cache.layout == KvLayout::nhd ? c.s.cache.num_kv_heads * c.s.cache.head_dim : c.s.cache.head_dim;
+  const int64_t vs = c.vshape.layout == KvLayout::nhd ? c.vshape.num_kv_heads * c.vshape.head_dim : c.vshape.head_dim;
+  int64_t page = j0 / bs, slot = j0 % bs;
+  for (int64_t k = 0; k < n;) {
+    const int64_t blk = sp.pages[page];
+    const uint8_t* kb = c.a.k_cache + c.s.cache.offset(blk, slot, g);
+    const uint8_t* vb = c.s.v_from_k ? kb : c.a.v_cache + c.vshape.offset(blk, slot, g);
+    const int64_t m = std::min(n - k, bs - slot);
+    for (int64_t i = 0; i < m; ++i, ++k) {
+      kp[k] = kb + i * ks;
+      vp[k] = c.s.v_from_k ? kp[k] : vb + i * vs;
+    }
+    ++page;
+    slot = 0;
+  }
+}
+
+FP8REF_AMX_TARGET void unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, const Unit& u) {
+  const SeqPages sp = seq_pages(c.s, c.a, u.b);
+  const int64_t R = u.r1 - u.r0, HG = u.g1 - u.g0;
+  const int64_t Dks = round_up(c.Dk, 64), Dkp = round_up(c.Dk, 32), Dvp = round_up(c.Dv, 64);
+  const int64_t nb = Dkp / 32, qbs = nb * 16 * 16, obs = kRows * Dvp;
+  const Regs g = load_regs(K);
+  // Lanes: with R <= 8 rows, two KV heads share the softmax vectors (head gi in lanes 0..7, gi + 1 in 8..15);
+  // otherwise one head per slot (lanes 0..R-1). A slot = the heads sharing lanes.
+  const int64_t LW = R <= 8 ? 8 : 16, PH = 16 / LW;  // lanes per head, heads per slot
+  // rows: visible ranges (the same for every head of the unit)
+  alignas(64) int32_t lo_a[16], hi_a[16];
+  RowInfo ri[kRows];
+  int64_t LO = std::numeric_limits<int64_t>::max(), HI = -1;
+  for (int64_t l = 0; l < 16; ++l) {
+    lo_a[l] = std::numeric_limits<int32_t>::max();
+    hi_a[l] = -1;
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    ri[r] = row_info(c, sp, u, u.r0 + r);  // q head of KV head g0 (+ gi·G for head g0 + gi)
+    if (ri[r].hi >= ri[r].lo) {
+      for (int64_t h = 0; h < PH; ++h) {
+        lo_a[h * LW + r] = static_cast<int32_t>(ri[r].lo);
+        hi_a[h * LW + r] = static_cast<int32_t>(ri[r].hi);
+      }
+      LO = std::min(LO, ri[r].lo);
+      HI = std::max(HI, ri[r].hi);
+    }
+  }
+  // per head: Q̃ packed as the B operand [Dkp/32][16 pairs][R] (dwords = two consecutive d), scales; per slot: state
+  float sv[kMaxHeads];
+  alignas(64) float c2a[kMaxHeads][16];
+  __m512 m2[kMaxHeads], L[kMaxHeads];
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  std::fill(w.qb.begin(), w.qb.begin() + HG * qbs, 0u);
+  std::fill(w.obuf.begin(), w.obuf.begin() + HG * obs, 0.0f);
+  for (int64_t gi = 0; gi < HG; ++gi) {
+    const int64_t kvh = u.g0 + gi, si = scale_index(c.s.scale_kind, u.b, kvh);
+    const float sk = c.a.k_scale[si];
+    sv[gi] = c.s.v_from_k ? sk : c.a.v_scale[si];
+    for (int64_t l = 0; l < LW; ++l) c2a[gi / PH][(gi % PH) * LW + l] = logit_scale(c, sk);
+    m2[gi] = ninf;
+    L[gi] = _mm512_setzero_ps();
+    uint32_t* qb = w.qb.data() + gi * qbs;
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t qbase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * c.Dk;
+      for (int64_t d = 0; d < c.Dk; ++d) {
+        const uint32_t h = q_tilde(c.s.q_format, c.a.q, qbase + d);
+        qb[((d / 32) * 16 + (d % 32) / 2) * R + r] |= h << (16 * (d & 1));
+      }
+    }
+  }
+  if (HG % PH) std::fill(c2a[HG / PH] + (HG % PH) * LW, c2a[HG / PH] + 16, 0.0f);
+  TileCfg cfg;  // shapes shared by the S and the P̃·V phases
+  cfg.rows[0] = 16, cfg.colsb[0] = static_cast<uint16_t>(4 * R);  // S^T keys 0..15: 16 keys × R rows f32
+  cfg.rows[1] = 16, cfg.colsb[1] = static_cast<uint16_t>(4 * R);  // S^T keys 16..31
+  cfg.rows[2] = 16, cfg.colsb[2] = static_cast<uint16_t>(4 * R);  // Q̃^T: 16 d pairs × R rows
+  cfg.rows[3] = 16, cfg.colsb[3] = 64;                             // K keys 0..15 × 32 d / V: 16 key pairs × 16 d
+  cfg.rows[4] = 16, cfg.colsb[4] = 64;                             // K keys 16..31 / V (odd d blocks)
+  cfg.rows[5] = static_cast<uint8_t>(R), cfg.colsb[5] = 64;        // P̃: R rows × 32 keys bf16
+  cfg.rows[6] = static_cast<uint8_t>(R), cfg.colsb[6] = 64;        // O: R rows × 16 d f32 (even d blocks)
+  cfg.rows[7] = static_cast<uint8_t>(R), cfg.colsb[7] = 64;        // O (odd d blocks)
+  _tile_loadconfig(&cfg);
+
+  const __m512i lo_v = _mm512_load_si512(lo_a), hi_v = _mm512_load_si512(hi_a);
+  const uint8_t** kp[2] = {w.kp.data(), w.kp.data() + HG * kChunk};
+  const uint8_t** vp[2] = {w.vp.data(), w.vp.data() + HG * kChunk};
+  if (LO <= HI)
+    for (int64_t gi = 0; gi < HG; ++gi)
+      row_ptrs(c, sp, u.g0 + gi, LO, std::min<int64_t>(kChunk, HI + 1 - LO), kp[0] + gi * kChunk, vp[0] + gi * kChunk);
+  for (int64_t j0 = LO, cur = 0; j0 <= HI; j0 += kChunk, cur ^= 1) {
+    const int64_t nk = std::min<int64_t>(kChunk, HI + 1 - j0);
+    // the next chunk's row pointers, prefetched (key by key, the group's heads in order) while this chunk runs
+    if (j0 + kChunk <= HI) {
+      const int64_t nn = std::min<int64_t>(kChunk, HI + 1 - (j0 + kChunk));
+      const int64_t nx = cur ^ 1;
+      for (int64_t gi = 0; gi < HG; ++gi)
+        row_ptrs(c, sp, u.g0 + gi, j0 + kChunk, nn, kp[nx] + gi * kChunk, vp[nx] + gi * kChunk);
+      for (int64_t k = 0; k < nn; ++k)
+        for (int64_t gi = 0; gi < HG; ++gi) {
+          for (int64_t x = 0; x < c.Dk; x += 64) _mm_prefetch(reinterpret_cast<const char*>(kp[nx][gi * kChunk + k] + x), _MM_HINT_T0);
+          if (!c.s.v_from_k)
+            for (int64_t x = 0; x < c.Dv; x += 64) _mm_prefetch(reinterpret_cast<const char*>(vp[nx][gi * kChunk + k] + x), _MM_HINT_T0);
+        }
+    }
+    for (int64_t g0 = 0; g0 < HG; g0 += PH) {  // one slot: heads g0 .. g0 + nh − 1
+      const int64_t nh = std::min(PH, HG - g0), slot = g0 / PH;
+      for (int64_t h = 0; h < nh; ++h) {
+        const int64_t gi = g0 + h;
+        // decode K rows and V pairs (keys past nk: V pairs zero, P̃ = 0 there)
+        const uint8_t* const* kpc = kp[cur] + gi * kChunk;
+        const uint8_t* const* vpc = vp[cur] + gi * kChunk;
+        uint32_t* vb = w.vbuf.data() + h * (kChunk / 2) * Dvp;
+        for (int64_t k = 0; k < nk; ++k) decode_row(g, kpc[k], c.Dk, w.kbuf.data() + k * Dks);
+        for (int64_t k = 0; k < nk; k += 2)
+          decode_vpair(g, vpc[k], k + 1 < nk ? vpc[k + 1] : nullptr, c.Dv, vb + (k / 2) * Dvp);
+        for (int64_t k = (nk + 1) / 2 * 2; k < kChunk; k += 2) std::memset(vb + (k / 2) * Dvp, 0, static_cast<size_t>(Dvp) * 4);
+        // S^T = K · Q̃^T into lanes [h·LW, h·LW + R) of sbuf
+        const uint32_t* qb = w.qb.data() + gi * qbs;
+        _tile_zero(0);
+        _tile_zero(1);
+        for (int64_t db = 0; db < nb; ++db) {  // two independent accumulation chains (keys 0..15, 16..31)
+          _tile_loadd(2, qb + db * 16 * R, static_cast<int>(4 * R));
+          _tile_loadd(3, w.kbuf.data() + db * 32, static_cast<int>(Dks * 2));
+          _tile_loadd(4, w.kbuf.data() + 16 * Dks + db * 32, static_cast<int>(Dks * 2));
+          _tile_dpbf16ps(0, 3, 2);
+          _tile_dpbf16ps(1, 4, 2);
+        }
+        _tile_stored(0, w.sbuf + h * LW, 64);
+        _tile_stored(1, w.sbuf + 16 * 16 + h * LW, 64);
+      }
+      // logits, running maximum, rescale (lanes of the slot's heads)
+      const __m512 c2v = _mm512_load_ps(c2a[slot]);
+      __m512 x[kChunk];
+      __m512 cmax = ninf;
+      for (int64_t k = 0; k < kChunk; ++k) {
+        const __m512i jv = _mm512_set1_epi32(static_cast<int32_t>(j0 + k));
+        const __mmask16 vis = k < nk ? static_cast<__mmask16>(_mm512_cmp_epi32_mask(jv, lo_v, _MM_CMPINT_NLT) &
+                                                               _mm512_cmp_epi32_mask(jv, hi_v, _MM_CMPINT_LE))
+                                     : __mmask16{0};
+        x[k] = _mm512_mask_mul_ps(ninf, vis, _mm512_load_ps(w.sbuf + k * 16), c2v);
+        cmax = _mm512_max_ps(cmax, x[k]);
+      }
+      const __m512 mn = _mm512_max_ps(m2[slot], _mm512_roundscale_ps(cmax, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC));
+      const __mmask16 changed = _mm512_cmp_ps_mask(mn, m2[slot], _CMP_GT_OQ);
+      if (changed) {
+        const __m512 alpha = _mm512_scalef_ps(_mm512_set1_ps(1.0f), _mm512_sub_ps(m2[slot], mn));  // 2^(m2 − mn); 0 from −inf
+        L[slot] = _mm512_mask_mul_ps(L[slot], changed, L[slot], alpha);
+        alignas(64) float al[16];
+        _mm512_store_ps(al, alpha);
+        for (int64_t l = 0; l < 16; ++l) {
+          if (!((changed >> l) & 1) || l % LW >= R || l / LW >= nh) continue;
+          const __m512 a = _mm512_set1_ps(al[l]);
+          float* orow = w.obuf.data() + (g0 + l / LW) * obs + (l % LW) * Dvp;
+          for (int64_t d = 0; d < Dvp; d += 16) _mm512_storeu_ps(orow + d, _mm512_mul_ps(_mm512_loadu_ps(orow + d), a));
+        }
+        m2[slot] = mn;
+      }
+      // P̃ = RN_bf16(exp2(t' − m2)); L += P̃; pairs of keys -> dwords, transposed to rows (lane l -> pbuf row l)
+      __m512i pr[16];
+      __m512 Lg = L[slot];
+      for (int64_t i = 0; i < 16; ++i) {
+        const __m512 p0 = exp2_vec(_mm512_sub_ps(x[2 * i], m2[slot]));
+        const __m512 p1 = exp2_vec(_mm512_sub_ps(x[2 * i + 1], m2[slot]));
+        const __m512i b0 = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(p0));
+        const __m512i b1 = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(p1));
+        Lg = _mm512_add_ps(Lg, _mm512_castsi512_ps(_mm512_slli_epi32(b0, 16)));
+        Lg = _mm512_add_ps(Lg, _mm512_castsi512_ps(_mm512_slli_epi32(b1, 16)));
+        pr[i] = _mm512_or_si512(b0, _mm512_slli_epi32(b1, 16));
+      }
+      L[slot] = Lg;
+      transpose16(K, pr);
+      for (int64_t l = 0; l < 16; ++l) _mm512_store_si512(w.pbuf + l * 16, pr[l]);
+      // O += P̃ · V per head of the slot, two 16-d blocks at a time (independent tiles)
+      for (int64_t h = 0; h < nh; ++h) {
+        float* obuf = w.obuf.data() + (g0 + h) * obs;
+        const uint32_t* vb = w.vbuf.data() + h * (kChunk / 2) * Dvp;
+        _tile_loadd(5, w.pbuf + h * LW * 16, 64);
+        for (int64_t db = 0; db < Dvp / 16; db += 2) {
+          _tile_loadd(6, obuf + db * 16, static_cast<int>(Dvp * 4));
+          _tile_loadd(3, vb + db * 16, static_cast<int>(Dvp * 4));
+          _tile_loadd(7, obuf + db * 16 + 16, static_cast<int>(Dvp * 4));
+          _tile_loadd(4, vb + db * 16 + 16, static_cast<int>(Dvp * 4));
+          _tile_dpbf16ps(6, 5, 3);
+          _tile_dpbf16ps(7, 5, 4);
+          _tile_stored(6, obuf + db * 16, static_cast<int>(Dvp * 4));
+          _tile_stored(7, obuf + db * 16 + 16, static_cast<int>(Dvp * 4));
+        }
+      }
+    }
+  }
+  for (int64_t gi = 0; gi < HG; ++gi) {
+    alignas(64) float Ls[16];
+    _mm512_store_ps(Ls, L[gi / PH]);
+    for (int64_t r = 0; r < R; ++r) {
+      const float Lr = Ls[(gi % PH) * LW + r];
+      const int64_t obase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * c.Dv;
+      const float fac = Lr > 0 ? sv[gi] / Lr : 0.0f;
+      const float* orow = w.obuf.data() + gi * obs + r * Dvp;
+      if (c.s.out_format == Format::bf16 && Lr > 0) {
+        uint16_t* o16 = static_cast<uint16_t*>(c.a.out) + obase;
+        const __m512 fv = _mm512_set1_ps(fac);
+        int64_t d = 0;
+        for (; d + 16 <= c.Dv; d += 16)
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(o16 + d),
+                              (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(orow + d), fv)));
+        for (; d < c.Dv; ++d) store_out(c.s.out_format, c.a.out, obase + d, orow[d] * fac);
+      } else {
+        for (int64_t d = 0; d < c.Dv; ++d) store_out(c.s.out_format, c.a.out, obase + d, Lr > 0 ? orow[d] * fac : 0.0f);
+      }
+    }
+  }
+}
+
+FP8REF_AMX_TARGET void tile_release() { _tile_release(); }
+
+FP8REF_AMX_TARGET void exp2_amx(const float* z, float* out, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, exp2_vec(_mm512_loadu_ps(z + i)));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(out + i, m, exp2_vec(_mm512_maskz_loadu_ps(m, z + i)));
+  }
+}
+
+bool amx_usable() {
+  static const bool ok = [] {
+    // CPUID (GCC's and clang's __builtin_cpu_supports know different feature names): leaf 7.0 EBX AVX512F (16),
+    // BW (30), VL (31); ECX AVX512_VBMI (1); EDX AMX-BF16 (22), AMX-TILE (24); leaf 7.1 EAX AVX512_BF16 (5); and
+    // the OS: XCR0 with the AVX-512 state (bits 5-7) and XTILECFG/XTILEDATA (17, 18).
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    const bool f7 = ((b >> 16) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1) && ((c >> 1) & 1) && ((d >> 22) & 1) &&
+                    ((d >> 24) & 1);
+    unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+    if (!f7 || !__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) || !((a1 >> 5) & 1)) return false;
+    if (!__get_cpuid_count(1, 0, &a, &b, &c, &d) || !((c >> 27) & 1)) return false;  // OSXSAVE
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    const unsigned need = (7u << 5) | (3u << 17) | 6u;
+    if ((xlo & need) != need) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return ok;
+}
+
+AmxKernels make_kernels(Format f) {
+  AmxKernels k;
+  k.tab = make_tables(f);
+  for (int w = 0; w < 32; ++w) {
+    k.il0[2 * w] = static_cast<uint8_t>(w), k.il0[2 * w + 1] = static_cast<uint8_t>(64 + w);
+    k.il1[2 * w] = static_cast<uint8_t>(32 + w), k.il1[2 * w + 1] = static_cast<uint8_t>(96 + w);
+  }
+  int st = 0;
+  for (int sh = 8; sh >= 1; sh >>= 1, ++st)
+    for (int j = 0; j < 16; ++j) {
+      k.tr[st][0][j] = (j & sh) ? 16 + (j - sh) : j;
+      k.tr[st][1][j] = (j & sh) ? 16 + j : j + sh;
+    }
+  return k;
+}
+
+void check_fast(const AttnSpec& spec, const AttnArgs& args) {
+  check_paged_attention(spec, args);
+  if (spec.softcap > 0) throw InputError("paged_attention: convention fast has no logit soft-cap");
+  if (spec.chunk_unquantized)
+    throw InputError("paged_attention: convention fast does not support the unquantized-chunk variant (chunk=unquantized)");
+}
+
+}  // namespace
+
+bool fast_attention_has_amx() { return amx_usable(); }
+
+void fast_exp2(const float* z, float* out, size_t n) {
+  if (amx_usable()) return exp2_amx(z, out, n);
+  for (size_t i = 0; i < n; ++i) out[i] = z[i] >= -126.0f ? ref::exp2_sleef(z[i]) : 0.0f;
+}
+
+void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath path) {
+  check_fast(spec, args);
+  Ctx c{spec, args, spec.num_q_heads / spec.cache.num_kv_heads, spec.cache.head_dim, spec.dv(), spec.num_q_heads,
+        spec.cache, static_cast<float>(1.44269504088896340736)};
+  c.vshape.head_dim = c.Dv;
+  const bool amx = path != FastPath::portable && amx_usable();
+  // AMX: a decode-like sequence (<= 16 rows per KV head) is one unit over a group of KV heads (whole pages read in
+  // one pass, NHD), as many heads as keep >= 4 units per thread; longer chunks: one unit per (head, 16 rows).
+  const int64_t Hkv = spec.cache.num_kv_heads;
+  int64_t hg = 1;
+  if (amx) {
+    const int64_t want = 4 * static_cast<int64_t>(omp_get_max_threads());
+    hg = std::min<int64_t>(Hkv, kMaxHeads);
+    while (hg > 1 && args.num_seqs * ((Hkv + hg - 1) / hg) < want) hg = (hg + 1) / 2;
+  }
+  std::vector<Unit> units;
+  for (int64_t b = 0; b < args.num_seqs; ++b) {
+    const int64_t rows = (args.query_start_loc[b + 1] - args.query_start_loc[b]) * c.G;
+    const int64_t step = rows <= kRows ? hg : 1;
+    for (int64_t g = 0; g < Hkv; g += step)
+      for (int64_t r = 0; r < rows; r += kRows) units.push_back({b, g, std::min(Hkv, g + step), r, std::min(rows, r + kRows)});
+  }
+  const int64_t nu = static_cast<int64_t>(units.size());
+  if (!amx) {
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t i = 0; i < nu; ++i) unit_portable(c, units[static_cast<size_t>(i)]);
+    return;
+  }
+  const AmxKernels K = make_kernels(spec.cache.format);
+#pragma omp parallel
+  {
+    Scratch w;
+    const int64_t Dks = round_up(c.Dk, 64), Dkp = round_up(c.Dk, 32), Dvp = round_up(c.Dv, 64);
+    w.kbuf.assign(static_cast<size_t>(kChunk * Dks), 0);
+    w.vbuf.assign(static_cast<size_t>(2 * (kChunk / 2) * Dvp), 0);  // two heads of a slot
+    w.qb.assign(static_cast<size_t>(hg * (Dkp / 32) * 16 * 16), 0);
+    w.obuf.assign(static_cast<size_t>(hg * kRows * Dvp), 0.0f);
+    w.kp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
+    w.vp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
+    bool used = false;
+#pragma omp for schedule(dynamic)
+    for (int64_t i = 0; i < nu; ++i) {
+      unit_amx(c, K, w, units[static_cast<size_t>(i)]);
+      used = true;
+    }
+    if (used) tile_release();
+  }
+}
+
+// ---- the bound ----------------------------------------------------------------------------------------------------
+
+void paged_attention_fast_bound(const AttnSpec& spec, const AttnArgs& args, double* bound) {
+  check_fast(spec, args);
+  const int64_t Hkv = spec.cache.num_kv_heads, G = spec.num_q_heads / Hkv, Dk = spec.cache.head_dim, Dv = spec.dv();
+  const Format f = spec.cache.format;
+  CacheShape vshape = spec.cache;
+  vshape.head_dim = Dv;
+  Ctx c{spec, args, G, Dk, Dv, spec.num_q_heads, vshape, 0};
+  const double inf = std::numeric_limits<double>::infinity();
+  const double u = std::ldexp(1.0, -24), up = std::ldexp(1.0, -23), ub = std::ldexp(1.0, -8);
+  const double uq = spec.q_format == Format::bf16 ? 0.0 : ub;
+  const double eps_e = std::ldexp(1.0, -22), eta = std::ldexp(1.0, -126), eta_w = std::ldexp(1.0, -125);
+  const double u_out = spec.out_format == Format::f32 ? u : spec.out_format == Format::bf16 ? ub : std::ldexp(1.0, -11);
+  // (bf16: vcvtneps2bf16 treats subnormal f32 inputs as zero: up to 2^-126 lost)
+  const double eta_out = spec.out_format == Format::f32 ? std::ldexp(1.0, -150)
+                         : spec.out_format == Format::bf16 ? std::ldexp(1.0, -126) : std::ldexp(1.0, -25);
+  const double max_out = spec.out_format == Format::f16 ? 65504.0 : 3.3895313892515355e38;
+  const auto gamma = [](double n, double uu) { return n * uu / (1 - n * uu); };
+  const double sm = spec.scale();
+  const double kappa = std::pow(1 + u, 4) * (1 + std::ldexp(1.0, -52)) - 1;  // c2's three roundings and t' = RN32(c2·acc)
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t bg = 0; bg < args.num_seqs * Hkv; ++bg) {
+    const int64_t b = bg / Hkv, g = bg % Hkv;
+    const SeqPages sp = seq_pages(spec, args, b);
+    const int64_t si = scale_index(spec.scale_kind, b, g);
+    const double sk = args.k_scale[si], sv = spec.v_from_k ? sk : args.v_scale[si];
+    // no claim when any code of this (sequence, KV head) the kernel may read is not finite, or a scale is not
+    bool finite = std::isfinite(sk) && std::isfinite(sv) && sk > 0 && sv > 0 && sm * sk > std::ldexp(1.0, -100);
+    for (int64_t j = 0; j < sp.seq_len && finite; ++j) {
+      const uint8_t* kr = k_row(c, sp, g, j);
+      const uint8_t* vr = v_row(c, sp, g, j);
+      for (int64_t d = 0; d < Dk && finite; ++d) finite = std::isfinite(fp8ref::ref::value_of(f, kr[d]));
+      for (int64_t d = 0; d < Dv && finite; ++d) finite = std::isfinite(fp8ref::ref::value_of(f, vr[d]));
+    }
+    const Unit un{b, g, g + 1, 0, sp.q_len * G};
+    std::vector<double> q(static_cast<size_t>(Dk)), l, vmax(static_cast<size_t>(Dv)), vmin(static_cast<size_t>(Dv)),
+        o(static_cast<size_t>(Dv));
+    for (int64_t r = 0; r < sp.q_len * G; ++r) {
+      const RowInfo ri = row_info(c, sp, un, r);
+      double* out = bound + (ri.qrow * spec.num_q_heads + ri.head) * Dv;
+      const int64_t n = std::max<int64_t>(0, ri.hi - ri.lo + 1);
+      bool ok = finite;
+      for (int64_t d = 0; d < Dk; ++d) {
+        float x;
+        const int64_t qi = (ri.qrow * spec.num_q_heads + ri.head) * Dk + d;
+        if (spec.q_format == Format::f32) std::memcpy(&x, static_cast<const uint8_t*>(args.q) + 4 * qi, 4);
+        else {
+          uint16_t h;
+          std::memcpy(&h, static_cast<const uint8_t*>(args.q) + 2 * qi, 2);
+          x = f32_of(static_cast<uint32_t>(fp8ref::ref::narrow(spec.q_format, h, Format::f32)));
+        }
+        q[static_cast<size_t>(d)] = x;
+        if (!std::isfinite(x) || std::fabs(x) > 3.3e38) ok = false;
+      }
+      if (n == 0) {
+        std::fill(out, out + Dv, 0.0);
+        continue;
+      }
+      if (!ok) {
+        std::fill(out, out + Dv, inf);
+        continue;
+      }
+      // logits (f64; the exact q, for |o| and the ranges), Σ|q k| and Σ|k| (code units), value ranges
+      double Aq = 0, K1 = 0, lmax = -inf;
+      l.assign(static_cast<size_t>(n), 0.0);
+      std::fill(vmax.begin(), vmax.end(), -inf);
+      std::fill(vmin.begin(), vmin.end(), inf);
+      std::fill(o.begin(), o.end(), 0.0);
+      for (int64_t j = ri.lo; j <= ri.hi; ++j) {
+        const uint8_t* kr = k_row(c, sp, g, j);
+        double acc = 0, aq = 0, k1 = 0;
+        for (int64_t d = 0; d < Dk; ++d) {
+          const double kv = fp8ref::ref::value_of(f, kr[d]);
+          acc += q[static_cast<size_t>(d)] * kv;
+          aq += std::fabs(q[static_cast<size_t>(d)] * kv);
+          k1 += std::fabs(kv);
+        }
+        Aq = std::max(Aq, aq);
+        K1 = std::max(K1, k1);
+        l[static_cast<size_t>(j - ri.lo)] = sm * sk * acc;
+        lmax = std::max(lmax, sm * sk * acc);
+      }
+      double S = 0;
+      for (int64_t j = ri.lo; j <= ri.hi; ++j) {
+        const double w = std::exp(l[static_cast<size_t>(j - ri.lo)] - lmax);
+        S += w;
+        const uint8_t* vr = v_row(c, sp, g, j);
+        for (int64_t d = 0; d < Dv; ++d) {
+          const double vv = fp8ref::ref::value_of(f, vr[d]);
+          o[static_cast<size_t>(d)] += w * vv;
+          vmax[static_cast<size_t>(d)] = std::max(vmax[static_cast<size_t>(d)], vv);
+          vmin[static_cast<size_t>(d)] = std::min(vmin[static_cast<size_t>(d)], vv);
+        }
+      }
+      const double dn = static_cast<double>(n), dk = static_cast<double>(Dk);
+      // logit error (natural units): q -> Q̃, the f32 accumulation (any order, FTZ), c2 and the product's roundings
+      const double dacc = uq * Aq + eta * K1 + gamma(dk, up) * ((1 + uq) * Aq + eta * K1) + dk * eta;
+      const double El = sm * sk * (dacc * (1 + kappa) + kappa * Aq) + std::ldexp(1.0, -149);
+      // per-key relative weight error: logits, z = RN32(t' − m2) (|z| <= 126), exp2, P̃'s bf16 rounding
+      const double theta = std::exp(El + 126 * u * std::log(2.0)) * (1 + eps_e) * (1 + ub) - 1;
+      const double acc_g = gamma(dn, up);
+      if (!(theta < 0.25) || !(acc_g < 0.25) || !std::isfinite(sm * sk * Aq)) {
+        std::fill(out, out + Dv, inf);
+        continue;
+      }
+      double vabs_row = 0;
+      for (int64_t d = 0; d < Dv; ++d)
+        vabs_row = std::max({vabs_row, std::fabs(vmax[static_cast<size_t>(d)]), std::fabs(vmin[static_cast<size_t>(d)])});
+      const double bex = bound_exact_f64(Dk, n, sm, Aq * sk, vabs_row * sv, 0.0);
+      for (int64_t d = 0; d < Dv; ++d) {
+        const double range = (vmax[static_cast<size_t>(d)] - vmin[static_cast<size_t>(d)]) * sv;
+        const double V = std::max(std::fabs(vmax[static_cast<size_t>(d)]), std::fabs(vmin[static_cast<size_t>(d)]));
+        const double od = std::fabs(o[static_cast<size_t>(d)] / S) * sv;
+        // the computed weights' ratio against the exact one (weights sum >= 1/2: the maximum key's P̃ >= 1/2)
+        const double e_ratio = range * (theta * (1 + 2 * dn * eta_w) / (1 - theta) + 2 * dn * eta_w);
+        // N̂ and D̂ (f32, any order, flushes), then their ratio (D >= 1/2)
+        const double e_acc = sv * (2 * acc_g * V + (3 + 2 * V) * dn * eta * 2) / (1 - acc_g - 8 * dn * eta);
+        const double A = od + e_ratio + e_acc;
+        const double e_fin = (2 * u + u * u) * A + std::ldexp(1.0, -148) + u_out * A * (1 + 3 * u) + eta_out;
+        double bd = (e_ratio + e_acc + e_fin + bex) * (1 + std::ldexp(1.0, -40));
+        if (A * (1 + 4 * u_out) >= max_out) bd = inf;
+        out[d] = bd;
+      }
+    }
+  }
+}
+
+}  // namespace fp8ref::attn::cpu

@@ -1,0 +1,33 @@
+// fp8ref — the `fast` paged-attention convention: the CPU fallback (src/cpu/attention_fast.cc). Not bit-exact: any
+// summation order, within a derived per-element bound of the exact convention (the contract and the derivation are in
+// include/fp8ref/attention.h, convention "fast").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "fp8ref/attention.h"
+
+namespace fp8ref::attn::cpu {
+
+enum class FastPath : uint8_t { automatic, amx, portable };
+
+// The fast convention over every sequence (spec.convention is not consulted). automatic: AMX-BF16 + AVX-512 VBMI/BF16
+// when the CPU has them (and the OS grants the AMX tile state), else the portable C++ path; amx on a CPU without it
+// falls back to portable. Throws InputError for what check_paged_attention refuses and for soft-cap / unquantized
+// chunks (not supported by fast).
+void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath path = FastPath::automatic);
+
+// Whether automatic picks the AMX path on this machine.
+bool fast_attention_has_amx();
+
+// Per output element [Tq, Hq, Dv]: |fast − exact_f64| <= bound, exact_f64 = ref::paged_attention's exact_out (the
+// exact convention before its output rounding); +Inf where no claim is made (a non-finite code in a (sequence,
+// KV head)'s [0, seq_len), a non-finite query, an overflowing output). Scalar f64, for goldens and tests.
+void paged_attention_fast_bound(const AttnSpec& spec, const AttnArgs& args, double* bound);
+
+// The exp2 the kernel evaluates for z in [-126, 0] (the AMX path's AVX-512 twin of ref::exp2_sleef, or that), n
+// values; for the tests of its accuracy (the bound assumes relative error <= 2^-22).
+void fast_exp2(const float* z, float* out, size_t n);
+
+}  // namespace fp8ref::attn::cpu

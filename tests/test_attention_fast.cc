@@ -1,0 +1,290 @@
+// The `fast` paged-attention convention (src/cpu/attention_fast.{h,cc}; contract in include/fp8ref/attention.h):
+// both paths (AMX where the CPU has it, portable C++) against the exact convention's f64 result, elementwise within
+// the derived bound, on random and adversarial problems (GQA, MLA, windows, block sizes 1/16/64, shuffled and CSR
+// tables, HND, empty sequences, kv_len % block_size != 0, NaN in every unused cache slot, large logit spreads,
+// near-ties); the bound is not vacuous (< 1 % of max|v̂| on random data with bf16 queries); its exp2 against
+// std::exp2; what fast refuses.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/attention_fast.h"
+#include "fp8ref/attention.h"
+#include "fp8ref/convert.h"
+#include "fp8ref/error.h"
+#include "support/attention_cases.h"
+
+using namespace fp8ref;
+using attn::AttnSpec;
+using test::PagedProblem;
+
+namespace {
+
+double out_val(Format f, const uint8_t* p) {
+  if (f == Format::f32) {
+    float x;
+    std::memcpy(&x, p, 4);
+    return x;
+  }
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  const uint32_t b = static_cast<uint32_t>(ref::narrow(f, h, Format::f32));
+  float x;
+  std::memcpy(&x, &b, 4);
+  return x;
+}
+
+AttnSpec spec_of(int64_t bs, int64_t hkv, int64_t hq, int64_t d) {
+  AttnSpec s;
+  s.convention = attn::AttnConvention::fast;
+  s.cache.block_size = bs;
+  s.cache.num_kv_heads = hkv;
+  s.cache.head_dim = d;
+  s.num_q_heads = hq;
+  return s;
+}
+
+struct Case {
+  std::string name;
+  AttnSpec spec;
+  std::vector<int64_t> seq_lens, q_lens;
+  bool csr = false;
+  bool nonvacuous = false;  // assert bound < 1 % of max|v̂| (random data, bf16 queries)
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> c;
+  for (int64_t bs : {1, 16, 64}) c.push_back({"mixed-bs" + std::to_string(bs), spec_of(bs, 2, 4, 64), {37, 1, 0, 70, 12}, {1, 1, 0, 5, 12}, false, true});
+  c.push_back({"gqa8-decode-d128", spec_of(16, 2, 16, 128), {300, 33, 17}, {1, 1, 1}, false, true});
+  c.push_back({"gqa8-prefill", spec_of(16, 1, 8, 128), {70, 40}, {5, 40}, false, true});
+  c.push_back({"d256", spec_of(16, 2, 2, 256), {40}, {2}, false, true});
+  // many sequences: the AMX path groups a decode step's KV heads into one unit (whole pages per pass); the prefill
+  // chunk (3 x 8 rows > 16) takes per-head units in the same call; HND and head scales in the second variant
+  c.push_back({"many-seqs-grouped-heads", spec_of(16, 4, 32, 64), {70, 1, 33, 0, 16, 17, 90, 5, 48, 2, 31, 64},
+               {1, 1, 1, 0, 1, 3, 1, 1, 1, 1, 1, 1}, false, true});
+  c.push_back({"many-seqs-odd-head-group", spec_of(16, 3, 12, 64), {40, 17, 1, 64, 33, 9, 50, 2, 70, 16},
+               {1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, false, true});  // 3 KV heads per unit: a pair and a single
+  {
+    Case m{"many-seqs-grouped-heads-hnd-headscale-bs64", spec_of(64, 4, 16, 128), {70, 1, 33, 130, 16, 17, 90, 5, 48, 2},
+           {1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, true, true};
+    m.spec.cache.layout = attn::KvLayout::hnd;
+    m.spec.scale_kind = attn::KvScaleKind::head;
+    c.push_back(m);
+  }
+  {
+    Case m{"mla-576-512", spec_of(64, 1, 16, 576), {90, 3}, {1, 2}, false, true};
+    m.spec.head_dim_v = 512;
+    m.spec.v_from_k = true;
+    c.push_back(m);
+  }
+  {
+    Case m{"csr-hnd", spec_of(16, 2, 4, 64), {50, 16, 17}, {1, 4, 17}, true, true};
+    m.spec.cache.layout = attn::KvLayout::hnd;
+    c.push_back(m);
+  }
+  {
+    Case m{"window-topleft-f16-e5m2-headscale", spec_of(16, 2, 4, 64), {60, 30}, {6, 1}};
+    m.spec.window_left = 9;
+    m.spec.causal = attn::Causal::top_left;
+    m.spec.q_format = m.spec.out_format = Format::f16;
+    m.spec.cache.format = Format::e5m2;
+    m.spec.scale_kind = attn::KvScaleKind::head;
+    c.push_back(m);
+  }
+  {
+    Case m{"f32-seqscale-nocausal-outf32", spec_of(16, 1, 2, 64), {45, 20}, {3, 2}};
+    m.spec.q_format = Format::f32;
+    m.spec.out_format = Format::f32;
+    m.spec.causal = attn::Causal::none;
+    m.spec.scale_kind = attn::KvScaleKind::seq;
+    m.spec.sm_scale = 0.3;
+    c.push_back(m);
+  }
+  {
+    Case m{"window-bottomright-d96", spec_of(16, 2, 6, 96), {100, 7}, {3, 1}, false, true};
+    m.spec.window_left = 20;
+    c.push_back(m);
+  }
+  {
+    Case m{"large-logit-spread", spec_of(16, 2, 4, 64), {80, 33}, {1, 4}};
+    m.spec.sm_scale = 6.0;  // logits spread over hundreds: most weights flushed, ties at the maximum likely
+    c.push_back(m);
+  }
+  return c;
+}
+
+// Runs fast on p (path), the exact f64 result and the bound; counts violations and returns max bound / max|v̂|.
+double check_against_exact(PagedProblem& p, attn::cpu::FastPath path, int* bad, int* nonfinite) {
+  const AttnSpec& s = p.spec;
+  attn::AttnArgs a = p.args();
+  attn::cpu::paged_attention_fast(s, a, path);
+  const int64_t n = p.T * s.num_q_heads * s.dv();
+  std::vector<double> ex(static_cast<size_t>(n)), bd(static_cast<size_t>(n));
+  attn::AttnArgs ea = a;
+  ea.out = nullptr;
+  attn::ref::paged_attention(s, ea, ex.data());
+  attn::cpu::paged_attention_fast_bound(s, a, bd.data());
+  double vmax = 0;
+  for (size_t b = 0; b < p.vd.size() || b < p.kd.size(); ++b) {
+    const auto& src = s.v_from_k ? p.kd[b] : p.vd[b];
+    for (uint8_t c : src) vmax = std::max(vmax, std::fabs(ref::value_of(s.cache.format, c)));
+  }
+  double smax = 0;
+  for (float x : s.v_from_k ? p.ks : p.vs) smax = std::max(smax, static_cast<double>(x));
+  vmax *= smax;
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double got = out_val(s.out_format, &p.out[static_cast<size_t>(i) * p.out_elem()]);
+    if (!std::isfinite(got) || !std::isfinite(bd[static_cast<size_t>(i)])) {
+      if ((*nonfinite)++ < 3) MESSAGE("element " << i << ": fast " << got << ", bound " << bd[static_cast<size_t>(i)]);
+      continue;
+    }
+    const double err = std::fabs(got - ex[static_cast<size_t>(i)]);
+    if (err > bd[static_cast<size_t>(i)] && (*bad)++ < 5)
+      MESSAGE("element " << i << ": fast " << got << " exact " << ex[static_cast<size_t>(i)] << " err " << err << " > bound "
+                         << bd[static_cast<size_t>(i)]);
+    worst = std::max(worst, bd[static_cast<size_t>(i)]);
+  }
+  return vmax > 0 ? worst / vmax : 0;
+}
+
+}  // namespace
+
+TEST_SUITE("attention-fast") {
+  TEST_CASE("fast: |fast − exact_f64| <= the derived bound, elementwise, both paths; the bound is not vacuous") {
+    uint64_t seed = 100;
+    MESSAGE("AMX path available: " << attn::cpu::fast_attention_has_amx());
+    for (const Case& c : cases()) {
+      for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::portable}) {
+        CAPTURE(c.name);
+        CAPTURE(static_cast<int>(path));
+        PagedProblem p = test::random_problem(c.spec, c.seq_lens, c.q_lens, seed, c.csr);
+        int bad = 0, nonfinite = 0;
+        const double rel = check_against_exact(p, path, &bad, &nonfinite);
+        CHECK(bad == 0);
+        CHECK(nonfinite == 0);  // no NaN read from the NaN-filled unused slots; every bound finite
+        if (c.nonvacuous) CHECK(rel < 1e-2);
+        CHECK(rel > 0);
+      }
+      ++seed;
+    }
+  }
+
+  TEST_CASE("fast: adversarial — near-ties (identical keys), cancelling dot products, a dominant key, extreme scales") {
+    uint64_t seed = 7;
+    for (int kind = 0; kind < 4; ++kind) {
+      for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::portable}) {
+        CAPTURE(kind);
+        AttnSpec s = spec_of(16, 2, 16, 128);
+        PagedProblem p = test::random_problem(s, {129, 64, 1}, {1, 3, 1}, seed);
+        const int64_t H = s.cache.num_kv_heads, D = s.cache.head_dim;
+        std::mt19937_64 rng(seed);
+        for (int64_t b = 0; b < p.B; ++b)
+          for (int64_t j = 0; j < p.seq_lens[b]; ++j)
+            for (int64_t h = 0; h < H; ++h) {
+              uint8_t* k = &p.kd[b][static_cast<size_t>((j * H + h) * D)];
+              if (kind == 0) std::memcpy(k, p.kd[b].data() + h * D, static_cast<size_t>(D));  // every key equal: ties
+              if (kind == 1)  // k_d and k_{d+1} opposite: large Σ|q k|, small logits
+                for (int64_t d = 0; d + 1 < D; d += 2) k[d + 1] = static_cast<uint8_t>(k[d] ^ 0x80);
+              if (kind == 2 && j == 5)  // one key of huge logit among small ones
+                for (int64_t d = 0; d < D; ++d) k[d] = 0x70;  // e4m3fn 256
+            }
+        if (kind == 3) {  // extreme scales: tiny K scale, huge V scale
+          for (auto& x : p.ks) x = std::ldexp(x, -40);
+          for (auto& x : p.vs) x = std::ldexp(x, 40);
+        }
+        test::place_pages(p, rng);
+        int bad = 0, nonfinite = 0;
+        check_against_exact(p, path, &bad, &nonfinite);
+        CHECK(bad == 0);
+        CHECK(nonfinite == 0);
+      }
+      ++seed;
+    }
+  }
+
+  TEST_CASE("fast: the cpu backend dispatches to it; the reference refuses it; soft-cap and unquantized chunks refused") {
+    PagedProblem p = test::random_problem(spec_of(16, 2, 8, 64), {40, 9}, {1, 2}, 3);
+    const AttnSpec s = p.spec;
+    attn::AttnArgs a = p.args();
+    attn::cpu::paged_attention(s, a);
+    const std::vector<uint8_t> via_cpu = p.out;
+    attn::cpu::paged_attention_fast(s, a);
+    CHECK(via_cpu == p.out);
+    CHECK_THROWS_AS(attn::ref::paged_attention(s, a), InputError);
+    AttnSpec cap = s;
+    cap.softcap = 5;
+    CHECK_THROWS_AS(attn::cpu::paged_attention(cap, a), InputError);
+    AttnSpec chunk = s;
+    chunk.chunk_unquantized = true;
+    CHECK_THROWS_AS(attn::cpu::paged_attention(chunk, a), InputError);
+    attn::AttnConvention c;
+    CHECK(attn::parse_attn_convention("fast", &c));
+    CHECK(c == attn::AttnConvention::fast);
+    CHECK(std::string(attn::to_string(attn::AttnConvention::fast)) == "fast");
+  }
+
+  TEST_CASE("fast: exp2 on [-126, 0] equals ref::exp2_sleef and is within 2^-22 of exp2") {
+    std::mt19937_64 rng(11);
+    std::uniform_real_distribution<float> u(-126.0f, 0.0f);
+    std::vector<float> z;
+    for (float v : {0.0f, -0.0f, -0.5f, -1.0f, -125.5f, -126.0f, -1e-30f}) z.push_back(v);
+    for (int i = 0; i < 300000; ++i) z.push_back(u(rng));
+    std::vector<float> y(z.size());
+    attn::cpu::fast_exp2(z.data(), y.data(), z.size());
+    int diff = 0, inacc = 0;
+    for (size_t i = 0; i < z.size(); ++i) {
+      const float r = attn::ref::exp2_sleef(z[i]);
+      if (std::memcmp(&r, &y[i], 4) != 0) ++diff;
+      const long double e = std::exp2(static_cast<long double>(z[i]));
+      if (std::fabs(static_cast<long double>(y[i]) - e) > std::ldexp(e, -22)) ++inacc;
+    }
+    CHECK(diff == 0);
+    CHECK(inacc == 0);
+  }
+}
+
+TEST_SUITE("attention-fast") {
+  TEST_CASE("a NaN code in a visible key: cpu == reference bit for bit, every bit-exact convention") {
+    const attn::AttnConvention convs[] = {attn::AttnConvention::exact, attn::AttnConvention::vllm_paged_v1,
+                                          attn::AttnConvention::vllm_triton_unified, attn::AttnConvention::flashinfer,
+                                          attn::AttnConvention::torch_sdpa_math, attn::AttnConvention::spyre};
+    for (int where = 0; where < 3; ++where)  // NaN in K, in V, in both
+      for (Format md : {Format::bf16, Format::f32})
+        for (attn::AttnConvention conv : convs) {
+          CAPTURE(where);
+          const std::string cname = attn::to_string(conv), mname = format_name(md);
+          CAPTURE(cname);
+          CAPTURE(mname);
+          AttnSpec s = spec_of(16, 2, 4, 64);
+          s.convention = conv;
+          s.q_format = s.out_format = md;
+          PagedProblem p = test::random_problem(s, {37, 20, 5}, {1, 4, 1}, 40 + static_cast<uint64_t>(where));
+          const int64_t H = s.cache.num_kv_heads, D = s.cache.head_dim;
+          for (int64_t b = 0; b < p.B; ++b) {  // key 3 of every sequence, head 1, a few dims; the sign varies
+            if (where != 1) p.kd[b][static_cast<size_t>((3 * H + 1) * D + 5)] = 0x7F;
+            if (where != 0) {
+              p.vd[b][static_cast<size_t>((3 * H + 1) * D + 7)] = 0xFF;
+              p.vd[b][static_cast<size_t>((3 * H + 1) * D + 8)] = 0x7F;
+            }
+          }
+          std::mt19937_64 rng(5);
+          test::place_pages(p, rng);
+          attn::AttnArgs a = p.args();
+          attn::ref::paged_attention(p.spec, a);
+          const std::vector<uint8_t> want = p.out;
+          std::fill(p.out.begin(), p.out.end(), 0xCD);
+          attn::cpu::paged_attention(p.spec, a);
+          int diff = 0;
+          for (size_t i = 0; i < p.out.size(); i += p.out_elem())
+            if (std::memcmp(&p.out[i], &want[i], p.out_elem()) != 0 && diff++ < 3)
+              MESSAGE("element " << i / p.out_elem() << ": cpu " << out_val(md, &p.out[i]) << " reference "
+                                 << out_val(md, &want[i]));
+          CHECK(diff == 0);
+        }
+  }
+}
