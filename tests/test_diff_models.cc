@@ -104,3 +104,30 @@ TEST_CASE("diff --models: a corrupted output matches no model; ops without model
   CHECK(golden::model_distances(ce, ca, &note).empty());
   CHECK(note.find("no alternative models") != std::string::npos);
 }
+
+TEST_CASE("diff --models: paged attention and cache-write outputs are matched to their convention") {
+  for (const char* conv : {"flashinfer", "vllm-triton-unified", "torch-sdpa-math"}) {
+    CAPTURE(conv);
+    const std::string base = "paged_attention convention=exact seed=5";
+    const std::string dev = std::string("paged_attention convention=") + conv + " seed=5";
+    Files f(golden::make_golden(golden::parse_descriptor(base)), result_of(dev), "attn");
+    const io::MappedSafetensors em(f.expected), am(f.actual);
+    std::string note;
+    const auto rows = golden::model_distances(em, am, &note);
+    REQUIRE(rows.size() == 6);
+    CHECK(rows[0].name == conv);
+    CHECK(rows[0].equal == rows[0].elements);
+    for (const auto& m : rows)
+      if (m.is_reference) CHECK(m.equal < m.elements);  // exact differs from the device's convention somewhere
+  }
+  const std::string base = "kv_cache_write convention=exact seed=60";
+  Files f(golden::make_golden(golden::parse_descriptor(base)), result_of("kv_cache_write convention=vllm-cuda seed=60"), "kv");
+  const io::MappedSafetensors em(f.expected), am(f.actual);
+  std::string note;
+  const auto rows = golden::model_distances(em, am, &note);
+  REQUIRE(rows.size() == 4);
+  CHECK(rows[0].equal == rows[0].elements);
+  bool found = false;
+  for (const auto& m : rows) found = found || (m.name == "vllm-cuda" && m.equal == m.elements);
+  CHECK(found);
+}

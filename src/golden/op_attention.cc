@@ -420,6 +420,9 @@ OpInfo kv_cache_write_op() {
     return j + "}";
   };
   op.convention = [](const Descriptor& d) { return d.get("convention"); };
+  op.models = [](const Descriptor& d) {  // which stack's cache write a device cache follows
+    return key_variants(d, "convention", {"vllm-cuda", "sglang", "spyre", "exact"});
+  };
   return op;
 }
 
@@ -460,6 +463,10 @@ OpInfo paged_attention_op() {
            R"(", "contract": ")" + (fast ? "bound" : "exact") + R"(", "dims": ["token", "head", "d"]}})";
   };
   op.convention = [](const Descriptor& d) { return d.get("convention"); };
+  op.models = [](const Descriptor& d) {  // which kernel's softmax and order a device output follows
+    return key_variants(d, "convention", {"exact", "vllm-paged-v1", "vllm-triton-unified", "flashinfer",
+                                          "torch-sdpa-math", "spyre"});
+  };
   op.exact = [](const Descriptor& d, const Tensors& in) -> Tensors {
     const AttnCase c = parse_attn(d);
     const attn::AttnArgs a = bind_attn(d, c, in);
