@@ -281,6 +281,143 @@ TEST_SUITE("quant_cpu") {
     }
   }
 
+  TEST_CASE("ElemFast (finite chunks, no per-element range test): tiny quotients, scales at 2^±60, ±0, midpoints, 464/480") {
+    // src/cpu/quant_cpu.cc quantizes a finite chunk whose every group passes fast_group without per-element range
+    // tests (x/s by MarksteinDiv, x*(1/s), Triton's x/s; the clamp as a u32 min; the sign from y), and bf16 rows 64
+    // elements at a time on AVX-512. Rows here are finite, so each takes that path unless a group's scale leaves
+    // [2^-60, 2^60]: group amaxes put the scale on both sides of 2^-60 and 2^60; elements are quotients under 2^-11
+    // with remainders that underflow (f32 subnormal y, scale near 2^-60), ±0, f32 subnormals, FP8 midpoints times the
+    // scale ± 1 ulp, ±amax, and (fp8-max 480, no clamp, satfinite cast) quotients at and beyond 464 and 480. K = 200
+    // and 77: group tails, K tails, vector tails. Oracle: the reference (ref::quantize, ref::quantize_static).
+    std::mt19937_64 rng(404);
+    const double mids[] = {1.0, 1.0625, 1.125, 1.1875, 1.25, 1.3125, 1.5, 1.625, 1.75, 1.875, 1.9375, 1.96875};
+    const int scale_exps[] = {-75, -62, -61, -60, -59, -40, -9, 0, 20, 59, 60, 61};
+    auto row = [&](int64_t K, double mx, std::vector<float>& x, size_t at) {
+      const int es = scale_exps[rng() % 12];
+      const double amax = std::ldexp(1.0 + static_cast<double>(rng() % 64) / 64.0, es) * mx;
+      const float s = static_cast<float>(amax) / static_cast<float>(mx);
+      for (int64_t k = 0; k < K; ++k) {
+        const float sgn = (rng() & 1) ? -1.0f : 1.0f;
+        float v;
+        switch (rng() % 8) {
+          case 0: v = (rng() & 1) ? -0.0f : 0.0f; break;
+          case 1: v = sgn * f32_val(static_cast<uint32_t>(1 + rng() % 0x7FFFFF)); break;  // f32 subnormal
+          case 2: v = sgn * s * static_cast<float>(std::ldexp(1.0 + (rng() % 16) / 16.0, -9 - static_cast<int>(rng() % 8))); break;
+          case 3: v = sgn * static_cast<float>(amax); break;
+          case 4: {  // quotients at 464 and 448 of 480 (fp8-max 480), ± 1 ulp
+            v = sgn * static_cast<float>(amax * (rng() % 2 ? 464.0 / 480.0 : 448.0 / 480.0));
+            const int nudge = static_cast<int>(rng() % 3) - 1;
+            if (nudge) v = std::nextafter(v, nudge > 0 ? INFINITY : -INFINITY);
+            break;
+          }
+          default: {  // at and next to FP8 decision points, quotient in 2^-10 .. 2^8
+            float t = sgn * static_cast<float>(std::ldexp(mids[rng() % 12], 8 - static_cast<int>(rng() % 19))) * s;
+            const int nudge = static_cast<int>(rng() % 3) - 1;
+            if (nudge) t = std::nextafter(t, nudge > 0 ? INFINITY : -INFINITY);
+            v = t;
+          }
+        }
+        if (std::fabs(v) > amax) v = sgn * static_cast<float>(amax);
+        x[at + static_cast<size_t>(k)] = v;
+      }
+    };
+    const std::vector<std::pair<const char*, std::vector<std::pair<std::string, std::string>>>> variants = {
+        {"vllm-group", {}},
+        {"vllm-group", {{"formula", "x*(1/s)"}, {"clamp", "nan-to-max"}}},
+        {"vllm-group", {{"fp8-max", "240"}}},
+        {"vllm-group", {{"guard", "none"}}},
+        {"deepseek-act-quant", {}},
+        {"deepseek-act-quant", {{"fp8-max", "480"}}},
+        {"deepseek-act-quant", {{"guard", "none"}, {"formula", "x*(1/s)"}}},
+        {"vllm-group", {{"fp8-max", "480"}, {"clamp", "none"}, {"cast", "cuda-satfinite"}}},
+        {"vllm-group", {{"fp8-max", "480"}, {"clamp", "none"}, {"cast", "torch-2.11"}}},  // (not fast: nonsat cast)
+        {"sglang-triton", {}},
+        {"vllm-per-token", {}},
+    };
+    size_t cases = 0;
+    for (const auto& [conv, ov0] : variants) {
+      for (const char* g : {"group:128", "group:64", "group:7"}) {
+        auto ov = ov0;
+        ov.push_back({"granularity", g});
+        ov.push_back({"tail", "partial"});
+        if (std::string(conv) == "vllm-per-token") ov.pop_back(), ov.pop_back(), ov.push_back({"granularity", "row"});
+        auto spec = try_spec(conv, Format::e4m3fn, ScaleDtype::f32, ov, true);
+        REQUIRE_MESSAGE(spec.has_value(), conv, " ", g);
+        for (Format from : {Format::bf16, Format::f32, Format::f16}) {
+          for (int64_t K : {int64_t{200}, int64_t{77}}) {
+            const int64_t M = 24;
+            std::vector<float> x(static_cast<size_t>(M * K));
+            for (int64_t m = 0; m < M; ++m) row(K, spec->fp8_max, x, static_cast<size_t>(m * K));
+            check_both(*spec, from, make_source(from, x), {M, K}, spec->describe() + " from " + format_name(from));
+            ++cases;
+          }
+        }
+      }
+    }
+    CHECK(cases == variants.size() * 3 * 3 * 2);
+  }
+
+  TEST_CASE("ElemFast with non-temporal code stores (tensors >= 2^22 elements): sampled rows == reference") {
+    // The streaming store path runs only for large tensors; its rows are compared with ref::quantize row by row
+    // (group quantization: rows are independent), 64 sampled rows of a bf16 [4096, 1024] tensor.
+    const int64_t M = 4096, K = 1024;
+    std::vector<uint16_t> x(static_cast<size_t>(M * K));
+    for (size_t i = 0; i < x.size(); ++i) {
+      const uint32_t h = lowbias32(static_cast<uint32_t>(i) ^ 0x51EDu);
+      x[i] = static_cast<uint16_t>(((h >> 31) << 15) | ((113u + (h >> 12) % 24u) << 7) | ((h >> 4) & 0x7Fu));
+      if ((h & 1023u) == 5u) x[i] = static_cast<uint16_t>(h & 0x8000u);  // ±0
+    }
+    for (const char* conv : {"vllm-group", "deepseek-act-quant"}) {
+      auto spec = try_spec(conv, Format::e4m3fn, ScaleDtype::f32, {{"granularity", "group:128"}}, true);
+      REQUIRE(spec.has_value());
+      std::vector<uint8_t> q(x.size());
+      std::vector<float> sc(static_cast<size_t>(M * K / 128));
+      cpu::quantize(*spec, Format::bf16, x.data(), {M, K}, q.data(), sc.data());
+      size_t bad = 0;
+      std::vector<uint8_t> qr(static_cast<size_t>(K));
+      std::vector<float> sr(static_cast<size_t>(K / 128));
+      for (int64_t i = 0; i < 64; ++i) {
+        const int64_t r = (i * 2654435761ll + 17) % M;
+        ref::quantize(*spec, Format::bf16, x.data() + r * K, {1, K}, qr.data(), sr.data());
+        bad += std::memcmp(qr.data(), q.data() + r * K, static_cast<size_t>(K)) != 0;
+        bad += std::memcmp(sr.data(), sc.data() + r * (K / 128), sr.size() * 4) != 0;
+      }
+      CHECK_MESSAGE(bad == 0, conv);
+    }
+  }
+
+  TEST_CASE("dequantize e4m3fn -> bf16 through f16 (AVX-512, 32 codes a step): every code at every position, scale edges") {
+    // src/cpu/quant_cpu.cc decodes e4m3fn to bf16 via vcvtph2ps for groups whose scale is finite with |s| < 2^120,
+    // else as before: every code (NaN 0x7F / 0xFF, ±0, subnormals, ±448) at every position of a 32-code step, with
+    // scales at and beyond 2^120, tiny (subnormal products), negative, ±0, Inf, NaN, and group tails (group:128,
+    // K = 160; group:40).
+    const float scales[] = {1.0f, -3.5f, 0x1p-117f, 0x1.fffffep-118f, 0x1.fffffep119f, 0x1p120f, 1e-30f, 0.0f,
+                            -0.0f, INFINITY, NAN, 0x1.234568p-60f, 0x1.8p100f, 0x1p-149f};
+    size_t checked = 0;
+    for (const char* g : {"group:128", "group:40"}) {
+      QuantSpec spec;
+      std::string err;
+      REQUIRE(apply_quant_override("granularity", g, &spec, &err));
+      REQUIRE(apply_quant_override("tail", "partial", &spec, &err));
+      const int64_t K = 160, M = 256 / 32 * 14;
+      std::vector<uint8_t> q(static_cast<size_t>(M * K));
+      for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<uint8_t>((i * 37 + i / 256) & 0xFF);
+      const QuantLayout L = quant_layout(spec, {M, K});
+      std::vector<float> sc(static_cast<size_t>(L.n_scales));
+      for (size_t i = 0; i < sc.size(); ++i) sc[i] = scales[i % 14];
+      for (Format out : {Format::bf16, Format::f32}) {
+        const size_t os = out == Format::f32 ? 4 : 2;
+        std::vector<uint8_t> a(q.size() * os, 0x11), b(q.size() * os, 0x22);
+        ref::dequantize(spec, q.data(), {M, K}, sc.data(), out, a.data());
+        cpu::dequantize(spec, q.data(), {M, K}, sc.data(), out, b.data());
+        const std::string d = first_diff(b, a);
+        CHECK_MESSAGE(d.empty(), g, " ", format_name(out), ": ", d);
+        ++checked;
+      }
+    }
+    CHECK(checked == 4);
+  }
+
   TEST_CASE("cpu == reference: empty tensors, one element, all zeros, tails of 1") {
     std::mt19937_64 rng(3);
     for (const char* g : {"tensor", "row", "col", "group:128", "block:2x8", "mx:32"}) {

@@ -395,3 +395,80 @@ TEST_CASE("rmsnorm_quant: cpu e4m3fn cast in lanes at every code, midpoint and N
     CHECK(checked == 2 * 6 * G);
   }
 }
+
+TEST_CASE("rmsnorm_quant: cpu fast group quant (fused x*(1/s), Markstein x/s) at scales near 2^±60, tiny y, NaN/Inf groups") {
+  // src/cpu/rmsnorm_quant_cpu.cc quantizes bf16 rows per group without per-element range tests when the group is
+  // finite and its scale allows it (x/s: s in [2^-60, 2^60], amax <= s·2^60, MarksteinDiv; x*(1/s): RN(1/s) finite),
+  // fused with normalize + weight for x*(1/s) (G a multiple of the vector, <= 8 vectors, K % G == 0), else per
+  // group as before. Weights scale each group by 2^e, e chosen so that s falls just inside and outside 2^-60 and
+  // 2^60 (and overflows to Inf); groups hold tiny weights (y down to bf16 / f32 subnormals: quotients under 2^-11
+  // whose remainders underflow), zeros and ±0, and NaN / Inf weights. G = 128, 64, 32 (fused, compile-time and
+  // run-time vector counts), 48 (not a multiple of 16: separate passes). Oracle: ref::rmsnorm_quant.
+  std::mt19937_64 rng(77);
+  const int exps[] = {-133, -126, -90, -70, -54, -53, -52, 0, 20, 66, 67, 68, 69, 120};
+  const std::vector<std::pair<const char*, std::vector<std::pair<std::string, std::string>>>> variants = {
+      {"vllm-rmsnorm-quant", {}},
+      {"aiter-rmsnorm-quant", {}},
+      {"vllm-rmsnorm-quant", {{"formula", "x*(1/s)"}}},
+      {"aiter-rmsnorm-quant", {{"formula", "x/s"}, {"weight", "dtype-once"}}},
+      {"vllm-rmsnorm-quant", {{"guard", "none"}, {"weight", "f32"}}},
+      {"aiter-rmsnorm-quant", {{"clamp", "nan-to-min"}, {"guard", "none"}, {"weight", "dtype-twice"}}},
+  };
+  int compared = 0;
+  for (const auto& [conv, ov0] : variants) {
+    for (int64_t G : {int64_t{128}, int64_t{64}, int64_t{32}, int64_t{48}}) {
+      auto ov = ov0;
+      ov.push_back({"group", std::to_string(G)});
+      const RmsNormQuantSpec spec = spec_for(conv, Format::e4m3fn, ov);
+      const int64_t K = 8 * G, M = 12;
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> xv(static_cast<size_t>(M * K)), wv(static_cast<size_t>(K)), rv(xv.size());
+      for (float& v : xv) v = nd(rng);
+      for (float& v : rv) v = nd(rng);
+      for (int64_t g = 0; g < 8; ++g) {
+        const int e = exps[rng() % 14];
+        for (int64_t j = 0; j < G; ++j) {
+          float v = std::ldexp(nd(rng), e);
+          const uint64_t t = rng() % 16;
+          if (t == 0) v = (rng() & 1) ? -0.0f : 0.0f;
+          if (t == 1) v = std::ldexp(1.0f + (rng() % 8) / 8.0f, -126 - static_cast<int>(rng() % 8));  // tiny
+          if (t == 2) v = std::ldexp(v, -40);
+          wv[static_cast<size_t>(g * G + j)] = v;
+        }
+      }
+      if (rng() % 2) wv[static_cast<size_t>(rng() % K)] = std::nanf("");
+      if (rng() % 2) wv[static_cast<size_t>(rng() % K)] = (rng() & 1) ? HUGE_VALF : -HUGE_VALF;
+      xv[5] = std::nanf("");  // row 0: the NaN row (not on the fast path)
+      const auto x = encode_as(Format::bf16, xv), w = encode_as(Format::bf16, wv), r = encode_as(Format::bf16, rv);
+      for (bool with_res : {false, true}) {
+        const std::vector<uint8_t>* rp = with_res ? &r : nullptr;
+        const Outputs a = run(false, spec, Format::bf16, x, w, rp, {M, K}, false);
+        const Outputs b = run(true, spec, Format::bf16, x, w, rp, {M, K}, false);
+        INFO(spec.describe() << " residual " << with_res);
+        CHECK(a.q == b.q);
+        CHECK(a.scales == b.scales);
+        CHECK(a.res == b.res);
+        ++compared;
+      }
+    }
+  }
+  CHECK(compared == 6 * 4 * 2);
+}
+
+TEST_CASE("rmsnorm_quant: cpu exact variance read from bf16 rows (no f32 row) next to f32 midpoints, NaN/Inf rows") {
+  // bf16 rows without a residual on the fast quant are read in registers from x (no f32 row); the verified f64 sum
+  // must still fall back to ref::mean_square_exact on the f32 row when its interval straddles a midpoint (rows as in
+  // the f32 test above: z = {2^12, 1, 2^-k, 0}, all bf16 values) and for NaN/Inf rows. Oracle: the reference.
+  const RmsNormQuantSpec spec = spec_for("aiter-rmsnorm-quant", Format::e4m3fn, {{"group", "4"}, {"eps", "0"}});
+  for (int k = 13; k <= 100; ++k) {
+    std::vector<float> z = {4096.0f, 1.0f, std::ldexp(1.0f, -k), 0.0f, -4096.0f, 1.0f, std::ldexp(1.0f, -k), 0.0f};
+    if (k % 3 == 0) z[5] = std::nanf("");
+    if (k % 3 == 1) z[6] = HUGE_VALF;
+    const auto x = encode_as(Format::bf16, z), w = encode_as(Format::bf16, {1, 1, 1, 1});
+    const Outputs a = run(false, spec, Format::bf16, x, w, nullptr, {2, 4}, false);
+    const Outputs b = run(true, spec, Format::bf16, x, w, nullptr, {2, 4}, false);
+    INFO("k = " << k);
+    CHECK(a.q == b.q);
+    CHECK(a.scales == b.scales);
+  }
+}

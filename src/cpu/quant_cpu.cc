@@ -68,7 +68,17 @@
 //   f32 value carries exactly the information the reference's f32 (or exact f64) value does.
 //   In lanes instead (ElemConst::cast_lanes, set by make_ctx): e4m3fn with an RNE cast after a NaN-replacing clamp to
 //   fp8-max <= 448, for x/s, x*(1/s) and Triton's x/s over groups — CastE4m3 on v in registers, four vectors packed
-//   to 64 bytes (StoreCodes4); no f32 round trip through memory (vllm-group and the like).
+//   to 64 bytes (StoreCodes4); no f32 round trip through memory (vllm-group and the like). The cast and the packer
+//   are src/cpu/fp8_lanes-inl.h's (shared with rmsnorm_quant).
+//   Fast chunks (ElemFast; dynamic group/row quantization): e4m3fn, an RNE cast, a clamp to 0 < fp8-max <= 448 or
+//   no clamp with a satfinite cast (deepseek-act-quant), x/s, x*(1/s) or Triton's x/s: when the chunk's elements
+//   are all finite (AmaxGroups reports it; its max runs on raw |y| bits, a NaN group is rescanned for
+//   amax-nan=ignore) and every group passes fast_group (which states the argument: divisor in [2^-60, 2^60] with
+//   max |y| <= sv·2^60 for x/s — quotients under 2^-11 may then be inexact but give code 0 — a finite
+//   non-negative multiplier for x*(1/s), positive finite constants for Triton), the chunk is quantized with no
+//   per-element range test and no NaN handling: the clamp as a u32 min of |v|'s bits, CastE4m3Mag, y's sign as
+//   bit 7; bf16 on AVX-512 64 elements a step (|x| widened by interleaving with zero words, signs added under the
+//   mask of x's sign bits), non-temporal code stores for tensors of 2^22 elements and more. Other chunks: as above.
 // Dequantize: value(code) by rebiasing the exponent field (normals) or f32(fraction)·2^(1−bias−m) (subnormals),
 //   exact; the sign OR-ed in, NaN/Inf codes set; one f32 multiply by sv
 //   (= the reference's f64 product rounded once to f32); NaN -> 0x7FFFFFFF; bf16 output by integer RNE, f16 by
@@ -82,12 +92,14 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/quant_cpu.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
+#include "cpu/fp8_lanes-inl.h"
 #include "fp8ref/quant.h"
 
 #ifndef FP8REF_QUANT_CPU_ONCE
@@ -111,6 +123,8 @@ struct ElemConst {
   float mx;           // fp8-max
   uint32_t nan_bits;  // the NaN v takes
   uint32_t cast_lanes;  // 1: step 9 in lanes (CastE4m3: RNE e4m3fn after a NaN-replacing clamp to max <= 448)
+  uint32_t fast_cast;   // 1: finite chunks of "fast" groups take ElemFast (make_ctx and fast_group say when)
+  uint32_t fast_bound;  // ElemFast's clamp: the bits of fp8-max (a clamp) or of 448 (clamp=none, satfinite cast)
 };
 struct ScaleConst {
   bool propagate;
@@ -184,71 +198,106 @@ HWY_INLINE VU AbsBits(VF y, bool propagate) {
   return a;
 }
 
-// out[g - g0] = max(out[g - g0], max |y| over [k0, k1) ∩ group g) for the groups of size G in [k0, k1).
+// out[g - g0] = max(out[g - g0], max |y| over [k0, k1) ∩ group g) for the groups of size G in [k0, k1). The max runs
+// on the raw |y| bits; a group whose maximum is a NaN (above 0x7F800000) is rescanned with NaN lanes zeroed when
+// amax-nan=ignore. Returns whether every element in [k0, k1) is finite (no NaN, no Inf).
 template <int kSrc>
-void AmaxGroupsT(const void* src, size_t k0, size_t k1, size_t G, bool propagate, size_t g0, uint32_t* out) {
+bool AmaxGroupsT(const void* src, size_t k0, size_t k1, size_t G, bool propagate, size_t g0, uint32_t* out) {
   const DU du;
   const size_t N = hn::Lanes(du);
   const auto* s = static_cast<const SrcT<kSrc>*>(src);
+  bool finite = true;
   size_t k = k0;
   while (k < k1) {
-    const size_t g = k / G;
+    const size_t g = k / G, kg = k;
     const size_t e = (g + 1) * G < k1 ? (g + 1) * G : k1;
-    VU acc = hn::Zero(du);
-    for (; k + N <= e; k += N) acc = hn::Max(acc, AbsBits(LoadY<kSrc>(s + k), propagate));
-    if (k < e) {
-      acc = hn::Max(acc, AbsBits(LoadYN<kSrc>(s + k, e - k), propagate));
-      k = e;
+    auto scan = [&](bool prop) {
+      VU acc = hn::Zero(du);
+      size_t i = kg;
+      for (; i + N <= e; i += N) acc = hn::Max(acc, AbsBits(LoadY<kSrc>(s + i), prop));
+      if (i < e) acc = hn::Max(acc, AbsBits(LoadYN<kSrc>(s + i, e - i), prop));
+      return hn::GetLane(hn::MaxOfLanes(du, acc));
+    };
+    uint32_t m = scan(true);
+    if (m >= 0x7F800000u) {
+      finite = false;
+      if (m > 0x7F800000u && !propagate) m = scan(false);
     }
-    const uint32_t m = hn::GetLane(hn::MaxOfLanes(du, acc));
+    k = e;
     uint32_t& o = out[g - g0];
     if (m > o) o = m;
   }
+  return finite;
 }
 #if HWY_TARGET != HWY_SCALAR
 // The same for bf16 / f16 on their own 16-bit lanes (twice the lanes per vector): |x| bits are monotone there too;
 // the group maximum is widened to f32 bits once (bf16: << 16; f16: exact widening). NaN: abs above the Inf bits.
 template <int kSrc>
-void AmaxGroups16(const void* src, size_t k0, size_t k1, size_t G, bool propagate, size_t g0, uint32_t* out) {
+bool AmaxGroups16(const void* src, size_t k0, size_t k1, size_t G, bool propagate, size_t g0, uint32_t* out) {
   const DU du;
   const hn::Repartition<uint16_t, DU> d16;
   const hn::Half<decltype(d16)> dh;
   const size_t N = hn::Lanes(d16);
   const auto* s = static_cast<const uint16_t*>(src);
-  const auto mag = hn::Set(d16, 0x7FFF), inf = hn::Set(d16, kSrc == 1 ? 0x7F80 : 0x7C00);
-  auto absv = [&](hn::Vec<decltype(d16)> v) {
-    const auto a = hn::And(v, mag);
-    return propagate ? a : hn::IfThenZeroElse(hn::Gt(a, inf), a);
-  };
+  const uint16_t inf16 = kSrc == 1 ? 0x7F80 : 0x7C00;
+  const auto mag = hn::Set(d16, 0x7FFF), inf = hn::Set(d16, inf16);
+  bool finite = true;
   size_t k = k0;
   while (k < k1) {
-    const size_t g = k / G;
+    const size_t g = k / G, kg = k;
     const size_t e = (g + 1) * G < k1 ? (g + 1) * G : k1;
-    auto acc = hn::Zero(d16);
-    for (; k + N <= e; k += N) acc = hn::Max(acc, absv(hn::LoadU(d16, s + k)));
-    if (k < e) {
-      HWY_ALIGN uint16_t buf[2 * kMaxLanes] = {};
-      std::memcpy(buf, s + k, (e - k) * 2);
-      acc = hn::Max(acc, absv(hn::Load(d16, buf)));
-      k = e;
+    auto scan = [&](bool prop) {
+      auto absv = [&](hn::Vec<decltype(d16)> v) {
+        const auto a = hn::And(v, mag);
+        return prop ? a : hn::IfThenZeroElse(hn::Gt(a, inf), a);
+      };
+      auto acc = hn::Zero(d16);
+      size_t i = kg;
+      // (the first read of the source: a software prefetch 4 KiB ahead, as convert_cpu.cc's streaming loop — the
+      // hardware prefetchers alone leave one read stream per thread latency-bound on this VM)
+      for (; i + N <= e; i += N) {
+        hwy::Prefetch(s + i + 2048);
+        acc = hn::Max(acc, absv(hn::LoadU(d16, s + i)));
+      }
+      if (i < e) {
+        HWY_ALIGN uint16_t buf[2 * kMaxLanes] = {};
+        std::memcpy(buf, s + i, (e - i) * 2);
+        acc = hn::Max(acc, absv(hn::Load(d16, buf)));
+      }
+#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+      // the u16 maximum: two halvings, then phminposuw on the complement (the minimum of ~x is ~max)
+      (void)dh;
+      const __m256i m256 = _mm256_max_epu16(_mm512_castsi512_si256(acc.raw), _mm512_extracti64x4_epi64(acc.raw, 1));
+      const __m128i m128 = _mm_max_epu16(_mm256_castsi256_si128(m256), _mm256_extracti128_si256(m256, 1));
+      return ~static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(m128, _mm_set1_epi16(-1))))) &
+             0xFFFFu;
+#else
+      const VU m32 = hn::Max(hn::PromoteTo(du, hn::LowerHalf(dh, acc)), hn::PromoteTo(du, hn::UpperHalf(dh, acc)));
+      return hn::GetLane(hn::MaxOfLanes(du, m32));
+#endif
+    };
+    uint32_t m16 = scan(true);
+    if (m16 >= inf16) {
+      finite = false;
+      if (m16 > inf16 && !propagate) m16 = scan(false);
     }
-    const VU m32 = hn::Max(hn::PromoteTo(du, hn::LowerHalf(dh, acc)), hn::PromoteTo(du, hn::UpperHalf(dh, acc)));
-    const uint32_t m16 = hn::GetLane(hn::MaxOfLanes(du, m32));
+    k = e;
     const uint32_t m = kSrc == 1 ? m16 << 16 : static_cast<uint32_t>(ref::narrow(Format::f16, m16, Format::f32));
     uint32_t& o = out[g - g0];
     if (m > o) o = m;
   }
+  return finite;
 }
 #endif
 
-void AmaxGroups(int src, const void* p, size_t k0, size_t k1, size_t G, bool propagate, size_t g0, uint32_t* out) {
+bool AmaxGroups(int src, const void* p, size_t k0, size_t k1, size_t G, bool propagate, size_t g0, uint32_t* out) {
 #if HWY_TARGET != HWY_SCALAR
   if (src == 1) return AmaxGroups16<1>(p, k0, k1, G, propagate, g0, out);
   if (src == 2) return AmaxGroups16<2>(p, k0, k1, G, propagate, g0, out);
 #endif
-  if (src == 0) AmaxGroupsT<0>(p, k0, k1, G, propagate, g0, out);
-  else if (src == 1) AmaxGroupsT<1>(p, k0, k1, G, propagate, g0, out);
-  else AmaxGroupsT<2>(p, k0, k1, G, propagate, g0, out);
+  if (src == 0) return AmaxGroupsT<0>(p, k0, k1, G, propagate, g0, out);
+  if (src == 1) return AmaxGroupsT<1>(p, k0, k1, G, propagate, g0, out);
+  return AmaxGroupsT<2>(p, k0, k1, G, propagate, g0, out);
 }
 
 // out[k] = max(out[k], |y[k]|) for k in [0, K) (per-column amax).
@@ -289,9 +338,14 @@ void GroupScales(const uint32_t* amax_bits, size_t n, const ScaleConst& c, float
   const size_t N = hn::Lanes(df);
   for (size_t i = 0; i < n; i += N) {
     const size_t m = n - i < N ? n - i : N;
-    HWY_ALIGN uint32_t in[kMaxLanes] = {};
-    std::memcpy(in, amax_bits + i, m * 4);
-    VU ab = hn::Load(du, in);
+    VU ab;
+    if (m == N) {
+      ab = hn::LoadU(du, amax_bits + i);
+    } else {
+      HWY_ALIGN uint32_t in[kMaxLanes] = {};
+      std::memcpy(in, amax_bits + i, m * 4);
+      ab = hn::Load(du, in);
+    }
     ab = hn::IfThenElse(hn::Gt(ab, hn::Set(du, 0x7F800000u)), hn::Set(du, kCanon), ab);
     VF a = hn::BitCast(df, ab);
     if (c.has_floor) a = GuardMax(a, c.floor, c.propagate);
@@ -299,6 +353,11 @@ void GroupScales(const uint32_t* amax_bits, size_t n, const ScaleConst& c, float
     sv = Canon(sv);
     if (c.has_min) sv = GuardMax(sv, c.min_scale, c.propagate);
     sv = Canon(sv, c.nan_bits);
+    if (m == N) {
+      hn::StoreU(a, df, amax + i);
+      hn::StoreU(sv, df, s + i);
+      continue;
+    }
     HWY_ALIGN float oa[kMaxLanes], os[kMaxLanes];
     hn::Store(a, df, oa);
     hn::Store(sv, df, os);
@@ -322,9 +381,12 @@ void GroupParams(uint32_t kind, const float* sv, const float* amax, size_t n, fl
   for (size_t i = 0; i < n; i += N) {
     const size_t m = n - i < N ? n - i : N;
     HWY_ALIGN float ins[kMaxLanes] = {}, ina[kMaxLanes] = {};
-    std::memcpy(ins, sv + i, m * 4);
-    if (amax) std::memcpy(ina, amax + i, m * 4);
-    const VF s = hn::Load(df, ins), am = hn::Load(df, ina);
+    if (m < N) {
+      std::memcpy(ins, sv + i, m * 4);
+      if (amax) std::memcpy(ina, amax + i, m * 4);
+    }
+    const VF s = m == N ? hn::LoadU(df, sv + i) : hn::Load(df, ins);
+    const VF am = m == N && amax ? hn::LoadU(df, amax + i) : hn::Load(df, ina);
     VF va = zero, vb = zero;
     switch (kind) {
       case kPDiv:
@@ -347,6 +409,11 @@ void GroupParams(uint32_t kind, const float* sv, const float* amax, size_t n, fl
       }
       default: break;
     }
+    if (m == N) {
+      hn::StoreU(va, df, a + i);
+      hn::StoreU(vb, df, b + i);
+      continue;
+    }
     HWY_ALIGN float oa[kMaxLanes], ob[kMaxLanes];
     hn::Store(va, df, oa);
     hn::Store(vb, df, ob);
@@ -366,9 +433,7 @@ HWY_INLINE VF Quotient(VF y, VF a, VF b, VF* rem, bool* slow, int b_ok = -1) {
     const auto ok = hn::Or(yzero, InRange(ay));
     if ((b_ok < 0 ? hn::AllFalse(df, hn::Eq(b, hn::Zero(df))) : b_ok == 1) && hn::AllTrue(du, ok)) {
       const VF q0 = hn::Mul(y, b);
-      const VF q1 = hn::MulAdd(hn::NegMulAdd(q0, a, y), b, q0);
-      const VF e1 = hn::NegMulAdd(q1, a, y);
-      const VF q2 = hn::MulAdd(e1, b, q1);
+      const VF q2 = fp8_lanes::MarksteinDiv(y, a, b);
       if (rem) *rem = hn::IfThenZeroElse(hn::RebindMask(df, yzero), hn::NegMulAdd(q2, a, y));
       return hn::IfThenElse(hn::RebindMask(df, yzero), q0, q2);
     }
@@ -379,44 +444,12 @@ HWY_INLINE VF Quotient(VF y, VF a, VF b, VF* rem, bool* slow, int b_ok = -1) {
   return hn::Div(y, a);
 }
 
-// [9] in lanes (ElemConst::cast_lanes; the same kernel as cast_e4m3 in src/cpu/rmsnorm_quant_cpu.cc): RNE to e4m3fn
-// of a value the clamp left finite in [-448, 448] — every RNE cast convention gives the same code there (no NaN, no
-// overflow; -0 -> 0x80):
-//   |v| >= 2^-6: bits + 0x7FFFF + lsb(bits >> 20), >> 20, minus the bias difference (127 - 7) << 3 (folded into the
-//                constant, mod 2^32; bit 20 is unchanged by that subtraction);
-//   |v| <  2^-6: n = RNE(|v| · 2^9) = bits(|v| + 2^14) - bits(2^14) (the ulp of 2^14 is 2^-9; f32 subnormals
-//                included), code n (8 = the smallest normal).
-// The sign as bit 7. Returns the code in the low byte of each u32 lane.
-HWY_INLINE VU CastE4m3(VF t) {
-  const DF df;
-  const DU du;
-  const VU b = hn::BitCast(du, t);
-  const VU a = hn::And(b, hn::Set(du, 0x7FFFFFFFu));
-  const VU lsb = hn::And(hn::ShiftRight<20>(a), hn::Set(du, 1u));
-  const VU normal = hn::ShiftRight<20>(hn::Add(hn::Add(a, hn::Set(du, 0x7FFFFu - ((127u - 7u) << 23))), lsb));
-  const VU sub = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, a), hn::Set(df, 16384.0f))), hn::Set(du, 0x46800000u));
-  const VU code = hn::IfThenElse(hn::Lt(a, hn::Set(du, 0x3C800000u)), sub, normal);
-  return hn::OrAnd(code, hn::ShiftRight<24>(b), hn::Set(du, 0x80u));
-}
-
-// Four vectors of codes (u32 lanes, each <= 0xFF) -> 4·N bytes in order. AVX-512: two packus_epi32, one
-// packus_epi16 (exact: the values fit) and one dword permutation (the packs interleave per 128-bit block: block L
-// holds dwords c0[L], c1[L], c2[L], c3[L]); elsewhere U8FromU32 per vector.
-HWY_INLINE void StoreCodes4(VU c0, VU c1, VU c2, VU c3, uint8_t* dst) {
-#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
-  const __m512i w01 = _mm512_packus_epi32(c0.raw, c1.raw), w23 = _mm512_packus_epi32(c2.raw, c3.raw);
-  const __m512i b = _mm512_packus_epi16(w01, w23);
-  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  _mm512_storeu_si512(reinterpret_cast<void*>(dst), _mm512_permutexvar_epi32(idx, b));
-#else
-  const hn::Rebind<uint8_t, DF> d8;
-  const size_t N = hn::Lanes(d8);
-  hn::StoreU(hn::U8FromU32(c0), d8, dst);
-  hn::StoreU(hn::U8FromU32(c1), d8, dst + N);
-  hn::StoreU(hn::U8FromU32(c2), d8, dst + 2 * N);
-  hn::StoreU(hn::U8FromU32(c3), d8, dst + 3 * N);
-#endif
-}
+// [9] in lanes (ElemConst::cast_lanes): fp8_lanes::CastE4m3 (src/cpu/fp8_lanes-inl.h, shared with
+// rmsnorm_quant) — the RNE e4m3fn code of a value the clamp left finite in [-448, 448]; every RNE cast convention
+// gives the same code there (no NaN, no overflow; -0 -> 0x80). Codes packed 64 at a time by fp8_lanes::StoreCodes4.
+using fp8_lanes::CastE4m3;
+using fp8_lanes::CastE4m3Mag;
+using fp8_lanes::StoreCodes4;
 
 template <uint32_t kOp, uint32_t kClamp>
 HWY_INLINE VF ElemV(VF y, VF a, VF b, const ElemConst& c, bool* unsafe, int b_ok = -1) {
@@ -597,6 +630,99 @@ bool ElemRange(int src, const void* p, size_t k0, size_t k1, size_t G, size_t g0
   return ElemRangeS<2>(p, k0, k1, G, g0, a, b, c, out, q);
 }
 
+// Steps 7–9 for [k0, k1) of a row whose every group is "fast" (ElemConst::fast_cast; quantize_rowlocal checks
+// fast_group per group and that the chunk is finite): the codes into q[0, k1 - k0), no range test, no NaN, per
+// element. v = RN(y/a) by fp8_lanes::MarksteinDiv (x/s), RN(y·a) (x*(1/s)) or RN(RN(y·b)·a) (Triton's x/s); the
+// clamp as a u32 min of |v|'s bits with `bound` (the clamp's fp8-max, or 448 for clamp=none with a satfinite cast:
+// the same code as the cast's saturation); the code of |v| by fp8_lanes::CastE4m3Mag; the sign is y's (every
+// divisor and multiplier here is > 0, so v has y's sign — also where MarksteinDiv returns +0 for y = -0 or a
+// quotient under 2^-11 comes out inexact: those give code 0 either way, see fast_group).
+template <int kSrc, uint32_t kOp>
+void ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const float* a, const float* b,
+               uint32_t bound, bool stream, uint8_t* q) {
+  const DF df;
+  const DU du;
+  const hn::Rebind<uint8_t, DF> d8;
+  const size_t N = hn::Lanes(df);
+  const auto* s = static_cast<const SrcT<kSrc>*>(src);
+  const VU vbound = hn::Set(du, bound), absm = hn::Set(du, 0x7FFFFFFFu), sgn = hn::Set(du, 0x80u);
+  auto code = [&](VF y, VF A, VF B) {
+    VF v;
+    if constexpr (kOp == kOpDiv) v = fp8_lanes::MarksteinDiv(y, A, B);
+    else if constexpr (kOp == kOpMul) v = hn::Mul(y, A);
+    else v = hn::Mul(hn::Mul(y, B), A);
+    const VU m = hn::Min(hn::And(hn::BitCast(du, v), absm), vbound);
+    return hn::OrAnd(CastE4m3Mag(m), hn::ShiftRight<24>(hn::BitCast(du, y)), sgn);
+  };
+  size_t k = k0;
+  while (k < k1) {
+    const size_t g = k / G;
+    const size_t e = (g + 1) * G < k1 ? (g + 1) * G : k1;
+    const VF A = hn::Set(df, a[g - g0]), B = hn::Set(df, b[g - g0]);
+#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+    if constexpr (kSrc == 1) {
+      // bf16, 64 elements a step: |x| widened by interleaving zero words below it (per 128-bit block: unpacklo gives
+      // elements 0–3 of the block, unpackhi 4–7, and packus_epi32(lo, hi) restores their order), v of |y| (>= 0),
+      // the codes packed and put in order by one qword permutation, the signs added as bit 7 under the mask of x's
+      // sign bits (a byte add of 0x80 to a code < 0x80).
+      const __m512i mag16 = _mm512_set1_epi16(0x7FFF), zero = _mm512_setzero_si512();
+      const __m512i qidx = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), b80 = _mm512_set1_epi8(static_cast<char>(0x80));
+      auto cmag = [&](__m512i ybits) {
+        const VF y{_mm512_castsi512_ps(ybits)};
+        VF v;
+        if constexpr (kOp == kOpDiv) v = fp8_lanes::MarksteinDiv(y, A, B);
+        else if constexpr (kOp == kOpMul) v = hn::Mul(y, A);
+        else v = hn::Mul(hn::Mul(y, B), A);
+        return CastE4m3Mag(hn::Min(hn::BitCast(du, v), vbound)).raw;
+      };
+      for (; k + 4 * N <= e; k += 4 * N) {
+        const __m512i x0 = _mm512_loadu_si512(reinterpret_cast<const void*>(s + k));
+        const __m512i x1 = _mm512_loadu_si512(reinterpret_cast<const void*>(s + k + 2 * N));
+        const __mmask64 neg = _mm512_kunpackd(_mm512_movepi16_mask(x1), _mm512_movepi16_mask(x0));
+        const __m512i m0 = _mm512_and_si512(x0, mag16), m1 = _mm512_and_si512(x1, mag16);
+        const __m512i c0 = cmag(_mm512_unpacklo_epi16(zero, m0)), c1 = cmag(_mm512_unpackhi_epi16(zero, m0));
+        const __m512i c2 = cmag(_mm512_unpacklo_epi16(zero, m1)), c3 = cmag(_mm512_unpackhi_epi16(zero, m1));
+        const __m512i bytes = _mm512_packus_epi16(_mm512_packus_epi32(c0, c1), _mm512_packus_epi32(c2, c3));
+        const __m512i ordered = _mm512_permutexvar_epi64(qidx, bytes);
+        void* dst = q + (k - k0);
+        const __m512i out = _mm512_mask_add_epi8(ordered, neg, ordered, b80);
+        if (stream && (reinterpret_cast<uintptr_t>(dst) & 63) == 0) _mm512_stream_si512(static_cast<__m512i*>(dst), out);
+        else _mm512_storeu_si512(dst, out);
+      }
+    }
+#endif
+    for (; k + 4 * N <= e; k += 4 * N) {
+      const VU c0 = code(LoadY<kSrc>(s + k), A, B);
+      const VU c1 = code(LoadY<kSrc>(s + k + N), A, B);
+      const VU c2 = code(LoadY<kSrc>(s + k + 2 * N), A, B);
+      const VU c3 = code(LoadY<kSrc>(s + k + 3 * N), A, B);
+      StoreCodes4(c0, c1, c2, c3, q + (k - k0));
+    }
+    for (; k + N <= e; k += N) hn::StoreU(hn::U8FromU32(code(LoadY<kSrc>(s + k), A, B)), d8, q + (k - k0));
+    if (k < e) {
+      HWY_ALIGN uint8_t tmp[kMaxLanes];
+      hn::Store(hn::U8FromU32(code(LoadYN<kSrc>(s + k, e - k), A, B)), d8, tmp);
+      std::memcpy(q + (k - k0), tmp, e - k);
+      k = e;
+    }
+  }
+  if (stream) hwy::FlushStream();
+}
+template <int kSrc>
+void ElemFastS(uint32_t op, const void* p, size_t k0, size_t k1, size_t G, size_t g0, const float* a, const float* b,
+               uint32_t bound, bool stream, uint8_t* q) {
+  if (op == kOpDiv) return ElemFastT<kSrc, kOpDiv>(p, k0, k1, G, g0, a, b, bound, stream, q);
+  if (op == kOpMul) return ElemFastT<kSrc, kOpMul>(p, k0, k1, G, g0, a, b, bound, stream, q);
+  return ElemFastT<kSrc, kOpTriton>(p, k0, k1, G, g0, a, b, bound, stream, q);
+}
+// stream: non-temporal stores of whole 64-byte code lines where the AVX-512 bf16 loop writes them (large tensors).
+void ElemFast(int src, uint32_t op, const void* p, size_t k0, size_t k1, size_t G, size_t g0, const float* a,
+              const float* b, uint32_t bound, bool stream, uint8_t* q) {
+  if (src == 0) return ElemFastS<0>(op, p, k0, k1, G, g0, a, b, bound, stream, q);
+  if (src == 1) return ElemFastS<1>(op, p, k0, k1, G, g0, a, b, bound, stream, q);
+  return ElemFastS<2>(op, p, k0, k1, G, g0, a, b, bound, stream, q);
+}
+
 // ---- Dequantize ------------------------------------------------------------------------------------------------
 template <int kOut>  // 0 f32, 1 bf16, 2 f16
 HWY_INLINE void StoreOut(VF x, void* out, size_t i, size_t count) {
@@ -643,6 +769,12 @@ HWY_INLINE void StoreOut(VF x, void* out, size_t i, size_t count) {
   }
 }
 
+HWY_INLINE uint32_t bits_of_f(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
 HWY_INLINE VF DecodeTimes(VU code, VF s, const DeqConst& c) {
   const DF df;
   const DU du;
@@ -686,6 +818,35 @@ void DeqRangeT(const uint8_t* q, size_t k0, size_t k1, size_t G, size_t g0, cons
       const size_t g = k / G;
       const size_t e = (g + 1) * G < k1 ? (g + 1) * G : k1;
       const VF S = hn::Set(df, sv[g - g0]);
+#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+      // e4m3fn -> bf16 on AVX-512, 32 codes a step, for a finite scale with |s| < 2^120: the code as an f16 — bits
+      // (code & 0x7F) << 7 with the sign at bit 15 are the value·2^-8, subnormals included (the e4m3fn exponent
+      // field is the low 4 bits of the f16 one) — widened exactly by vcvtph2ps, times s·2^8 (exact: no overflow, and
+      // scaling up a subnormal s is exact): the IEEE f32 product RN32(value·s); bf16 by integer RNE; NaN codes
+      // (0x7F, 0xFF) -> 0x7FFF. Other scales (NaN, Inf, |s| >= 2^120): DecodeTimes below.
+      const uint32_t sabs = bits_of_f(sv[g - g0]) & 0x7FFFFFFFu;
+      if constexpr (kOut == 1) {
+        if (c.man_bits == 3 && c.style == 0 && sabs < 0x7B800000u) {
+          const __m512 S8 = _mm512_set1_ps(sv[g - g0] * 256.0f);
+          const __m512i k3f80 = _mm512_set1_epi16(0x3F80), k4000 = _mm512_set1_epi16(0x4000);
+          const __m512i k7fff = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1);
+          auto rne = [&](__m512 x) {
+            const __m512i b = _mm512_castps_si512(x);
+            return _mm512_cvtepi32_epi16(_mm512_srli_epi32(
+                _mm512_add_epi32(_mm512_add_epi32(b, k7fff), _mm512_and_si512(_mm512_srli_epi32(b, 16), one)), 16));
+          };
+          for (; k + 32 <= e; k += 32) {
+            const __m512i x = _mm512_slli_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k))), 7);
+            const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(x, k3f80), k3f80);
+            const __m512i h = _mm512_add_epi16(x, _mm512_and_si512(x, k4000));  // the sign from bit 14 to bit 15
+            const __m256i lo = rne(_mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), S8));
+            const __m256i hi = rne(_mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), S8));
+            const __m512i o = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            _mm512_storeu_si512(static_cast<uint16_t*>(out) + k, _mm512_mask_mov_epi16(o, nan, _mm512_set1_epi16(0x7FFF)));
+          }
+        }
+      }
+#endif
       for (; k < e; k += N) {
         const size_t m = e - k < N ? e - k : N;
         StoreOut<kOut>(DecodeTimes(codes(k, m), S, c), out, k, m);
@@ -732,6 +893,7 @@ HWY_EXPORT(AmaxElems);
 HWY_EXPORT(GroupScales);
 HWY_EXPORT(GroupParams);
 HWY_EXPORT(ElemRange);
+HWY_EXPORT(ElemFast);
 HWY_EXPORT(DeqRange);
 HWY_EXPORT(QuantHasFma);
 
@@ -741,6 +903,9 @@ using namespace quant_cpu_detail;
 
 constexpr size_t kChunk = 8192;             // elements per work item (whole groups when G <= kChunk)
 constexpr int64_t kParallelMin = 1 << 15;  // smaller tensors run on one thread
+// Tensors at least this long (elements) get non-temporal code stores in ElemFast (as convert_cpu.cc: codes that
+// would not stay in the caches anyway; no read-for-ownership of their lines).
+constexpr int64_t kStreamMin = int64_t{1} << 22;
 
 float f32_of(uint32_t b) {
   float f;
@@ -896,6 +1061,13 @@ Ctx make_ctx(const QuantSpec& spec, Format from, const std::vector<int64_t>& sha
   c.ec.cast_lanes = spec.to == Format::e4m3fn && spec.cast.to == Format::e4m3fn && spec.cast.rounding == Rounding::rne &&
                     (spec.clamp == Clamp::nan_to_max || spec.clamp == Clamp::nan_to_min) && spec.fp8_max <= 448.0f &&
                     (c.ec.op == kOpDiv || c.ec.op == kOpMul || c.ec.op == kOpTriton) && c.G > 0;
+  // ElemFast (finite chunks, every group fast_group): the same cast for any clamp to 0 < fp8-max <= 448, or no
+  // clamp with a satfinite cast (finite values beyond 448 -> ±448, i.e. a clamp to 448; deepseek-act-quant).
+  const bool clamp_ok = spec.clamp != Clamp::none ? spec.fp8_max > 0.0f && spec.fp8_max <= 448.0f
+                                                  : spec.cast.overflow == Overflow::satfinite;
+  c.ec.fast_cast = spec.to == Format::e4m3fn && spec.cast.to == Format::e4m3fn && spec.cast.rounding == Rounding::rne &&
+                   clamp_ok && (c.ec.op == kOpDiv || c.ec.op == kOpMul || c.ec.op == kOpTriton) && c.G > 0;
+  c.ec.fast_bound = bits_of(spec.clamp != Clamp::none ? spec.fp8_max : 448.0f);
   return c;
 }
 
@@ -1121,6 +1293,25 @@ void params_all(const Ctx& c, const std::vector<float>& sv, const std::vector<fl
 
 // ---- dynamic, by granularity ------------------------------------------------------------------------------------
 
+// Whether ElemFast may quantize a group of a finite chunk (every |y| finite, the largest amax_bits) with constants
+// a, b: then every v is finite or overflows to ±Inf (clamped to the bound like any value beyond it), never NaN, and
+// has y's sign; for x/s MarksteinDiv is exact where it matters:
+//   x/s: b != 0 (b = RN(1/a) is set only for a in ±[2^-60, 2^60], and only on FMA targets), a > 0, max |y| <= a·2^60
+//        (a·2^60 is exact). Quotients |y/a| >= 2^-11 then have |y| >= 2^-71: inside Quotient's range (no remainder
+//        underflows; MarksteinDiv = RN(y/a)), and |y/a| <= 2^60. Quotients |y/a| < 2^-11 may have remainders that
+//        underflow, but every step stays within 2^-11·(1 + 2^-21) + 2^-88 < 2^-10 (|b| <= 2^60): code 0 with y's
+//        sign, as the reference's RN(y/a) (below the first e4m3fn midpoint 2^-10) gives.
+//   x*(1/s): a finite and >= +0 (y·a: no NaN from finite y).
+//   Triton's x/s RN(RN(y·b)·a): a and b finite and > 0 (an overflowed y·b times a stays ±Inf).
+bool fast_group(uint32_t op, float a, float b, uint32_t amax_bits) {
+  const uint32_t ab = bits_of(a), bb = bits_of(b);
+  switch (op) {
+    case kOpDiv: return bb != 0 && ab < 0x80000000u && f32_of(amax_bits) <= a * 0x1p60f;
+    case kOpMul: return ab < 0x7F800000u;
+    default: return ab - 1u < 0x7F7FFFFFu && bb - 1u < 0x7F7FFFFFu;
+  }
+}
+
 // group / mx / row (when a row's groups fit a chunk): amax, scales and elements per chunk, fused.
 void quantize_rowlocal(const Ctx& c, const void* x, uint8_t* q, void* scales) {
   const size_t K = static_cast<size_t>(c.L.K);
@@ -1130,11 +1321,20 @@ void quantize_rowlocal(const Ctx& c, const void* x, uint8_t* q, void* scales) {
       w.groups(ng);
       std::fill(w.amax_bits.begin(), w.amax_bits.begin() + static_cast<long>(ng), 0u);
       const void* src_row = static_cast<const uint8_t*>(x) + r * K * c.es;
-      HWY_DYNAMIC_DISPATCH(AmaxGroups)(c.src, src_row, k0, k1, c.G, prop, g0, w.amax_bits.data());
+      const bool finite = HWY_DYNAMIC_DISPATCH(AmaxGroups)(c.src, src_row, k0, k1, c.G, prop, g0, w.amax_bits.data());
       const size_t gid_row = r * c.nk;
       compute_scales(c, w.amax_bits.data(), ng, gid_row + g0, scales, w.amax.data(), w.sv.data(), w.tmp.data(),
                      w.codes.data());
       group_params(c, w.sv.data(), w.amax.data(), ng, w.a.data(), w.b.data());
+      if (c.ec.fast_cast && finite) {
+        bool ok = true;
+        for (size_t i = 0; i < ng && ok; ++i) ok = fast_group(c.ec.op, w.a[i], w.b[i], w.amax_bits[i]);
+        if (ok) {
+          HWY_DYNAMIC_DISPATCH(ElemFast)(c.src, c.ec.op, src_row, k0, k1, c.G, g0, w.a.data(), w.b.data(),
+                                         c.ec.fast_bound, c.L.n_elems >= kStreamMin, q + r * K + k0);
+          return;
+        }
+      }
       elements(c, x, r, k0, k1, gid_row, w.a.data(), w.b.data(), scales, q, w);
   });
 }

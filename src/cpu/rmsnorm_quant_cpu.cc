@@ -4,7 +4,10 @@
 // (tests/test_rmsnorm_quant.cc compares them over random and adversarial rows, every convention and field).
 // Per row, in one thread, with the row held in three thread-local f32 buffers (L2-resident for K <= ~16k):
 //   1. z = the (residual-added) row; bf16 loads/rounding in u32 lanes (RNE by integer code: b + 0x7FFF + lsb,
-//      NaN quieted), f16 element-wise through ref::narrow (exact, not vectorised).
+//      NaN quieted), f16 element-wise through ref::narrow (exact, not vectorised). bf16 rows without a residual on
+//      the vectorised group quant with variance exact or cub write no f32 row: steps 2 and 5–6 read x itself and
+//      widen it in registers (ZBf16; z is exactly the widened x), the f32 row is written only when a rarer path
+//      needs it (the reference's exact sum, a NaN row).
 //   2. the mean of squares:
 //      exact    Σ z² in f64 lanes (z² is exact in f64; any order). For n non-negative terms the computed sum is
 //               within γ_(n-1) = (n-1)u/(1-(n-1)u) of Σ (u = 2^-53; Higham, Accuracy and Stability, §4.2, any
@@ -12,8 +15,8 @@
 //               interval q·(1 ± (n+4)·2^-52) agree, that is RN32(Σ/n) (RN32 is monotone); otherwise (a quotient
 //               within ~n·2^-52 of an f32 midpoint, rare) and for NaN/Inf rows: ref::mean_square_exact.
 //      cub:T    the per-thread fma chains in f32 lanes, lane = thread (LoadInterleaved4 splits the vec4s), then the
-//               warp trees and the warp sum as the reference; on targets without native FMA the chains run in
-//               scalar std::fma.
+//               warp trees (full warps on AVX-512 in lanes, CubFullWarps: the same additions) and the warp sum as
+//               the reference; on targets without native FMA the chains run in scalar std::fma.
 //      f32-seq  a scalar std::fma chain (inherently sequential).
 //   3.–4. u = v + eps; rsqrt: rn and cuda-rsqrtf use ref::rsqrt_rn / ref::rsqrt_cuda (scalar, once per row),
 //         ieee 1/sqrtf.
@@ -27,7 +30,11 @@
 //      tracks them apart), the scale per group in scalar f32 (the reference's steps 3–6), the quotient, the GPU NaN
 //      model and the clamp in lanes (specialised per formula and clamp; a NaN-replacing clamp skips the
 //      canonicalisation), then the cast: in lanes for RNE e4m3fn after such a clamp (RowQuant), else
-//      cpu::encode_f32 (Highway, serial for a row). Every other
+//      cpu::encode_f32 (Highway, serial for a row). With the cast in lanes, groups that are finite and whose scale
+//      allows it take no per-element range or NaN test (RowQuantFast: x/s by fp8_lanes::MarksteinDiv for s in
+//      [2^-60, 2^60] with amax <= s·2^60, x*(1/s) with a finite RN(1/s); the clamp as a u32 min of |v|, the code by
+//      fp8_lanes::CastE4m3Mag, the sign from y), and for x*(1/s) on bf16 fast rows steps 5–9 run fused per group
+//      in registers (NormQuantBf16: no f32 y row). Every other
 //      quant spec (exact formulas, div=triton-nv, bf16/f16/ue8m0 scales) runs cpu::quantize (src/cpu/quant_cpu.cc)
 //      on the normed rows after the loop.
 #undef HWY_TARGET_INCLUDE
@@ -40,8 +47,46 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu/fp8_lanes-inl.h"
 #include "fp8ref/convert.h"
 #include "fp8ref/rmsnorm.h"
+
+#ifndef FP8REF_RMSNORM_QUANT_CPU_ONCE
+#define FP8REF_RMSNORM_QUANT_CPU_ONCE
+namespace fp8ref::rmsnorm_cpu_detail {
+constexpr uint32_t kNan = 0x7FFFFFFFu;
+inline float f32_of(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+inline uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+inline float gpu(float v) { return std::isnan(v) ? f32_of(kNan) : v; }
+inline float fmax_nan_loses(float a, float b) {
+  if (std::isnan(a)) return b;
+  if (std::isnan(b)) return a;
+  return a < b ? b : a;
+}
+inline float guard(const QuantSpec& q, float v, float floor) {
+  if (q.amax_nan == AmaxNan::ignore) return fmax_nan_loses(v, floor);
+  if (std::isnan(v) || std::isnan(floor)) return f32_of(kNan);
+  return v < floor ? floor : v;
+}
+// Steps 3–5 of the group quant for the vectorised specs (scale-dtype f32): the group's scale s from its amax over
+// the non-NaN |y| and whether it held a NaN. rcp_max = gpu(1 / max).
+inline float group_scale(const QuantSpec& qs, float amax, bool nan, float rcp_max) {
+  if (qs.amax_nan == AmaxNan::propagate && nan) amax = f32_of(kNan);
+  if (qs.amax_floor) amax = guard(qs, amax, *qs.amax_floor);
+  float s = qs.scale_formula == ScaleFormula::div ? gpu(amax / qs.fp8_max) : gpu(amax * rcp_max);
+  if (qs.min_scale) s = guard(qs, s, *qs.min_scale);
+  return s;
+}
+}  // namespace fp8ref::rmsnorm_cpu_detail
+#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace fp8ref::HWY_NAMESPACE {
@@ -123,18 +168,59 @@ void LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
   }
 }
 
+// z as the variance and normalize passes read it: the f32 row LoadRowBf16 wrote (ZF32), or — bf16 rows without a
+// residual — the bf16 input itself, widened in registers (ZBf16: z is exactly the widened x; no f32 row written).
+struct ZF32 {
+  const float* p;
+  HWY_INLINE hn::Vec<DF> Load(size_t k) const { return hn::LoadU(DF(), p + k); }
+  HWY_INLINE float At(size_t k) const { return p[k]; }
+  template <class D>  // Lanes(d) f32 values (d: f32 lanes of any width)
+  HWY_INLINE hn::Vec<D> LoadF(D d, size_t k) const { return hn::LoadU(d, p + k); }
+  HWY_INLINE void Load4(size_t k, hn::Vec<DF>& v0, hn::Vec<DF>& v1, hn::Vec<DF>& v2, hn::Vec<DF>& v3) const {
+    hn::LoadInterleaved4(DF(), p + k, v0, v1, v2, v3);
+  }
+};
+struct ZBf16 {
+  const uint16_t* p;
+  HWY_INLINE hn::Vec<DF> Load(size_t k) const { return LoadBf16(p + k); }
+  template <class D>
+  HWY_INLINE hn::Vec<D> LoadF(D d, size_t k) const {
+    const hn::RebindToUnsigned<D> d32;
+    const hn::Rebind<uint16_t, D> d16h;
+    return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(d32, hn::LoadU(d16h, p + k))));
+  }
+  HWY_INLINE float At(size_t k) const {
+    const uint32_t b = static_cast<uint32_t>(p[k]) << 16;
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+  }
+  HWY_INLINE void Load4(size_t k, hn::Vec<DF>& v0, hn::Vec<DF>& v1, hn::Vec<DF>& v2, hn::Vec<DF>& v3) const {
+    const DF df;
+    const DU du;
+    const DU16 d16;
+    hn::Vec<DU16> h0, h1, h2, h3;
+    hn::LoadInterleaved4(d16, p + k, h0, h1, h2, h3);
+    v0 = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, h0)));
+    v1 = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, h1)));
+    v2 = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, h2)));
+    v3 = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, h3)));
+  }
+};
+
 // Σ z² in f64 lanes, any order. NaN/Inf in z give a non-finite result.
-double SumSquaresF64(const float* z, size_t K) {
+template <class Z>
+double SumSquaresF64T(const Z z, size_t K) {
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> dfh;
   const size_t N = hn::Lanes(dd);
   auto a0 = hn::Zero(dd), a1 = hn::Zero(dd), a2 = hn::Zero(dd), a3 = hn::Zero(dd);
   size_t k = 0;
   for (; k + 4 * N <= K; k += 4 * N) {
-    const auto v0 = hn::PromoteTo(dd, hn::LoadU(dfh, z + k));
-    const auto v1 = hn::PromoteTo(dd, hn::LoadU(dfh, z + k + N));
-    const auto v2 = hn::PromoteTo(dd, hn::LoadU(dfh, z + k + 2 * N));
-    const auto v3 = hn::PromoteTo(dd, hn::LoadU(dfh, z + k + 3 * N));
+    const auto v0 = hn::PromoteTo(dd, z.LoadF(dfh, k));
+    const auto v1 = hn::PromoteTo(dd, z.LoadF(dfh, k + N));
+    const auto v2 = hn::PromoteTo(dd, z.LoadF(dfh, k + 2 * N));
+    const auto v3 = hn::PromoteTo(dd, z.LoadF(dfh, k + 3 * N));
     a0 = hn::MulAdd(v0, v0, a0);
     a1 = hn::MulAdd(v1, v1, a1);
     a2 = hn::MulAdd(v2, v2, a2);
@@ -144,12 +230,17 @@ double SumSquaresF64(const float* z, size_t K) {
   hn::Store(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)), dd, lanes);
   double s = 0;
   for (size_t i = 0; i < N; ++i) s += lanes[i];
-  for (; k < K; ++k) s += static_cast<double>(z[k]) * z[k];
+  for (; k < K; ++k) s += static_cast<double>(z.At(k)) * z.At(k);
   return s;
+}
+double SumSquaresF64(const void* z, bool bf16, size_t K) {
+  if (bf16) return SumSquaresF64T(ZBf16{static_cast<const uint16_t*>(z)}, K);
+  return SumSquaresF64T(ZF32{static_cast<const float*>(z)}, K);
 }
 
 // The per-thread partial sums of vLLM's compute_rms (variance=cub:T): part[t] for t < T.
-void CubPartials(const float* z, size_t nvec, size_t T, float* part) {
+template <class Z>
+void CubPartialsT(const Z z, size_t nvec, size_t T, float* part) {
   size_t t0 = 0;
 #if HWY_NATIVE_FMA
   const DF df;
@@ -159,7 +250,7 @@ void CubPartials(const float* z, size_t nvec, size_t T, float* part) {
     size_t i = t0;  // the vec4 index of lane 0
     for (; i + N <= nvec; i += T) {
       hn::Vec<DF> v0, v1, v2, v3;
-      hn::LoadInterleaved4(df, z + 4 * i, v0, v1, v2, v3);  // v_j[lane] = z[4(i + lane) + j]
+      z.Load4(4 * i, v0, v1, v2, v3);  // v_j[lane] = z[4(i + lane) + j]
       acc = hn::MulAdd(v0, v0, acc);
       acc = hn::MulAdd(v1, v1, acc);
       acc = hn::MulAdd(v2, v2, acc);
@@ -168,15 +259,69 @@ void CubPartials(const float* z, size_t nvec, size_t T, float* part) {
     hn::StoreU(acc, df, part + t0);
     // the last, partial step: only lanes whose vec4 index is < nvec (i >= nvec - N + 1 here)
     for (size_t l = 0; l < N && i + l < nvec; ++l)
-      for (size_t j = 0; j < 4; ++j) part[t0 + l] = std::fma(z[4 * (i + l) + j], z[4 * (i + l) + j], part[t0 + l]);
+      for (size_t j = 0; j < 4; ++j) {
+        const float v = z.At(4 * (i + l) + j);
+        part[t0 + l] = std::fma(v, v, part[t0 + l]);
+      }
   }
 #endif
   for (size_t t = t0; t < T; ++t) {
     float a = 0.0f;
     for (size_t i = t; i < nvec; i += T)
-      for (size_t j = 0; j < 4; ++j) a = std::fma(z[4 * i + j], z[4 * i + j], a);
+      for (size_t j = 0; j < 4; ++j) {
+        const float v = z.At(4 * i + j);
+        a = std::fma(v, v, a);
+      }
     part[t] = a;
   }
+}
+void CubPartials(const void* z, bool bf16, size_t nvec, size_t T, float* part) {
+  if (bf16) return CubPartialsT(ZBf16{static_cast<const uint16_t*>(z)}, nvec, T, part);
+  CubPartialsT(ZF32{static_cast<const float*>(z)}, nvec, T, part);
+}
+
+// vLLM's cub warp trees (mean_square_cub): lane[l] += lane[l + o] for o = 1, 2, 4, 8, 16 and l + o < 32 (every lane
+// reads the previous level: a shuffle down), for each full warp of 32 partials; lane0[w] = the warp's lane 0. The
+// same additions of the same operands as the reference's loop. AVX-512: a warp is two vectors a (lanes 0–15) and
+// b (16–31); per level a += (a, b) shifted down by o lanes (valignd), b += b shifted down in its lanes l < 16 − o.
+// Returns the number of warps done (0 on other targets: the caller runs the scalar tree). *nan: a NaN partial.
+size_t CubFullWarps(const float* part, size_t threads, float* lane0, bool* nan) {
+#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+  const size_t warps = threads / 32;
+  __mmask16 anynan = 0;
+  const __m512i zero = _mm512_setzero_si512();
+  for (size_t w = 0; w < warps; ++w) {
+    __m512i a = _mm512_loadu_si512(reinterpret_cast<const void*>(part + 32 * w));
+    __m512i b = _mm512_loadu_si512(reinterpret_cast<const void*>(part + 32 * w + 16));
+    anynan |= _mm512_cmp_ps_mask(_mm512_castsi512_ps(a), _mm512_castsi512_ps(a), _CMP_UNORD_Q) |
+              _mm512_cmp_ps_mask(_mm512_castsi512_ps(b), _mm512_castsi512_ps(b), _CMP_UNORD_Q);
+#define FP8REF_CUB_LEVEL(O)                                                                                       \
+  {                                                                                                                \
+    const __m512 sa = _mm512_castsi512_ps(_mm512_alignr_epi32(b, a, O));                                          \
+    const __m512 sb = _mm512_castsi512_ps(_mm512_alignr_epi32(zero, b, O));                                       \
+    const __m512 na = _mm512_add_ps(_mm512_castsi512_ps(a), sa);                                                  \
+    const __m512 nb = _mm512_mask_add_ps(_mm512_castsi512_ps(b), static_cast<__mmask16>((1u << (16 - O)) - 1u), \
+                                         _mm512_castsi512_ps(b), sb);                                             \
+    a = _mm512_castps_si512(na);                                                                                   \
+    b = _mm512_castps_si512(nb);                                                                                   \
+  }
+    FP8REF_CUB_LEVEL(1)
+    FP8REF_CUB_LEVEL(2)
+    FP8REF_CUB_LEVEL(4)
+    FP8REF_CUB_LEVEL(8)
+#undef FP8REF_CUB_LEVEL
+    lane0[w] = _mm512_cvtss_f32(_mm512_add_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b)));  // o = 16
+  }
+  for (size_t t = 32 * warps; t < threads; ++t) anynan |= std::isnan(part[t]) ? 1 : 0;
+  *nan = anynan != 0;
+  return warps;
+#else
+  (void)part;
+  (void)threads;
+  (void)lane0;
+  (void)nan;
+  return 0;
+#endif
 }
 
 // Steps 5–6 for bf16 rows: y = weight-mode(RN32(z · r)), group by group (G elements; the last may be shorter),
@@ -269,8 +414,8 @@ void NormWeightBf16(const float* z, const uint16_t* w, size_t K, float r, NormWe
 // needs no NaN branch (b + 0x7FFF + lsb keeps such a NaN a NaN), and NaN bits of y never matter (the quotient is
 // canonicalised). The group amax is a u32 max of |y| bits; a value above 0x7F800000 means a NaN was in the group,
 // which is then rescanned (amax over the non-NaN |y|, nan flag).
-template <int kMode>  // 0: weight=f32, 1: dtype-twice, 2: dtype-once
-void NormWeightBf16FastT(const float* z, const float* w, size_t K, float r, float* y, size_t G, float* amax,
+template <int kMode, class Z>  // 0: weight=f32, 1: dtype-twice, 2: dtype-once
+void NormWeightBf16FastT(const Z z, const float* w, size_t K, float r, float* y, size_t G, float* amax,
                          uint8_t* nan) {
   const DF df;
   const DU du;
@@ -294,7 +439,7 @@ void NormWeightBf16FastT(const float* z, const float* w, size_t K, float r, floa
     auto mx = hn::Zero(du);
     size_t k = k0;
     for (; k + N <= end; k += N) {
-      const auto a = hn::Mul(hn::LoadU(df, z + k), vr);
+      const auto a = hn::Mul(z.Load(k), vr);
       const auto wv = hn::LoadU(df, w + k);
       hn::Vec<DF> out;
       if (kMode == 0) out = hn::Mul(a, wv);
@@ -305,7 +450,7 @@ void NormWeightBf16FastT(const float* z, const float* w, size_t K, float r, floa
     }
     uint32_t m = k > k0 ? hn::GetLane(hn::MaxOfLanes(du, mx)) : 0u;
     for (size_t i = k; i < end; ++i) {
-      const float a = z[i] * r;
+      const float a = z.At(i) * r;
       const float o = kMode == 0 ? a * w[i] : kMode == 1 ? rnd1(rnd1(a) * w[i]) : rnd1(a * w[i]);
       y[i] = o;
       uint32_t b;
@@ -325,12 +470,17 @@ void NormWeightBf16FastT(const float* z, const float* w, size_t K, float r, floa
     }
   }
 }
-void NormWeightBf16Fast(const float* z, const float* w, size_t K, float r, NormWeight mode, float* y, size_t G,
-                        float* amax, uint8_t* nan) {
+void NormWeightBf16Fast(const void* z, bool bf16, const float* w, size_t K, float r, NormWeight mode, float* y,
+                        size_t G, float* amax, uint8_t* nan) {
+  const ZF32 zf{static_cast<const float*>(z)};
+  const ZBf16 zh{static_cast<const uint16_t*>(z)};
   switch (mode) {
-    case NormWeight::f32: return NormWeightBf16FastT<0>(z, w, K, r, y, G, amax, nan);
-    case NormWeight::dtype_twice: return NormWeightBf16FastT<1>(z, w, K, r, y, G, amax, nan);
-    default: return NormWeightBf16FastT<2>(z, w, K, r, y, G, amax, nan);
+    case NormWeight::f32:
+      return bf16 ? NormWeightBf16FastT<0>(zh, w, K, r, y, G, amax, nan) : NormWeightBf16FastT<0>(zf, w, K, r, y, G, amax, nan);
+    case NormWeight::dtype_twice:
+      return bf16 ? NormWeightBf16FastT<1>(zh, w, K, r, y, G, amax, nan) : NormWeightBf16FastT<1>(zf, w, K, r, y, G, amax, nan);
+    default:
+      return bf16 ? NormWeightBf16FastT<2>(zh, w, K, r, y, G, amax, nan) : NormWeightBf16FastT<2>(zf, w, K, r, y, G, amax, nan);
   }
 }
 
@@ -363,55 +513,33 @@ void RowAmax(const float* y, size_t K, size_t G, float* amax, uint8_t* nan) {
   }
 }
 
-// Steps 7–9 over a row, group g with divisor sv[g] (x/s) or multiplier sv[g] = RN32(1/s) (x*(1/s)): the quotient,
-// the GPU NaN model and the clamp in lanes; then either the values v for cpu::encode_f32 (q == nullptr), or, with
-// `cast_e4m3`, the cast itself in lanes: RNE to e4m3fn of a value the clamp left finite in [-448, 448] (every RNE
-// cast convention gives the same code there, -0 -> 0x80):
-//   |v| >= 2^-6: bits + 0x7FFFF + lsb(bits >> 20), >> 20, minus the bias difference (127 - 7) << 3;
-//   |v| <  2^-6: n = RNE(|v| · 2^9) = bits(|v| + 2^14) - bits(2^14) (the ulp of 2^14 is 2^-9), code n (8 = the
-//                smallest normal).
+// Steps 7–8 in lanes for a group with divisor s (x/s) or multiplier s = RN32(1/s) (x*(1/s)): the quotient (IEEE
+// division), the GPU NaN model and the clamp. The clamps that replace a NaN make its bits irrelevant (no
+// canonicalisation there); the NaN test is explicit (no reliance on minps/maxps operand order).
+template <bool mul, Clamp clamp>
+HWY_INLINE hn::Vec<DF> QuotClamp(hn::Vec<DF> yv, hn::Vec<DF> s, hn::Vec<DF> hi, hn::Vec<DF> lo) {
+  const auto raw = mul ? hn::Mul(yv, s) : hn::Div(yv, s);
+  const auto clamped = hn::Min(hn::Max(raw, lo), hi);
+  if (clamp == Clamp::nan_to_max) return hn::IfThenElse(hn::IsNaN(raw), hi, clamped);
+  if (clamp == Clamp::nan_to_min) return hn::IfThenElse(hn::IsNaN(raw), lo, clamped);
+  const auto t = Canonical(raw);
+  if (clamp == Clamp::nan_kept) return hn::IfThenElse(hn::IsNaN(t), t, hn::Min(hn::Max(t, lo), hi));
+  return t;  // Clamp::none
+}
+
+// Steps 7–9 over a row, group g with divisor sv[g] (x/s) or multiplier sv[g] = RN32(1/s) (x*(1/s)): QuotClamp,
+// then either the values v for cpu::encode_f32, or, with `cast_e4m3` (an RNE cast to e4m3fn after a NaN-replacing
+// clamp to max <= 448: every RNE cast convention gives the same code there, -0 -> 0x80), the codes by
+// fp8_lanes::CastE4m3 (src/cpu/fp8_lanes-inl.h, shared with the group quant).
 template <bool mul, Clamp clamp>
 HWY_INLINE void RowQuantT(const float* y, size_t K, size_t G, const float* sv, float mx, bool cast_e4m3, float* v,
                           uint8_t* q) {
   const DF df;
-  const DU du;
   const hn::Rebind<uint8_t, DF> d8;
   const size_t N = hn::Lanes(df);
   const auto hi = hn::Set(df, mx), lo = hn::Set(df, -mx);
-  auto quotient = [&](hn::Vec<DF> yv, hn::Vec<DF> s) {
-    const auto raw = mul ? hn::Mul(yv, s) : hn::Div(yv, s);
-    // The clamps that replace a NaN make its bits irrelevant: no canonicalisation needed there. On x86 SIMD
-    // targets Min/Max are minps/maxps, which return the second operand when one is NaN: the clamp order alone then
-    // sends a NaN to the bound (tests/test_rmsnorm_quant.cc checks NaN quotients under both clamps).
-#if HWY_ARCH_X86 && (HWY_TARGET & (HWY_SCALAR | HWY_EMU128)) == 0
-    if (clamp == Clamp::nan_to_max) return hn::Max(hn::Min(raw, hi), lo);  // NaN -> hi -> hi
-    if (clamp == Clamp::nan_to_min) return hn::Min(hn::Max(raw, lo), hi);  // NaN -> lo -> lo
-#else
-    if (clamp == Clamp::nan_to_max) return hn::IfThenElse(hn::IsNaN(raw), hi, hn::Min(hn::Max(raw, lo), hi));
-    if (clamp == Clamp::nan_to_min) return hn::IfThenElse(hn::IsNaN(raw), lo, hn::Min(hn::Max(raw, lo), hi));
-#endif
-    auto t = Canonical(raw);
-    switch (clamp) {
-      case Clamp::none: return t;
-      case Clamp::nan_to_max: return hn::IfThenElse(hn::IsNaN(t), hi, hn::Min(hn::Max(t, lo), hi));
-      case Clamp::nan_to_min: return hn::IfThenElse(hn::IsNaN(t), lo, hn::Min(hn::Max(t, lo), hi));
-      case Clamp::nan_kept: return hn::IfThenElse(hn::IsNaN(t), t, hn::Min(hn::Max(t, lo), hi));
-    }
-    return t;
-  };
-  auto cast = [&](hn::Vec<DF> t) {
-    const auto b = hn::BitCast(du, t);
-    const auto a = hn::And(b, hn::Set(du, 0x7FFFFFFFu));
-    const auto lsb = hn::And(hn::ShiftRight<20>(a), hn::Set(du, 1));
-    // (a + 0x7FFFF + lsb - ((127 - 7) << 23)) >> 20, the bias difference folded into the constant (mod 2^32; the
-    // sum is positive for a >= 2^-6); bit 20 of a is unchanged by that subtraction.
-    const auto normal = hn::ShiftRight<20>(hn::Add(hn::Add(a, hn::Set(du, 0x7FFFFu - ((127u - 7u) << 23))), lsb));
-    // |v| + 2^14 rounds |v| to a multiple of 2^-9 (the ulp of 2^14), RNE; minus 2^14's bits: RNE(|v|·2^9) in [0, 8].
-    const auto sub = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, a), hn::Set(df, 16384.0f))),
-                             hn::Set(du, 0x46800000u));
-    const auto code = hn::IfThenElse(hn::Lt(a, hn::Set(du, 0x3C800000u)), sub, normal);
-    return hn::U8FromU32(hn::OrAnd(code, hn::ShiftRight<24>(b), hn::Set(du, 0x80u)));  // | the sign, as bit 7
-  };
+  auto quotient = [&](hn::Vec<DF> yv, hn::Vec<DF> s) { return QuotClamp<mul, clamp>(yv, s, hi, lo); };
+  auto cast = [&](hn::Vec<DF> t) { return hn::U8FromU32(fp8_lanes::CastE4m3(t)); };
   for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
     const size_t end = k0 + G < K ? k0 + G : K;
     const auto s = hn::Set(df, sv[g]);
@@ -437,6 +565,62 @@ HWY_INLINE void RowQuantT(const float* y, size_t K, size_t G, const float* sv, f
   }
 }
 
+// RowQuantT with the cast in lanes, per group either fast (fast[g] != 0: the group has no NaN and no Inf, and for
+// x/s its divisor sv[g] lies in [2^-60, 2^60] with amax <= sv[g]·2^60 and rb[g] = RN(1/sv[g]); for x*(1/s) its
+// multiplier sv[g] is finite and >= 0) or as RowQuantT. Fast groups: v = |y|/s by fp8_lanes::MarksteinDiv or
+// |y|·sv, the clamp as a u32 min with max's bits, fp8_lanes::CastE4m3Mag, y's sign as bit 7 (the argument for the
+// division: quant_cpu.cc's fast_group). The group's tail (K % G) always goes through QuotClamp.
+template <bool mul, Clamp clamp>
+HWY_INLINE void RowQuantFastT(const float* y, size_t K, size_t G, const float* sv, const float* rb, const uint8_t* fast,
+                              float mx, uint8_t* q) {
+  const DF df;
+  const DU du;
+  const hn::Rebind<uint8_t, DF> d8;
+  const size_t N = hn::Lanes(df);
+  const auto hi = hn::Set(df, mx), lo = hn::Set(df, -mx);
+  const auto absm = hn::Set(du, 0x7FFFFFFFu), sgn = hn::Set(du, 0x80u);
+  const auto bound = hn::Set(du, rmsnorm_cpu_detail::bits_of(mx));
+  for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
+    const size_t end = k0 + G < K ? k0 + G : K;
+    const auto s = hn::Set(df, sv[g]);
+    size_t k = k0;
+    if (fast[g]) {
+      const auto b = hn::Set(df, rb[g]);
+      auto code = [&](hn::Vec<DF> yv) {
+        const auto yb = hn::BitCast(du, yv);
+        const auto ay = hn::BitCast(df, hn::And(yb, absm));
+        const auto v = mul ? hn::Mul(ay, s) : fp8_lanes::MarksteinDiv(ay, s, b);
+        return hn::OrAnd(fp8_lanes::CastE4m3Mag(hn::Min(hn::BitCast(du, v), bound)), hn::ShiftRight<24>(yb), sgn);
+      };
+      for (; k + 4 * N <= end; k += 4 * N) {
+        const auto c0 = code(hn::LoadU(df, y + k)), c1 = code(hn::LoadU(df, y + k + N));
+        const auto c2 = code(hn::LoadU(df, y + k + 2 * N)), c3 = code(hn::LoadU(df, y + k + 3 * N));
+        fp8_lanes::StoreCodes4(c0, c1, c2, c3, q + k);
+      }
+      for (; k + N <= end; k += N) hn::StoreU(hn::U8FromU32(code(hn::LoadU(df, y + k))), d8, q + k);
+    } else {
+      for (; k + N <= end; k += N)
+        hn::StoreU(hn::U8FromU32(fp8_lanes::CastE4m3(QuotClamp<mul, clamp>(hn::LoadU(df, y + k), s, hi, lo))), d8, q + k);
+    }
+    if (k < end) {  // the group's tail through a padded vector
+      HWY_ALIGN float buf[HWY_MAX_BYTES / sizeof(float)] = {};
+      HWY_ALIGN uint8_t cb[HWY_MAX_BYTES / sizeof(float)] = {};
+      for (size_t i = k; i < end; ++i) buf[i - k] = y[i];
+      hn::Store(hn::U8FromU32(fp8_lanes::CastE4m3(QuotClamp<mul, clamp>(hn::Load(df, buf), s, hi, lo))), d8, cb);
+      for (size_t i = k; i < end; ++i) q[i] = cb[i - k];
+    }
+  }
+}
+void RowQuantFast(const float* y, size_t K, size_t G, const float* sv, const float* rb, const uint8_t* fast, bool mul,
+                  Clamp clamp, float mx, uint8_t* q) {
+  if (clamp == Clamp::nan_to_max) {
+    if (mul) return RowQuantFastT<true, Clamp::nan_to_max>(y, K, G, sv, rb, fast, mx, q);
+    return RowQuantFastT<false, Clamp::nan_to_max>(y, K, G, sv, rb, fast, mx, q);
+  }
+  if (mul) return RowQuantFastT<true, Clamp::nan_to_min>(y, K, G, sv, rb, fast, mx, q);
+  return RowQuantFastT<false, Clamp::nan_to_min>(y, K, G, sv, rb, fast, mx, q);
+}
+
 void RowQuant(const float* y, size_t K, size_t G, const float* sv, bool mul, Clamp clamp, float mx, bool cast_e4m3,
               float* v, uint8_t* q) {
 #define FP8REF_ROWQUANT_CASE(C)                                                 \
@@ -450,6 +634,109 @@ void RowQuant(const float* y, size_t K, size_t G, const float* sv, bool mul, Cla
     FP8REF_ROWQUANT_CASE(nan_kept)
   }
 #undef FP8REF_ROWQUANT_CASE
+}
+
+// Steps 5–9 for a bf16 row on the fast path (as NormWeightBf16Fast: no NaN z, r not NaN, y not exported) with
+// formula x*(1/s) and the cast in lanes, fused per group in registers: y (NormWeightBf16Fast's arithmetic) for the
+// G <= 8·N elements of a group, its amax (u32 max of |y| bits; a group with a NaN is spilled to `spill` and its amax
+// taken over the non-NaN |y|, as GroupMax), the scale by rmsnorm_cpu_detail::group_scale (the host loop's code) and
+// the multiplier sv = gpu(RN(1/s)), then the codes: in a finite group (every |y| < Inf) with sv finite as
+// RowQuantFastT's fast groups, else by QuotClamp and fp8_lanes::CastE4m3. (For x/s the separate passes with
+// RowQuantFast measured faster: the scalar scale and reciprocal sit between a group's y and its division.)
+// Returns false (nothing written) when G is not a multiple of N, G > 8·N or K % G != 0: then the caller runs the
+// separate passes. kNv: the vectors per group when known at compile time (8: G = 128 on AVX-512 — the arrays then
+// live in registers), else 0 (G / N at run time).
+template <int kMode, Clamp kClamp, size_t kNv, class Z>
+HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, size_t G, const QuantSpec& qs,
+                               float rcp_max, float* spill, float* scales, uint8_t* q) {
+  const DF df;
+  const DU du;
+  const hn::Rebind<uint8_t, DF> d8;
+  const size_t N = hn::Lanes(df);
+  constexpr size_t kMaxV = 8;
+  const size_t nv = kNv ? kNv : G / N;
+  const auto vr = hn::Set(df, r);
+  const auto k7fff = hn::Set(du, 0x7FFFu), one = hn::Set(du, 1u), hi16 = hn::Set(du, 0xFFFF0000u);
+  const auto absm = hn::Set(du, 0x7FFFFFFFu), sgn = hn::Set(du, 0x80u);
+  const float mx = qs.fp8_max;
+  const auto hi = hn::Set(df, mx), lo = hn::Set(df, -mx);
+  const auto bound = hn::Set(du, rmsnorm_cpu_detail::bits_of(mx));
+  auto rnd = [&](hn::Vec<DF> v) {
+    const auto b = hn::BitCast(du, v);
+    return hn::BitCast(df, hn::And(hn::Add(hn::Add(b, k7fff), hn::And(hn::ShiftRight<16>(b), one)), hi16));
+  };
+  hn::Vec<DF> yv[kMaxV];
+  hn::Vec<DU> cv[kMaxV];
+  for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
+    auto m = hn::Zero(du);
+    for (size_t j = 0; j < nv; ++j) {
+      const auto a = hn::Mul(z.Load(k0 + j * N), vr);
+      const auto wv = hn::LoadU(df, w + k0 + j * N);
+      hn::Vec<DF> out;
+      if constexpr (kMode == 0) out = hn::Mul(a, wv);
+      else if constexpr (kMode == 1) out = rnd(hn::Mul(rnd(a), wv));
+      else out = rnd(hn::Mul(a, wv));
+      yv[j] = out;
+      m = hn::Max(m, hn::And(hn::BitCast(du, out), absm));
+    }
+    const uint32_t mb = hn::GetLane(hn::MaxOfLanes(du, m));
+    float amax;
+    bool nan = false;
+    if (mb <= 0x7F800000u) {
+      amax = rmsnorm_cpu_detail::f32_of(mb);
+    } else {  // a NaN in the group: the amax over the non-NaN |y|
+      for (size_t j = 0; j < nv; ++j) hn::StoreU(yv[j], df, spill + j * N);
+      amax = 0.0f;
+      for (size_t i = 0; i < G; ++i)
+        if (!std::isnan(spill[i])) amax = std::fabs(spill[i]) > amax ? std::fabs(spill[i]) : amax;
+      nan = true;
+    }
+    const float s = rmsnorm_cpu_detail::group_scale(qs, amax, nan, rcp_max);
+    scales[g] = s;
+    const float sv = rmsnorm_cpu_detail::gpu(1.0f / s);
+    const auto SV = hn::Set(df, sv);
+    if (mb < 0x7F800000u && rmsnorm_cpu_detail::bits_of(sv) < 0x7F800000u) {
+      for (size_t j = 0; j < nv; ++j) {
+        const auto yb = hn::BitCast(du, yv[j]);
+        const auto v = hn::Mul(hn::BitCast(df, hn::And(yb, absm)), SV);
+        cv[j] = hn::OrAnd(fp8_lanes::CastE4m3Mag(hn::Min(hn::BitCast(du, v), bound)), hn::ShiftRight<24>(yb), sgn);
+      }
+    } else {
+      for (size_t j = 0; j < nv; ++j) cv[j] = fp8_lanes::CastE4m3(QuotClamp<true, kClamp>(yv[j], SV, hi, lo));
+    }
+    size_t j = 0;
+    for (; j + 4 <= nv; j += 4) fp8_lanes::StoreCodes4(cv[j], cv[j + 1], cv[j + 2], cv[j + 3], q + k0 + j * N);
+    for (; j < nv; ++j) hn::StoreU(hn::U8FromU32(cv[j]), d8, q + k0 + j * N);
+  }
+}
+template <int kMode, Clamp kClamp>
+bool NormQuantBf16T(const void* z, bool bf16, const float* w, size_t K, float r, size_t G, const QuantSpec& qs,
+                    float rcp_max, float* spill, float* scales, uint8_t* q) {
+  const size_t N = hn::Lanes(DF());
+  if (G % N != 0 || G > 8 * N || K % G != 0) return false;
+  const ZF32 zf{static_cast<const float*>(z)};
+  const ZBf16 zh{static_cast<const uint16_t*>(z)};
+  if (G == 8 * N) {
+    if (bf16) NormQuantBf16G<kMode, kClamp, 8>(zh, w, K, r, G, qs, rcp_max, spill, scales, q);
+    else NormQuantBf16G<kMode, kClamp, 8>(zf, w, K, r, G, qs, rcp_max, spill, scales, q);
+  } else {
+    if (bf16) NormQuantBf16G<kMode, kClamp, 0>(zh, w, K, r, G, qs, rcp_max, spill, scales, q);
+    else NormQuantBf16G<kMode, kClamp, 0>(zf, w, K, r, G, qs, rcp_max, spill, scales, q);
+  }
+  return true;
+}
+bool NormQuantBf16(const void* z, bool bf16, const float* w, size_t K, float r, NormWeight mode, size_t G,
+                   const QuantSpec& qs, float rcp_max, float* spill, float* scales, uint8_t* q) {
+  const bool nan_max = qs.clamp == Clamp::nan_to_max;
+#define FP8REF_NQ(M)                                                                                          \
+  return nan_max ? NormQuantBf16T<M, Clamp::nan_to_max>(z, bf16, w, K, r, G, qs, rcp_max, spill, scales, q) \
+                 : NormQuantBf16T<M, Clamp::nan_to_min>(z, bf16, w, K, r, G, qs, rcp_max, spill, scales, q);
+  switch (mode) {
+    case NormWeight::f32: FP8REF_NQ(0)
+    case NormWeight::dtype_twice: FP8REF_NQ(1)
+    default: FP8REF_NQ(2)
+  }
+#undef FP8REF_NQ
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
@@ -469,27 +756,19 @@ namespace cpu {
 HWY_EXPORT(LoadRowBf16);
 HWY_EXPORT(SumSquaresF64);
 HWY_EXPORT(CubPartials);
+HWY_EXPORT(CubFullWarps);
 HWY_EXPORT(NormWeightBf16);
 HWY_EXPORT(NormWeightBf16Fast);
 HWY_EXPORT(NormWeightF32);
 HWY_EXPORT(RowAmax);
 HWY_EXPORT(RowQuant);
+HWY_EXPORT(RowQuantFast);
+HWY_EXPORT(NormQuantBf16);
 
 namespace {
 
-constexpr uint32_t kNan = 0x7FFFFFFFu;
+using namespace rmsnorm_cpu_detail;
 
-float f32_of(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-uint32_t bits_of(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
-float gpu(float v) { return std::isnan(v) ? f32_of(kNan) : v; }
 float round_to(Format dt, float v) {
   if (dt == Format::f32) return v;
   return f32_of(static_cast<uint32_t>(ref::narrow(dt, ref::narrow(Format::f32, bits_of(v), dt), Format::f32)));
@@ -504,45 +783,45 @@ bool fast_quant(const QuantSpec& q) {
          (q.granularity.kind == GranularityKind::group || q.granularity.kind == GranularityKind::row);
 }
 
-float fmax_nan_loses(float a, float b) {
-  if (std::isnan(a)) return b;
-  if (std::isnan(b)) return a;
-  return a < b ? b : a;
-}
-float guard(const QuantSpec& q, float v, float floor) {
-  if (q.amax_nan == AmaxNan::ignore) return fmax_nan_loses(v, floor);
-  if (std::isnan(v) || std::isnan(floor)) return f32_of(kNan);
-  return v < floor ? floor : v;
-}
-
 // Step 2 `exact`: the verified f64 sum, else the reference's superaccumulator.
-float mean_square_exact(const float* z, int64_t n) {
-  const double s = HWY_DYNAMIC_DISPATCH(SumSquaresF64)(z, static_cast<size_t>(n));
-  if (!std::isfinite(s)) return ref::mean_square_exact(z, n);
+// z: the f32 row, or (zbf16) the bf16 row itself; f32_row() gives the f32 row for the reference's fallback.
+template <typename F32Row>
+float mean_square_exact(const void* z, bool zbf16, int64_t n, F32Row f32_row) {
+  const double s = HWY_DYNAMIC_DISPATCH(SumSquaresF64)(z, zbf16, static_cast<size_t>(n));
+  if (!std::isfinite(s)) return ref::mean_square_exact(f32_row(), n);
   if (s == 0) return 0.0f;  // non-negative terms: every z is ±0
   const double q = s / static_cast<double>(n);
   const double d = static_cast<double>(n + 4) * 0x1p-52;
   const double lo = q * (1 - d), hi = q * (1 + d);
   const float flo = static_cast<float>(lo), fhi = static_cast<float>(hi);  // RNE, monotone
   if (bits_of(flo) == bits_of(fhi)) return flo;
-  return ref::mean_square_exact(z, n);
+  return ref::mean_square_exact(f32_row(), n);
 }
 
-float mean_square_cub(const float* z, int64_t n, int threads, float* part) {
-  HWY_DYNAMIC_DISPATCH(CubPartials)(z, static_cast<size_t>(n / 4), static_cast<size_t>(threads), part);
+float mean_square_cub(const void* z, bool zbf16, int64_t n, int threads, float* part, float* lane0) {
+  HWY_DYNAMIC_DISPATCH(CubPartials)(z, zbf16, static_cast<size_t>(n / 4), static_cast<size_t>(threads), part);
   // The partials are sums of squares: >= 0, +Inf or NaN. A NaN reaches warp 0's lane 0 through the trees and the
   // block sum, so the reference's result is then the canonical NaN; without one, no sum of the trees can be NaN
-  // (no -Inf), so they run without the NaN canonicalisation.
+  // (no -Inf), so they run without the NaN canonicalisation. Full warps' trees in lanes (CubFullWarps), the rest
+  // (and every warp on targets without it) here.
   bool any_nan = false;
-  for (int t = 0; t < threads; ++t) any_nan |= std::isnan(part[t]);
+  const int done = static_cast<int>(HWY_DYNAMIC_DISPATCH(CubFullWarps)(part, static_cast<size_t>(threads), lane0, &any_nan));
+  if (done == 0)
+    for (int t = 0; t < threads; ++t) any_nan |= std::isnan(part[t]);
   if (any_nan) return f32_of(kNan);
   float block = 0.0f;
   for (int w = 0; w * 32 < threads; ++w) {
-    const int valid = threads - w * 32 < 32 ? threads - w * 32 : 32;
-    float* lane = part + w * 32;
-    for (int o = 1; o < 32; o *= 2)
-      for (int l = 0; l + o < valid; ++l) lane[l] = lane[l] + lane[l + o];
-    block = w == 0 ? lane[0] : block + lane[0];
+    float l0;
+    if (w < done) {
+      l0 = lane0[w];
+    } else {
+      const int valid = threads - w * 32 < 32 ? threads - w * 32 : 32;
+      float* lane = part + w * 32;
+      for (int o = 1; o < 32; o *= 2)
+        for (int l = 0; l + o < valid; ++l) lane[l] = lane[l] + lane[l + o];
+      l0 = lane[0];
+    }
+    block = w == 0 ? l0 : block + l0;
   }
   return gpu(block / static_cast<float>(n));
 }
@@ -565,18 +844,23 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
   const size_t esz = a.from == Format::f32 ? 4 : 2;
   // The cast in lanes (RowQuant): an RNE cast to e4m3fn of values a NaN-replacing clamp leaves in [-448, 448].
   const bool cast_in_lanes = fast && qs.to == Format::e4m3fn && qs.cast.rounding == Rounding::rne &&
-                             (qs.clamp == Clamp::nan_to_max || qs.clamp == Clamp::nan_to_min) && max <= 448.0f;
+                             (qs.clamp == Clamp::nan_to_max || qs.clamp == Clamp::nan_to_min) && max > 0.0f &&
+                             max <= 448.0f;
 
 #pragma omp parallel
   {
     std::vector<float> z(static_cast<size_t>(K)), ybuf(static_cast<size_t>(K)), v(static_cast<size_t>(K));
-    std::vector<float> part(static_cast<size_t>(L.cub_threads > 0 ? L.cub_threads : 1));
+    std::vector<float> part(static_cast<size_t>(L.cub_threads > 0 ? L.cub_threads : 1)), lane0(part.size() / 32 + 1);
     std::vector<float> gamax(static_cast<size_t>(ngroups > 0 ? ngroups : 1)), gsv(gamax.size());
-    std::vector<uint8_t> gnan(gamax.size());
+    std::vector<uint8_t> gnan(gamax.size()), gfast(gamax.size());
+    std::vector<float> grb(gamax.size());
     std::vector<float> wf;
     if (a.from != Format::bf16 || fast) {  // weights widened once per thread (bf16: for the fast path)
       wf.resize(static_cast<size_t>(K));
-      for (int64_t k = 0; k < K; ++k) {
+      if (a.from == Format::bf16)  // (bf16 widened in lanes: LoadRowBf16 without a residual)
+        HWY_DYNAMIC_DISPATCH(LoadRowBf16)(static_cast<const uint16_t*>(a.weight), nullptr, static_cast<size_t>(K), false,
+                                          wf.data(), nullptr);
+      for (int64_t k = 0; k < K && a.from != Format::bf16; ++k) {
         if (a.from == Format::f32) {
           std::memcpy(&wf[k], static_cast<const uint8_t*>(a.weight) + 4 * k, 4);
         } else if (a.from == Format::bf16) {
@@ -597,8 +881,22 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
       const uint8_t* rr = a.residual ? static_cast<const uint8_t*>(a.residual) + off * esz : nullptr;
       uint8_t* ro = a.residual && a.residual_out ? static_cast<uint8_t*>(a.residual_out) + off * esz : nullptr;
       const bool dtype_sum = spec.residual_sum == ResidualSum::dtype;
-      // 1. the residual sum
-      if (a.from == Format::bf16) {
+      // 1. the residual sum. bf16 rows without a residual on the fast quant with variance exact or cub: z is the
+      // widened x, read in registers from x itself (zbf16; the f32 row only if a rarer path needs it, z_row()).
+      const bool zbf16 = a.from == Format::bf16 && !rr && fast && !a.normed &&
+                         (spec.variance == Variance::exact || spec.variance == Variance::cub);
+      bool have_z = !zbf16;  // (every other path writes z below)
+      auto z_row = [&]() {
+        if (!have_z)
+          HWY_DYNAMIC_DISPATCH(LoadRowBf16)(reinterpret_cast<const uint16_t*>(xr), nullptr, static_cast<size_t>(K), false,
+                                            z.data(), nullptr);
+        have_z = true;
+        return z.data();
+      };
+      const void* zp = zbf16 ? static_cast<const void*>(xr) : static_cast<const void*>(z.data());
+      if (zbf16) {
+        // (nothing to write)
+      } else if (a.from == Format::bf16) {
         HWY_DYNAMIC_DISPATCH(LoadRowBf16)(reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr),
                                           static_cast<size_t>(K), dtype_sum, z.data(), reinterpret_cast<uint16_t*>(ro));
       } else {
@@ -633,14 +931,14 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
       // 2. the mean of squares
       float var = 0;
       switch (spec.variance) {
-        case Variance::exact: var = mean_square_exact(z.data(), K); break;
+        case Variance::exact: var = mean_square_exact(zp, zbf16, K, z_row); break;
         case Variance::f32_seq: {
           float acc = 0.0f;
           for (int64_t k = 0; k < K; ++k) acc = gpu(std::fma(z[k], z[k], acc));
           var = gpu(acc / static_cast<float>(K));
           break;
         }
-        case Variance::cub: var = mean_square_cub(z.data(), K, L.cub_threads, part.data()); break;
+        case Variance::cub: var = mean_square_cub(zp, zbf16, K, L.cub_threads, part.data(), lane0.data()); break;
       }
       // 3.–4.
       const float u = gpu(var + spec.eps);
@@ -650,11 +948,18 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
       if (a.rms) a.rms[m] = r;
       // 5.–6. (and, for bf16 rows, the groups' amax)
       float* y = fast && !a.normed ? ybuf.data() : y_out + off;
-      if (a.from == Format::bf16 && fast && !a.normed && !std::isnan(var) && !std::isnan(r)) {
-        HWY_DYNAMIC_DISPATCH(NormWeightBf16Fast)(z.data(), wf.data(), static_cast<size_t>(K), r, spec.weight, y,
+      const bool bf16_fast = a.from == Format::bf16 && fast && !a.normed && !std::isnan(var) && !std::isnan(r);
+      // x*(1/s): steps 5–9 fused per group in registers (the cast in lanes; false: G or K does not fit it)
+      if (bf16_fast && cast_in_lanes && qs.formula == QuantFormula::mul_rcp &&
+          HWY_DYNAMIC_DISPATCH(NormQuantBf16)(zp, zbf16, wf.data(), static_cast<size_t>(K), r, spec.weight,
+                                              static_cast<size_t>(G), qs, rcp_max, ybuf.data(),
+                                              static_cast<float*>(a.scales) + m * ngroups, a.q + off))
+        continue;
+      if (bf16_fast) {
+        HWY_DYNAMIC_DISPATCH(NormWeightBf16Fast)(zp, zbf16, wf.data(), static_cast<size_t>(K), r, spec.weight, y,
                                                  static_cast<size_t>(G), gamax.data(), gnan.data());
       } else if (a.from == Format::bf16) {
-        HWY_DYNAMIC_DISPATCH(NormWeightBf16)(z.data(), static_cast<const uint16_t*>(a.weight), static_cast<size_t>(K), r,
+        HWY_DYNAMIC_DISPATCH(NormWeightBf16)(z_row(), static_cast<const uint16_t*>(a.weight), static_cast<size_t>(K), r,
                                              spec.weight, y, static_cast<size_t>(G), gamax.data(), gnan.data());
       } else if (a.from == Format::f32) {
         HWY_DYNAMIC_DISPATCH(NormWeightF32)(z.data(), wf.data(), static_cast<size_t>(K), r, y);
@@ -675,13 +980,21 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
       float* scales = static_cast<float*>(a.scales) + m * ngroups;
       const bool mul = qs.formula == QuantFormula::mul_rcp;
       for (int64_t g = 0; g < ngroups; ++g) {
-        float amax = gamax[g];
-        if (qs.amax_nan == AmaxNan::propagate && gnan[g]) amax = f32_of(kNan);
-        if (qs.amax_floor) amax = guard(qs, amax, *qs.amax_floor);
-        float s = qs.scale_formula == ScaleFormula::div ? gpu(amax / max) : gpu(amax * rcp_max);
-        if (qs.min_scale) s = guard(qs, s, *qs.min_scale);
+        const float s = group_scale(qs, gamax[g], gnan[g] != 0, rcp_max);
         scales[g] = s;
         gsv[g] = mul ? gpu(1.0f / s) : s;
+        if (cast_in_lanes) {  // RowQuantFast's condition (a group with a NaN or an Inf: never fast)
+          const bool finite = !gnan[g] && bits_of(gamax[g]) < 0x7F800000u;
+          const uint32_t sb = bits_of(s);
+          gfast[g] = mul ? finite && bits_of(gsv[g]) < 0x7F800000u
+                         : finite && sb - 0x21800000u <= 0x5D800000u - 0x21800000u && gamax[g] <= s * 0x1p60f;
+          grb[g] = gfast[g] && !mul ? 1.0f / s : 0.0f;
+        }
+      }
+      if (cast_in_lanes) {
+        HWY_DYNAMIC_DISPATCH(RowQuantFast)(y, static_cast<size_t>(K), static_cast<size_t>(G), gsv.data(), grb.data(),
+                                           gfast.data(), mul, qs.clamp, max, a.q + off);
+        continue;
       }
       HWY_DYNAMIC_DISPATCH(RowQuant)(y, static_cast<size_t>(K), static_cast<size_t>(G), gsv.data(), mul, qs.clamp, max,
                                      cast_in_lanes, v.data(), a.q + off);
