@@ -410,17 +410,14 @@ FP8REF_AMX_TARGET void unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
   for (int64_t j0 = LO, cur = 0; j0 <= HI; j0 += kChunk, cur ^= 1) {
     const int64_t nk = std::min<int64_t>(kChunk, HI + 1 - j0);
     // the next chunk's row pointers, prefetched (key by key, the group's heads in order) while this chunk runs
+    // (each next-chunk row is prefetched right after the same row of this chunk is decoded: memory requests paced
+    // with the work, instead of one burst that fills the line-fill buffers and stalls)
+    int64_t nn = 0;
+    const int64_t nx = cur ^ 1;
     if (j0 + kChunk <= HI) {
-      const int64_t nn = std::min<int64_t>(kChunk, HI + 1 - (j0 + kChunk));
-      const int64_t nx = cur ^ 1;
+      nn = std::min<int64_t>(kChunk, HI + 1 - (j0 + kChunk));
       for (int64_t gi = 0; gi < HG; ++gi)
         row_ptrs(c, sp, u.g0 + gi, j0 + kChunk, nn, kp[nx] + gi * kChunk, vp[nx] + gi * kChunk);
-      for (int64_t k = 0; k < nn; ++k)
-        for (int64_t gi = 0; gi < HG; ++gi) {
-          for (int64_t x = 0; x < c.Dk; x += 64) _mm_prefetch(reinterpret_cast<const char*>(kp[nx][gi * kChunk + k] + x), _MM_HINT_T0);
-          if (!c.s.v_from_k)
-            for (int64_t x = 0; x < c.Dv; x += 64) _mm_prefetch(reinterpret_cast<const char*>(vp[nx][gi * kChunk + k] + x), _MM_HINT_T0);
-        }
     }
     for (int64_t g0 = 0; g0 < HG; g0 += PH) {  // one slot: heads g0 .. g0 + nh − 1
       const int64_t nh = std::min(PH, HG - g0), slot = g0 / PH;
@@ -430,7 +427,17 @@ FP8REF_AMX_TARGET void unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
         const uint8_t* const* kpc = kp[cur] + gi * kChunk;
         const uint8_t* const* vpc = vp[cur] + gi * kChunk;
         uint32_t* vb = w.vbuf.data() + h * (kChunk / 2) * Dvp;
-        for (int64_t k = 0; k < nk; ++k) decode_row(g, kpc[k], c.Dk, w.kbuf.data() + k * Dks);
+        for (int64_t k = 0; k < nk; ++k) {
+          decode_row(g, kpc[k], c.Dk, w.kbuf.data() + k * Dks);
+          if (k < nn) {
+            const uint8_t* nk8 = kp[nx][gi * kChunk + k];
+            for (int64_t x = 0; x < c.Dk; x += 64) _mm_prefetch(reinterpret_cast<const char*>(nk8 + x), _MM_HINT_T0);
+            if (!c.s.v_from_k) {
+              const uint8_t* nv8 = vp[nx][gi * kChunk + k];
+              for (int64_t x = 0; x < c.Dv; x += 64) _mm_prefetch(reinterpret_cast<const char*>(nv8 + x), _MM_HINT_T0);
+            }
+          }
+        }
         for (int64_t k = 0; k < nk; k += 2)
           decode_vpair(g, vpc[k], k + 1 < nk ? vpc[k + 1] : nullptr, c.Dv, vb + (k / 2) * Dvp);
         for (int64_t k = (nk + 1) / 2 * 2; k < kChunk; k += 2) std::memset(vb + (k / 2) * Dvp, 0, static_cast<size_t>(Dvp) * 4);
