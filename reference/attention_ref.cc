@@ -36,16 +36,8 @@ namespace fp8ref::attn {
 
 namespace {
 
-float f32_of(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-uint32_t bits_of(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
+float f32_of(uint32_t b) { return fp8ref::f32_from_bits(b); }
+uint32_t bits_of(float f) { return fp8ref::bits_of_f32(f); }
 
 size_t elem_size(Format f) { return static_cast<size_t>(format_info(f).bits / 8); }
 

@@ -31,8 +31,8 @@ namespace {
 
 constexpr uint32_t kEntries = 1u << 24;
 
-float f32(uint32_t b) { return detail::f32_of_bits(b); }
-uint32_t bits(float f) { return detail::bits_of_f32(f); }
+float f32(uint32_t b) { return fp8ref::f32_from_bits(b); }
+uint32_t bits(float f) { return fp8ref::bits_of_f32(f); }
 
 const std::vector<int8_t>& table() {
   static std::vector<int8_t> d;

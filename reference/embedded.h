@@ -13,17 +13,6 @@
 
 namespace fp8ref::ref::detail {
 
-inline float f32_of_bits(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-inline uint32_t bits_of_f32(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
-
 // `entries` int8 values inflated from an embedded zlib stream into *table, once (thread-safe). A stream that does
 // not inflate to exactly `entries` bytes is a build defect: std::runtime_error naming `what`.
 inline const std::vector<int8_t>& inflate_once(std::once_flag& once, std::vector<int8_t>& table, const unsigned char* z,

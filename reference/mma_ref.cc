@@ -60,11 +60,7 @@ constexpr uint32_t kCanonicalNan = 0x7FFFFFFFu;
 constexpr int kFractionBits = 25;  // grid 2^(e-25) below the block's alignment exponent (research note, F = 25)
 constexpr int kF16MinExp = -14;    // smallest f16 normal exponent: e5m2 subnormals' nominal exponent
 
-float f32_from_bits(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
+float f32_from_bits(uint32_t b) { return fp8ref::f32_from_bits(b); }
 
 // An exact product term: value = (neg ? -1 : 1) · sig · 2^q; nominal exponent n.
 struct Term {

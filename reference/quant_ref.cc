@@ -60,17 +60,9 @@ namespace {
 
 constexpr uint32_t kCanonicalNan = 0x7FFFFFFFu;
 
-float f32_from_bits(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
+float f32_from_bits(uint32_t b) { return fp8ref::f32_from_bits(b); }
 
-uint32_t bits_of(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
+uint32_t bits_of(float f) { return fp8ref::bits_of_f32(f); }
 
 // One IEEE binary32 operation, then the GPU NaN model.
 float gpu(float r) { return std::isnan(r) ? f32_from_bits(kCanonicalNan) : r; }

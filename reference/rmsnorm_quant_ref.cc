@@ -48,16 +48,8 @@ namespace {
 
 constexpr uint32_t kCanonicalNan = 0x7FFFFFFFu;
 
-float f32_from_bits(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-uint32_t bits_of(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
+float f32_from_bits(uint32_t b) { return fp8ref::f32_from_bits(b); }
+uint32_t bits_of(float f) { return fp8ref::bits_of_f32(f); }
 float gpu(float r) { return std::isnan(r) ? f32_from_bits(kCanonicalNan) : r; }
 
 float load(Format from, const void* p, size_t i) {

@@ -1,6 +1,7 @@
 // fp8ref — Triton's fp32 division on NVIDIA (div.full.f32 on sm_90): the model and the reciprocal table
 // (include/fp8ref/triton_div.h states both and where they come from). Built with -ffp-contract=off.
 #include "embedded.h"
+#include "fp8ref/format.h"
 #include "fp8ref/triton_div.h"
 
 
@@ -22,8 +23,8 @@ namespace {
 constexpr uint32_t kMantissas = 1u << 23;
 constexpr uint32_t kCanonicalNan = 0x7FFFFFFFu;
 
-float f32(uint32_t b) { return detail::f32_of_bits(b); }
-uint32_t bits(float f) { return detail::bits_of_f32(f); }
+float f32(uint32_t b) { return fp8ref::f32_from_bits(b); }
+uint32_t bits(float f) { return fp8ref::bits_of_f32(f); }
 
 // d[m] = bits(T(m)) - bits(RN(1/(1 + m·2^-23))), in {-1, 0, 1}.
 const std::vector<int8_t>& table() {

@@ -21,16 +21,8 @@ ConversionSpec conv(const char* name, Format to, Format from = Format::f32) {
   return *s;
 }
 
-uint32_t f2b(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
-float b2f(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
+uint32_t f2b(float f) { return fp8ref::bits_of_f32(f); }
+float b2f(uint32_t b) { return fp8ref::f32_from_bits(b); }
 uint64_t d2b(double f) {
   uint64_t b;
   std::memcpy(&b, &f, 8);

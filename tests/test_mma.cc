@@ -19,16 +19,8 @@ using namespace fp8ref;
 
 namespace {
 
-uint32_t bits_of(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
-float f32_of(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
+uint32_t bits_of(float f) { return fp8ref::bits_of_f32(f); }
+float f32_of(uint32_t b) { return fp8ref::f32_from_bits(b); }
 
 // The code of an exactly representable value (RNE encode of an exact value is the value's code).
 uint8_t code_of(Format f, double v) {

@@ -31,16 +31,8 @@ QuantSpec spec_for(const char* convention, Format to, std::optional<ScaleDtype> 
   return *s;
 }
 
-float f32_of(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-uint32_t bits_of(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
+float f32_of(uint32_t b) { return fp8ref::f32_from_bits(b); }
+uint32_t bits_of(float f) { return fp8ref::bits_of_f32(f); }
 
 struct Result {
   std::vector<uint8_t> q;

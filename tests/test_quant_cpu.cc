@@ -22,16 +22,8 @@ using namespace fp8ref;
 
 namespace {
 
-uint32_t f32_bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
-float f32_val(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
+uint32_t f32_bits(float f) { return fp8ref::bits_of_f32(f); }
+float f32_val(uint32_t b) { return fp8ref::f32_from_bits(b); }
 
 // A spec by convention, dtype and overrides; nullopt where the convention or finalize refuses the combination.
 std::optional<QuantSpec> try_spec(const char* conv, Format to, std::optional<ScaleDtype> dt,

@@ -20,16 +20,8 @@ using namespace fp8ref;
 
 namespace {
 
-float f32_of(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-uint32_t bits_of(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
+float f32_of(uint32_t b) { return fp8ref::f32_from_bits(b); }
+uint32_t bits_of(float f) { return fp8ref::bits_of_f32(f); }
 
 RmsNormQuantSpec spec_for(const char* name, Format to, std::vector<std::pair<std::string, std::string>> ov = {}) {
   std::string err;

@@ -136,11 +136,7 @@ io::Tensor read_typed(const std::string& path, io::DType want, const std::string
   return t;
 }
 
-float f32_of(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
+float f32_of(uint32_t b) { return fp8ref::f32_from_bits(b); }
 
 // Reads scales (in spec.scale_layout) into their logical storage bytes (scale_storage(spec)), checking every value
 // fits.

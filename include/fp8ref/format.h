@@ -15,11 +15,25 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace fp8ref {
+
+// An f32 and its bit pattern (std::bit_cast in C++20): the one definition every file uses.
+inline float f32_from_bits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+inline uint32_t bits_of_f32(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
 
 enum class Format : uint8_t { e4m3fn, e5m2, e4m3fnuz, e5m2fnuz, ue8m0, bf16, f16, f32, f64 };
 

@@ -58,16 +58,8 @@ namespace {
 constexpr int64_t kChunk = 32;  // keys per chunk (two AMX row tiles; one P̃ tile of 32 keys)
 constexpr int64_t kRows = 16;   // rows per unit (AMX tile rows / vector lanes)
 
-float f32_of(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-uint32_t bits_of(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
+float f32_of(uint32_t b) { return fp8ref::f32_from_bits(b); }
+uint32_t bits_of(float f) { return fp8ref::bits_of_f32(f); }
 
 // f32 -> bf16 RNE (NaN quieted, sign kept).
 uint16_t bf16_rne(float x) {

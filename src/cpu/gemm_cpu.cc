@@ -75,16 +75,8 @@ void decode_table(Format f, Code* t) {
   }
 }
 
-float f32_of(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-uint32_t bits_of(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
+float f32_of(uint32_t b) { return fp8ref::f32_from_bits(b); }
+uint32_t bits_of(float f) { return fp8ref::bits_of_f32(f); }
 
 // RNE of a non-NaN f32 to bf16 (bf16 is the top half of an f32: same exponent range, subnormals and overflow to
 // ±Inf included).

@@ -907,16 +907,8 @@ constexpr int64_t kParallelMin = 1 << 15;  // smaller tensors run on one thread
 // would not stay in the caches anyway; no read-for-ownership of their lines).
 constexpr int64_t kStreamMin = int64_t{1} << 22;
 
-float f32_of(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-uint32_t bits_of(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
+float f32_of(uint32_t b) { return fp8ref::f32_from_bits(b); }
+uint32_t bits_of(float f) { return fp8ref::bits_of_f32(f); }
 
 int src_kind(Format from) { return from == Format::f32 ? 0 : from == Format::bf16 ? 1 : 2; }
 size_t src_size(Format from) { return from == Format::f32 ? 4 : 2; }

@@ -55,16 +55,8 @@
 #define FP8REF_RMSNORM_QUANT_CPU_ONCE
 namespace fp8ref::rmsnorm_cpu_detail {
 constexpr uint32_t kNan = 0x7FFFFFFFu;
-inline float f32_of(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-inline uint32_t bits_of(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
+inline float f32_of(uint32_t b) { return fp8ref::f32_from_bits(b); }
+inline uint32_t bits_of(float f) { return fp8ref::bits_of_f32(f); }
 inline float gpu(float v) { return std::isnan(v) ? f32_of(kNan) : v; }
 inline float fmax_nan_loses(float a, float b) {
   if (std::isnan(a)) return b;
