@@ -11,6 +11,17 @@ import time
 import torch
 
 
+def best_and_median(run, reps):
+    """One warm-up call, then `reps` timed calls: (best, median) in seconds."""
+    run()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        run()
+        ts.append(time.perf_counter() - t0)
+    return min(ts), sorted(ts)[len(ts) // 2]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
@@ -30,13 +41,7 @@ def main():
         sa = torch.tensor(0.01)
         sb = torch.tensor(0.02)
         run = lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)  # noqa: E731
-        run()
-        ts = []
-        for _ in range(args.reps):
-            t0 = time.perf_counter()
-            run()
-            ts.append(time.perf_counter() - t0)
-        best, med = min(ts), sorted(ts)[len(ts) // 2]
+        best, med = best_and_median(run, args.reps)
         print(f"| {M},{N},{K} | torch CPU _scaled_mm (tensorwise) | {best * 1e3:.2f} ms ({med * 1e3:.2f}) | "
               f"{2.0 * M * N * K / best / 1e12:.3f} |", flush=True)
 

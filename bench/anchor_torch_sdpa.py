@@ -9,10 +9,10 @@ Needs torch (not a project dependency; bench/run_attention.sh looks for it and s
 Usage: anchor_torch_sdpa.py [--reps R] [--threads T] [--ctx 4096] [--batch 32]
 """
 import argparse
-import time
-
 import torch
 import torch.nn.functional as F
+
+from anchor_torch_scaled_mm import best_and_median
 
 
 def main():
@@ -31,13 +31,7 @@ def main():
     q = torch.randn(B, Hq, 1, D, generator=g).to(torch.bfloat16)
     run = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # noqa: E731
     with torch.no_grad():
-        run()
-        ts = []
-        for _ in range(args.reps):
-            t0 = time.perf_counter()
-            run()
-            ts.append(time.perf_counter() - t0)
-    best, med = min(ts), sorted(ts)[len(ts) // 2]
+        best, med = best_and_median(run, args.reps)
     fp8_bytes = 2 * B * ctx * Hkv * D
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, best of {args.reps} (median)")
     print("| kernel | threads | wall, best (median) | FP8-cache GB/s | bf16 GB/s read |\n|---|---:|---:|---:|---:|")

@@ -199,59 +199,9 @@ void check_paged_v1(PagedProblem& p) {
   CHECK(bad == 0);
 }
 
-struct Config {
-  const char* name;
-  AttnSpec spec;
-  std::vector<int64_t> seq_lens, q_lens;
-  bool csr = false;
-};
-
-AttnSpec base_spec(int64_t bs, int64_t hkv, int64_t hq, int64_t d) {
-  AttnSpec s;
-  s.cache.block_size = bs;
-  s.cache.num_kv_heads = hkv;
-  s.cache.head_dim = d;
-  s.num_q_heads = hq;
-  return s;
-}
-
-std::vector<Config> configs() {
-  std::vector<Config> c;
-  // mixed decode and chunked prefill, an empty sequence, kv_len % block_size != 0
-  for (int64_t bs : {1, 16, 64}) c.push_back({"mixed", base_spec(bs, 2, 4, 64), {37, 1, 0, 70, 12}, {1, 1, 0, 5, 12}});
-  c.push_back({"gqa8", base_spec(16, 1, 8, 128), {70, 33}, {1, 3}});
-  c.push_back({"d256", base_spec(16, 2, 2, 256), {40}, {2}});
-  {
-    Config m{"mla", base_spec(64, 1, 4, 576), {90, 3}, {1, 2}};
-    m.spec.head_dim_v = 512;
-    m.spec.v_from_k = true;
-    c.push_back(m);
-  }
-  {
-    Config m{"csr-hnd", base_spec(16, 2, 4, 64), {50, 16, 17}, {1, 4, 17}, true};
-    m.spec.cache.layout = attn::KvLayout::hnd;
-    c.push_back(m);
-  }
-  {
-    Config m{"window-topleft-f16-e5m2-headscale", base_spec(16, 2, 4, 64), {60, 30}, {6, 1}};
-    m.spec.window_left = 9;
-    m.spec.causal = attn::Causal::top_left;
-    m.spec.q_format = m.spec.out_format = Format::f16;
-    m.spec.cache.format = Format::e5m2;
-    m.spec.scale_kind = attn::KvScaleKind::head;
-    c.push_back(m);
-  }
-  {
-    Config m{"f32-seqscale-nocausal-outf32", base_spec(16, 1, 2, 64), {45, 20}, {3, 2}};
-    m.spec.q_format = Format::f32;
-    m.spec.out_format = Format::f32;
-    m.spec.causal = attn::Causal::none;
-    m.spec.scale_kind = attn::KvScaleKind::seq;
-    m.spec.sm_scale = 0.3;
-    c.push_back(m);
-  }
-  return c;
-}
+using Config = test::AttnConfig;
+AttnSpec base_spec(int64_t bs, int64_t hkv, int64_t hq, int64_t d) { return test::base_attn_spec(bs, hkv, hq, d); }
+std::vector<Config> configs() { return test::attention_configs(); }
 
 const AttnConvention kAll[] = {AttnConvention::exact, AttnConvention::vllm_paged_v1, AttnConvention::vllm_triton_unified,
                                AttnConvention::flashinfer, AttnConvention::torch_sdpa_math, AttnConvention::spyre};

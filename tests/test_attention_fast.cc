@@ -81,27 +81,11 @@ std::vector<Case> cases() {
     m.spec.v_from_k = true;
     c.push_back(m);
   }
-  {
-    Case m{"csr-hnd", spec_of(16, 2, 4, 64), {50, 16, 17}, {1, 4, 17}, true, true};
-    m.spec.cache.layout = attn::KvLayout::hnd;
-    c.push_back(m);
-  }
-  {
-    Case m{"window-topleft-f16-e5m2-headscale", spec_of(16, 2, 4, 64), {60, 30}, {6, 1}};
-    m.spec.window_left = 9;
-    m.spec.causal = attn::Causal::top_left;
-    m.spec.q_format = m.spec.out_format = Format::f16;
-    m.spec.cache.format = Format::e5m2;
-    m.spec.scale_kind = attn::KvScaleKind::head;
-    c.push_back(m);
-  }
-  {
-    Case m{"f32-seqscale-nocausal-outf32", spec_of(16, 1, 2, 64), {45, 20}, {3, 2}};
-    m.spec.q_format = Format::f32;
-    m.spec.out_format = Format::f32;
-    m.spec.causal = attn::Causal::none;
-    m.spec.scale_kind = attn::KvScaleKind::seq;
-    m.spec.sm_scale = 0.3;
+  for (const test::AttnConfig& k : test::attention_configs()) {  // the bit-exact conventions' configurations, under fast
+    const std::string n = k.name;
+    if (n != "csr-hnd" && n != "window-topleft-f16-e5m2-headscale" && n != "f32-seqscale-nocausal-outf32") continue;
+    Case m{n, k.spec, k.seq_lens, k.q_lens, k.csr, n == "csr-hnd"};
+    m.spec.convention = attn::AttnConvention::fast;
     c.push_back(m);
   }
   {
