@@ -43,22 +43,8 @@ long double fp8_value(Format f, uint8_t c) {
   return s ? -v : v;
 }
 
-double out_value(Format f, const uint8_t* p) {
-  if (f == Format::f32) {
-    float x;
-    std::memcpy(&x, p, 4);
-    return x;
-  }
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  const uint32_t b = static_cast<uint32_t>(ref::narrow(f, h, Format::f32));
-  float x;
-  std::memcpy(&x, &b, 4);
-  return x;
-}
-
 double md_value(Format f, const std::vector<uint8_t>& q, size_t i) {
-  return out_value(f, q.data() + i * static_cast<size_t>(format_info(f).bits / 8));
+  return test::out_value(f, q.data() + i * static_cast<size_t>(format_info(f).bits / 8));
 }
 
 double ulp_of(Format f, double x) {
@@ -134,7 +120,7 @@ void check_exact(PagedProblem& p) {
         const double B = attn::bound_exact_f64(Dk, static_cast<int64_t>(l.size()), s.scale(), max_qk, max_v, s.softcap);
         for (int64_t d = 0; d < Dv; ++d) {
           const double want = static_cast<double>(o[static_cast<size_t>(d)] / S);
-          const double got = out_value(s.out_format, &p.out[static_cast<size_t>((row * s.num_q_heads + h) * Dv + d) * p.out_elem()]);
+          const double got = test::out_value(s.out_format, &p.out[static_cast<size_t>((row * s.num_q_heads + h) * Dv + d) * p.out_elem()]);
           const double tol = B + 0.5 * ulp_of(s.out_format, std::fabs(want));
           if (!(std::fabs(got - want) <= tol) && bad++ < 5)
             MESSAGE("b " << b << " i " << i << " h " << h << " d " << d << ": got " << got << " want " << want << " tol " << tol);
@@ -184,8 +170,8 @@ void check_paged_v1(PagedProblem& p) {
           for (size_t n = 0; n < l.size(); ++n)
             acc = std::fma(md(l[n] * inv, false),
                            md(static_cast<float>(fp8_value(s.cache.format, p.vd[b][(js[n] * H + kvh) * Dv + d])) * p.vs[si], true), acc);
-          const double got = out_value(s.out_format, &p.out[static_cast<size_t>((row * s.num_q_heads + h) * Dv + d) * p.out_elem()]);
-          const double want = out_value(s.out_format, [&] {
+          const double got = test::out_value(s.out_format, &p.out[static_cast<size_t>((row * s.num_q_heads + h) * Dv + d) * p.out_elem()]);
+          const double want = test::out_value(s.out_format, [&] {
             static uint8_t buf[4];
             uint32_t bb;
             std::memcpy(&bb, &acc, 4);
@@ -208,7 +194,7 @@ const AttnConvention kAll[] = {AttnConvention::exact, AttnConvention::vllm_paged
 
 bool has_nan(const PagedProblem& p) {
   for (size_t i = 0; i < p.out.size() / p.out_elem(); ++i)
-    if (std::isnan(out_value(p.spec.out_format, &p.out[i * p.out_elem()]))) return true;
+    if (std::isnan(test::out_value(p.spec.out_format, &p.out[i * p.out_elem()]))) return true;
   return false;
 }
 

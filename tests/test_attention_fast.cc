@@ -24,20 +24,6 @@ using test::PagedProblem;
 
 namespace {
 
-double out_val(Format f, const uint8_t* p) {
-  if (f == Format::f32) {
-    float x;
-    std::memcpy(&x, p, 4);
-    return x;
-  }
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  const uint32_t b = static_cast<uint32_t>(ref::narrow(f, h, Format::f32));
-  float x;
-  std::memcpy(&x, &b, 4);
-  return x;
-}
-
 AttnSpec spec_of(int64_t bs, int64_t hkv, int64_t hq, int64_t d) {
   AttnSpec s;
   s.convention = attn::AttnConvention::fast;
@@ -122,7 +108,7 @@ double check_against_exact(PagedProblem& p, attn::cpu::FastPath path, int* bad, 
   vmax *= smax;
   double worst = 0;
   for (int64_t i = 0; i < n; ++i) {
-    const double got = out_val(s.out_format, &p.out[static_cast<size_t>(i) * p.out_elem()]);
+    const double got = test::out_value(s.out_format, &p.out[static_cast<size_t>(i) * p.out_elem()]);
     if (!std::isfinite(got) || !std::isfinite(bd[static_cast<size_t>(i)])) {
       if ((*nonfinite)++ < 3) MESSAGE("element " << i << ": fast " << got << ", bound " << bd[static_cast<size_t>(i)]);
       continue;
@@ -266,8 +252,8 @@ TEST_SUITE("attention-fast") {
           int diff = 0;
           for (size_t i = 0; i < p.out.size(); i += p.out_elem())
             if (std::memcmp(&p.out[i], &want[i], p.out_elem()) != 0 && diff++ < 3)
-              MESSAGE("element " << i / p.out_elem() << ": cpu " << out_val(md, &p.out[i]) << " reference "
-                                 << out_val(md, &want[i]));
+              MESSAGE("element " << i / p.out_elem() << ": cpu " << test::out_value(md, &p.out[i]) << " reference "
+                                 << test::out_value(md, &want[i]));
           CHECK(diff == 0);
         }
   }

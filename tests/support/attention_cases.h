@@ -227,4 +227,19 @@ inline std::vector<AttnConfig> attention_configs() {
   return c;
 }
 
+// An output element (f32, or a bf16/f16 bit pattern) as a double.
+inline double out_value(Format f, const uint8_t* p) {
+  if (f == Format::f32) {
+    float x;
+    std::memcpy(&x, p, 4);
+    return x;
+  }
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  const uint32_t b = static_cast<uint32_t>(ref::narrow(f, h, Format::f32));
+  float x;
+  std::memcpy(&x, &b, 4);
+  return x;
+}
+
 }  // namespace fp8ref::test
