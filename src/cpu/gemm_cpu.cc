@@ -330,7 +330,8 @@ void pack_a(const uint8_t* a, int64_t K, int64_t m0, int mt, int64_t k0, int kl,
 #if defined(__x86_64__)
 // dst[k·16 + j] = rows[j][k] for j, k < 16: a 16×16 byte transpose in four SSE2 unpack stages (8, 16, 32, 64 bits).
 // seen (optional): per row, the bytewise max of (code | 0x80) — a byte 0xFF marks an e4m3fn NaN code in that row.
-inline void transpose16x16(const uint8_t* const* rows, int64_t k0, uint8_t* dst, __m128i* seen = nullptr) {
+// out[k] = the 16 codes rows[0..15][k0 + k] (k < 16), in registers.
+inline void transpose16x16_regs(const uint8_t* const* rows, int64_t k0, __m128i* out, __m128i* seen) {
   __m128i x[16], L1[8][2], L2[4][4], L3[2][8];
   for (int i = 0; i < 16; ++i) x[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + k0));
   if (seen)
@@ -348,9 +349,14 @@ inline void transpose16x16(const uint8_t* const* rows, int64_t k0, uint8_t* dst,
       L3[o][2 * h + 1] = _mm_unpackhi_epi32(L2[2 * o][h], L2[2 * o + 1][h]);
     }
   for (int h = 0; h < 8; ++h) {  // all 16 rows; k 2h and 2h+1
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * h * 16), _mm_unpacklo_epi64(L3[0][h], L3[1][h]));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * h + 1) * 16), _mm_unpackhi_epi64(L3[0][h], L3[1][h]));
+    out[2 * h] = _mm_unpacklo_epi64(L3[0][h], L3[1][h]);
+    out[2 * h + 1] = _mm_unpackhi_epi64(L3[0][h], L3[1][h]);
   }
+}
+inline void transpose16x16(const uint8_t* const* rows, int64_t k0, uint8_t* dst, __m128i* seen = nullptr) {
+  __m128i out[16];
+  transpose16x16_regs(rows, k0, out, seen);
+  for (int k = 0; k < 16; ++k) _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + k * 16), out[k]);
 }
 #endif
 
@@ -381,6 +387,44 @@ void regroup_panel(const uint8_t* bt, int64_t N, int64_t K, int64_t n0, int64_t 
   if (nan_rows)
     for (int j = 0; j < kNR && n0 + j < N; ++j) nan_rows[n0 + j] |= nan[j];
 }
+#if defined(__x86_64__) && defined(__GNUC__)
+// 8 e4m3fn codes (the low 8 bytes) -> 8 f64 at out: e4m3_f64, vectorised.
+__attribute__((target("avx512f"))) inline void e4m3_f64x8(__m128i bytes8, double* out) {
+  const __m512i m7f = _mm512_set1_epi64(0x7F);
+  const __m512i c = _mm512_cvtepu8_epi64(bytes8);
+  const __m512i mag = _mm512_and_si512(c, m7f);
+  const __m512i bits = _mm512_or_si512(_mm512_slli_epi64(mag, 49),
+                                       _mm512_slli_epi64(_mm512_and_si512(c, _mm512_set1_epi64(0x80)), 56));
+  const __mmask8 ok = _mm512_cmpneq_epi64_mask(mag, m7f);
+  _mm512_storeu_pd(out, _mm512_maskz_mul_pd(ok, _mm512_castsi512_pd(bits), _mm512_set1_pd(0x1p1016)));
+}
+// regroup_panel and pack_b in one step (AVX-512, kl % 16 == 0): the transposed codes go from registers straight to
+// f64 (e4m3_f64's arithmetic: the code's bits placed in the f64 fields, times 2^1016; NaN codes 0), dst[k·16 + j].
+__attribute__((target("avx512f"))) void regroup_convert_panel(const uint8_t* bt, int64_t N, int64_t K, int64_t n0,
+                                                              int64_t k0, int64_t kl, const uint8_t* zeros,
+                                                              double* __restrict dst, uint8_t* nan_rows) {
+  const uint8_t* rows[kNR];
+  for (int j = 0; j < kNR; ++j) rows[j] = n0 + j < N ? bt + (n0 + j) * K + k0 : zeros;
+  if (k0 + 2 * kl <= K)  // the next block of these 16 rows
+    for (int j = 0; j < kNR; ++j)
+      for (int64_t o = 0; o < kl; o += 64) __builtin_prefetch(rows[j] + kl + o);
+  __m128i seen[kNR], t[16];
+  for (__m128i& v : seen) v = _mm_setzero_si128();
+  for (int64_t k = 0; k < kl; k += 16) {
+    transpose16x16_regs(rows, k, t, nan_rows ? seen : nullptr);
+    for (int r = 0; r < 16; ++r) {
+      double* o = dst + (k + r) * kNR;
+      e4m3_f64x8(t[r], o);
+      e4m3_f64x8(_mm_srli_si128(t[r], 8), o + 8);
+    }
+  }
+  if (nan_rows)
+    for (int j = 0; j < kNR && n0 + j < N; ++j)
+      nan_rows[n0 + j] |= _mm_movemask_epi8(_mm_cmpeq_epi8(seen[j], _mm_set1_epi8(-1))) != 0;
+}
+#define FP8REF_HAVE_FUSED_PANEL 1
+#endif
+
 // BT's codes regrouped once per call into column panels of kNR, k-major: b8[(q·K + k)·kNR + j] = bt[(q·kNR + j)·K + k]
 // (code 0 past N) — a byte copy of B, so that the per-block f64 conversion below reads contiguous bytes. Used when
 // B is converted more than once (more than one chunk of kMC rows); with one chunk each tile is regrouped on the fly.
@@ -526,6 +570,13 @@ bool run_e4m3_f64(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, c
         for (int64_t k0 = 0; k0 < g.K; k0 += blk) {
           const int kl = static_cast<int>(std::min<int64_t>(blk, g.K - k0));
           pack_a(a, g.K, m0, mt, k0, kl, Ap.data());
+#if FP8REF_HAVE_FUSED_PANEL
+          if (direct && avx512 && kl % 16 == 0) {
+            for (int q = 0; q * kNR < nt; ++q)
+              regroup_convert_panel(bt, g.N, g.K, n0 + q * kNR, k0, kl, zeros.data(),
+                                    Bp.data() + static_cast<size_t>(q) * kl * kNR, b_nan);
+          } else
+#endif
           if (direct) {
             for (int q = 0; q * kNR < nt; ++q)
               regroup_panel(bt, g.N, g.K, n0 + q * kNR, k0, kl, zeros.data(), tile.data() + static_cast<size_t>(q) * kl * kNR,
