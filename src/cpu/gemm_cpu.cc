@@ -449,18 +449,19 @@ void pack_b(const uint8_t* b8, int64_t K, int64_t n0, int nt, int64_t k0, int kl
   }
 }
 
-// P[r][j] (row stride ldp) = Σ_k Ap[r][k] · Bp[k][j] for one 8×16 tile (Ap row stride kl); exact (see above).
-void micro_generic(const double* Ap, const double* Bp, int kl, double* P, int ldp) {
+// P[r][j] (row stride ldp) = Σ_k Ap[r][k] · Bp[k][j] for one 8×16 tile (Ap row stride lda); exact (see above).
+void micro_generic(const double* Ap, int64_t lda, const double* Bp, int kl, double* P, int ldp) {
   double c[kMR][kNR] = {};
   for (int k = 0; k < kl; ++k)
     for (int r = 0; r < kMR; ++r)
-      for (int j = 0; j < kNR; ++j) c[r][j] = std::fma(Ap[r * kl + k], Bp[k * kNR + j], c[r][j]);
+      for (int j = 0; j < kNR; ++j) c[r][j] = std::fma(Ap[r * lda + k], Bp[k * kNR + j], c[r][j]);
   for (int r = 0; r < kMR; ++r)
     for (int j = 0; j < kNR; ++j) P[r * ldp + j] = c[r][j];
 }
 #if defined(__x86_64__) && defined(__GNUC__)
 #define FP8REF_HAVE_AVX512_MICRO 1
-__attribute__((target("avx512f"))) void micro_avx512(const double* Ap, const double* Bp, int kl, double* P, int ldp) {
+__attribute__((target("avx512f"))) void micro_avx512(const double* Ap, int64_t lda, const double* Bp, int kl, double* P,
+                                                     int ldp) {
   __m512d c0[kMR], c1[kMR];
 #pragma GCC unroll 8
   for (int r = 0; r < kMR; ++r) c0[r] = _mm512_setzero_pd(), c1[r] = _mm512_setzero_pd();
@@ -468,7 +469,7 @@ __attribute__((target("avx512f"))) void micro_avx512(const double* Ap, const dou
     const __m512d b0 = _mm512_loadu_pd(Bp + k * kNR), b1 = _mm512_loadu_pd(Bp + k * kNR + 8);
 #pragma GCC unroll 8
     for (int r = 0; r < kMR; ++r) {
-      const __m512d av = _mm512_set1_pd(Ap[r * kl + k]);
+      const __m512d av = _mm512_set1_pd(Ap[r * lda + k]);
       c0[r] = _mm512_fmadd_pd(av, b0, c0[r]);
       c1[r] = _mm512_fmadd_pd(av, b1, c1[r]);
     }
@@ -528,9 +529,17 @@ bool run_e4m3_f64(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, c
   const bool whole = exact_model && (s.scaling == GemmScaling::tensor || s.scaling == GemmScaling::rowwise);
   const int64_t group = s.scaling == GemmScaling::mx ? 32 : 128;
   const int64_t blk = exact_model ? (whole ? kKC : group) : gemm_kblock(s);
-  const int64_t mchunks = (g.M + kMC - 1) / kMC, nchunks = (g.N + kNC - 1) / kNC;
+  const int64_t mchunks = (g.M + kMC - 1) / kMC;
   // One chunk of rows: every B tile is converted once, so it is regrouped on the fly (no copy of B).
   const bool direct = mchunks == 1;
+  // Few rows (A as f64 over all of K within 1 MiB, L2-resident): A is converted once per call and the tiles are one
+  // 16-column panel wide, so a tile streams 16 rows of BT over K (few streams for the prefetchers) and no A block is
+  // converted twice.
+  const int64_t mpad = (g.M + kMR - 1) / kMR * kMR;
+  const bool small = direct && mpad * g.K * 8 <= (int64_t{1} << 20);
+  const int64_t tw = small ? kNR : kNC, nchunks = (g.N + tw - 1) / tw;
+  std::vector<double> Afull(small ? static_cast<size_t>(mpad * g.K) : 0);
+  if (small && g.K > 0) pack_a(a, g.K, 0, static_cast<int>(g.M), 0, static_cast<int>(g.K), Afull.data());
   std::vector<uint8_t> b8;
   if (!direct) {
     b8.resize(static_cast<size_t>((g.N + kNR - 1) / kNR * kNR * g.K));
@@ -556,20 +565,21 @@ bool run_e4m3_f64(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, c
 #pragma omp for schedule(dynamic) collapse(2)
     for (int64_t mi = 0; mi < mchunks; ++mi)
       for (int64_t ni = 0; ni < nchunks; ++ni) {
-        const int64_t m0 = mi * kMC, n0 = ni * kNC;
+        const int64_t m0 = mi * kMC, n0 = ni * tw;
         const int mt = static_cast<int>(std::min<int64_t>(kMC, g.M - m0));
-        const int nt = static_cast<int>(std::min<int64_t>(kNC, g.N - n0));
+        const int nt = static_cast<int>(std::min<int64_t>(tw, g.N - n0));
+        const size_t used = static_cast<size_t>(mt) * kNC;  // state rows [0, mt)
         if (exact_model) {
-          std::fill(st_s.begin(), st_s.end(), 0.0);
-          std::fill(st_c.begin(), st_c.end(), 0.0);
-          std::fill(st_m.begin(), st_m.end(), 0.0);
+          std::fill(st_s.begin(), st_s.begin() + used, 0.0);
+          std::fill(st_c.begin(), st_c.begin() + used, 0.0);
+          std::fill(st_m.begin(), st_m.begin() + used, 0.0);
         } else {
-          std::fill(facc.begin(), facc.end(), 0.0f);
+          std::fill(facc.begin(), facc.begin() + used, 0.0f);
         }
         int nterms = 0;
         for (int64_t k0 = 0; k0 < g.K; k0 += blk) {
           const int kl = static_cast<int>(std::min<int64_t>(blk, g.K - k0));
-          pack_a(a, g.K, m0, mt, k0, kl, Ap.data());
+          if (!small) pack_a(a, g.K, m0, mt, k0, kl, Ap.data());
 #if FP8REF_HAVE_FUSED_PANEL
           if (direct && avx512 && kl % 16 == 0) {
             for (int q = 0; q * kNR < nt; ++q)
@@ -587,16 +597,18 @@ bool run_e4m3_f64(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, c
           }
           for (int q = 0; q * kNR < nt; ++q)
             for (int p = 0; p * kMR < mt; ++p) {
-              const double* ap = Ap.data() + static_cast<size_t>(p) * kMR * kl;
+              const int64_t lda = small ? g.K : kl;
+              const double* ap = small ? Afull.data() + static_cast<size_t>(p) * kMR * g.K + k0
+                                       : Ap.data() + static_cast<size_t>(p) * kMR * kl;
               const double* bp = Bp.data() + static_cast<size_t>(q) * kl * kNR;
               double* pp = P.data() + static_cast<size_t>(p) * kMR * kNC + q * kNR;
 #if FP8REF_HAVE_AVX512_MICRO
               if (avx512) {
-                micro_avx512(ap, bp, kl, pp, kNC);
+                micro_avx512(ap, lda, bp, kl, pp, kNC);
                 continue;
               }
 #endif
-              micro_generic(ap, bp, kl, pp, kNC);
+              micro_generic(ap, lda, bp, kl, pp, kNC);
             }
           if (whole) {
             for (int r = 0; r < mt; ++r) add_block(st_s.data() + r * kNC, P.data() + r * kNC, nt);
