@@ -16,6 +16,10 @@
 //   columns, 8 rows at a time (the B chunk of a step stays in L1).
 // Outputs in rows of A / rows of BT that hold a NaN or Inf code are recomputed with ref::scaled_mm (the defined
 // special-value semantics); mma-sync-sm90 chains ref::mma_sm90_element over K (one mma per 32 k).
+// GCC 12 flags its own AVX-512 intrinsics (_mm512_undefined_*) as maybe-uninitialized.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <omp.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
