@@ -327,7 +327,9 @@ TEST_SUITE("quant_cpu") {
         {"vllm-per-token", {}},
     };
     size_t cases = 0;
-    for (const auto& [conv, ov0] : variants) {
+    for (const auto& variant : variants) {
+      const auto& conv = variant.first;
+      const auto& ov0 = variant.second;
       for (const char* g : {"group:128", "group:64", "group:7"}) {
         auto ov = ov0;
         ov.push_back({"granularity", g});

@@ -407,7 +407,9 @@ TEST_CASE("rmsnorm_quant: cpu fast group quant (fused x*(1/s), Markstein x/s) at
       {"aiter-rmsnorm-quant", {{"clamp", "nan-to-min"}, {"guard", "none"}, {"weight", "dtype-twice"}}},
   };
   int compared = 0;
-  for (const auto& [conv, ov0] : variants) {
+  for (const auto& variant : variants) {
+    const auto& conv = variant.first;
+    const auto& ov0 = variant.second;
     for (int64_t G : {int64_t{128}, int64_t{64}, int64_t{32}, int64_t{48}}) {
       auto ov = ov0;
       ov.push_back({"group", std::to_string(G)});
