@@ -42,16 +42,7 @@ uint32_t bits_of(float f) { return fp8ref::bits_of_f32(f); }
 size_t elem_size(Format f) { return static_cast<size_t>(format_info(f).bits / 8); }
 
 // Element i of an md array (f32/bf16/f16 bits), widened exactly to f32.
-float load_md(Format md, const void* p, int64_t i) {
-  if (md == Format::f32) {
-    float f;
-    std::memcpy(&f, static_cast<const uint8_t*>(p) + 4 * i, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, static_cast<const uint8_t*>(p) + 2 * i, 2);
-  return f32_of(static_cast<uint32_t>(fp8ref::ref::narrow(md, h, Format::f32)));
-}
+float load_md(Format md, const void* p, int64_t i) { return fp8ref::ref::load_f32(md, p, i); }
 uint64_t md_bits(Format md, const void* p, int64_t i) {
   uint64_t b = 0;
   std::memcpy(&b, static_cast<const uint8_t*>(p) + elem_size(md) * i, elem_size(md));

@@ -249,6 +249,18 @@ uint8_t encode(Format from, uint64_t bits, const ConversionSpec& spec, uint64_t 
   return static_cast<uint8_t>(encode_generic(target_of(spec.to), d, spec, rbits));
 }
 
+float load_f32(Format from, const void* p, int64_t i) {
+  const uint8_t* b = static_cast<const uint8_t*>(p);
+  if (from == Format::f32) {
+    uint32_t w;
+    std::memcpy(&w, b + 4 * i, 4);
+    return f32_from_bits(w);
+  }
+  uint16_t h;
+  std::memcpy(&h, b + 2 * i, 2);
+  return f32_from_bits(static_cast<uint32_t>(narrow(from, h, Format::f32)));
+}
+
 uint64_t narrow(Format from, uint64_t bits, Format to) {
   const Layout src = source_layout(from), dst = source_layout(to);
   const Decomposed d = decompose(src, bits);

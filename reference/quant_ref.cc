@@ -91,17 +91,7 @@ float fmax_nan_wins(float a, float b) {
 }
 
 // The f32 value of source element i (exact widening).
-float load_source(Format from, const void* x, size_t i) {
-  const uint8_t* p = static_cast<const uint8_t*>(x);
-  if (from == Format::f32) {
-    uint32_t b;
-    std::memcpy(&b, p + 4 * i, 4);
-    return f32_from_bits(b);
-  }
-  uint16_t h;
-  std::memcpy(&h, p + 2 * i, 2);
-  return f32_from_bits(static_cast<uint32_t>(narrow(from, h, Format::f32)));
-}
+float load_source(Format from, const void* x, size_t i) { return load_f32(from, x, static_cast<int64_t>(i)); }
 
 int significant_bits(double d) {
   int e;

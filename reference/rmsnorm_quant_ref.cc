@@ -52,17 +52,7 @@ float f32_from_bits(uint32_t b) { return fp8ref::f32_from_bits(b); }
 uint32_t bits_of(float f) { return fp8ref::bits_of_f32(f); }
 float gpu(float r) { return std::isnan(r) ? f32_from_bits(kCanonicalNan) : r; }
 
-float load(Format from, const void* p, size_t i) {
-  const uint8_t* b = static_cast<const uint8_t*>(p);
-  if (from == Format::f32) {
-    uint32_t w;
-    std::memcpy(&w, b + 4 * i, 4);
-    return f32_from_bits(w);
-  }
-  uint16_t h;
-  std::memcpy(&h, b + 2 * i, 2);
-  return f32_from_bits(static_cast<uint32_t>(narrow(from, h, Format::f32)));
-}
+float load(Format from, const void* p, size_t i) { return load_f32(from, p, static_cast<int64_t>(i)); }
 
 void store(Format from, void* p, size_t i, float v) {
   uint8_t* b = static_cast<uint8_t*>(p);

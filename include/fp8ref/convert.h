@@ -131,6 +131,8 @@ double value_of(Format f, uint8_t code);
 // IEEE round-to-nearest-even narrowing between the containers (f64/f32 -> f32/bf16/f16; widening is exact).
 // NaN keeps its sign and the top of its payload, quieted. Returns the target's bit pattern.
 uint64_t narrow(Format from, uint64_t bits, Format to);
+// Element i of a little-endian f32, bf16 or f16 array, widened exactly to f32.
+float load_f32(Format from, const void* p, int64_t i);
 }  // namespace ref
 
 // The documented random-bit source of stochastic rounding: lowbias32 (C. Wellons) of a seed-keyed counter.

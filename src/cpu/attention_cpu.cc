@@ -361,16 +361,7 @@ float round_to(Format f, float x) {
   return f32_of(static_cast<uint32_t>(fp8ref::ref::narrow(f, fp8ref::ref::narrow(Format::f32, bits_of(x), f), Format::f32)));
 }
 size_t elem_size(Format f) { return static_cast<size_t>(format_info(f).bits / 8); }
-float load_md(Format md, const void* p, int64_t i) {
-  if (md == Format::f32) {
-    float f;
-    std::memcpy(&f, static_cast<const uint8_t*>(p) + 4 * i, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, static_cast<const uint8_t*>(p) + 2 * i, 2);
-  return f32_of(static_cast<uint32_t>(fp8ref::ref::narrow(md, h, Format::f32)));
-}
+float load_md(Format md, const void* p, int64_t i) { return fp8ref::ref::load_f32(md, p, i); }
 // NaN results canonical, as ref's store_out (which NaN operand propagates is an operand-order artefact).
 void store_out(Format f, void* out, int64_t i, float x) {
   if (std::isnan(x)) x = std::numeric_limits<float>::quiet_NaN();

@@ -747,6 +747,16 @@ bool run_exact_kblock(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* 
 }
 
 // ---- hopper-tc ---------------------------------------------------------------------------------------------------
+// cuBLAS's epilogue for tensorwise and rowwise scales on the f32 accumulator (blocked scales are applied per block):
+// tensor v·RN(sa·sb); rowwise RN(RN(v·sb)·sa).
+float scale_epilogue(const ScaledMmSpec& s, const ScaleIdx& sc, int64_t m, int64_t n, float v) {
+  if (s.scaling == GemmScaling::tensor) return v * (sc.a(m, 0) * sc.b(n, 0));
+  if (s.scaling == GemmScaling::rowwise) {
+    v = v * sc.b(n, 0);
+    return v * sc.a(m, 0);
+  }
+  return v;
+}
 constexpr int kHn = 64;
 static_assert(kHn == kBt && kNt % kBt == 0, "tiles must match the tiled B layout");
 
@@ -941,13 +951,7 @@ void run_hopper(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, con
         for (int r = 0; r < mt; ++r)
           for (int l = 0; l < nt; ++l) {
             const int64_t m = m0 + r, n = n0 + l;
-            float v = acc[static_cast<size_t>(r) * kHn + l];
-            if (s.scaling == GemmScaling::tensor) {
-              v = v * (sc.a(m, 0) * sc.b(n, 0));
-            } else if (s.scaling == GemmScaling::rowwise) {
-              v = v * sc.b(n, 0);
-              v = v * sc.a(m, 0);
-            }
+            const float v = scale_epilogue(s, sc, m, n, acc[static_cast<size_t>(r) * kHn + l]);
             store(out, m * g.N + n, s.out, finish_f32(v, s, bias, n));
           }
       }
@@ -979,14 +983,7 @@ void run_mma(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, const 
         P = ref::mma_sm90_element(s.fa, s.fb, ca, cb, P);
         if (k0 + 32 >= g.K || (k0 + 32) % group == 0) acc = std::fma(sc.a(m, k0) * sc.b(n, k0), P, acc);
       }
-      float v = acc;
-      if (s.scaling == GemmScaling::tensor) {
-        v = v * (sc.a(m, 0) * sc.b(n, 0));
-      } else if (s.scaling == GemmScaling::rowwise) {
-        v = v * sc.b(n, 0);
-        v = v * sc.a(m, 0);
-      }
-      store(out, m * g.N + n, s.out, finish_f32(v, s, bias, n));
+      store(out, m * g.N + n, s.out, finish_f32(scale_epilogue(s, sc, m, n, acc), s, bias, n));
     }
 }
 

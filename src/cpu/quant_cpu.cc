@@ -331,6 +331,18 @@ HWY_INLINE VF GuardMax(VF v, float c, bool propagate) {
   return hn::IfThenElse(hn::IsNaN(v), propagate ? Canon(v) : cv, hn::Max(v, cv));
 }
 
+// The first m lanes of v to p (a whole vector when m is the lane count).
+HWY_INLINE void StoreFirst(VF v, size_t m, float* p) {
+  const DF df;
+  if (m == hn::Lanes(df)) {
+    hn::StoreU(v, df, p);
+    return;
+  }
+  HWY_ALIGN float o[kMaxLanes];
+  hn::Store(v, df, o);
+  std::memcpy(p, o, m * 4);
+}
+
 // Steps 3–5 for n groups: amax bits -> guarded amax and the f32 scale s (before the scale dtype).
 void GroupScales(const uint32_t* amax_bits, size_t n, const ScaleConst& c, float* amax, float* s) {
   const DF df;
@@ -353,16 +365,8 @@ void GroupScales(const uint32_t* amax_bits, size_t n, const ScaleConst& c, float
     sv = Canon(sv);
     if (c.has_min) sv = GuardMax(sv, c.min_scale, c.propagate);
     sv = Canon(sv, c.nan_bits);
-    if (m == N) {
-      hn::StoreU(a, df, amax + i);
-      hn::StoreU(sv, df, s + i);
-      continue;
-    }
-    HWY_ALIGN float oa[kMaxLanes], os[kMaxLanes];
-    hn::Store(a, df, oa);
-    hn::Store(sv, df, os);
-    std::memcpy(amax + i, oa, m * 4);
-    std::memcpy(s + i, os, m * 4);
+    StoreFirst(a, m, amax + i);
+    StoreFirst(sv, m, s + i);
   }
 }
 
@@ -409,16 +413,8 @@ void GroupParams(uint32_t kind, const float* sv, const float* amax, size_t n, fl
       }
       default: break;
     }
-    if (m == N) {
-      hn::StoreU(va, df, a + i);
-      hn::StoreU(vb, df, b + i);
-      continue;
-    }
-    HWY_ALIGN float oa[kMaxLanes], ob[kMaxLanes];
-    hn::Store(va, df, oa);
-    hn::Store(vb, df, ob);
-    std::memcpy(a + i, oa, m * 4);
-    std::memcpy(b + i, ob, m * 4);
+    StoreFirst(va, m, a + i);
+    StoreFirst(vb, m, b + i);
   }
 }
 
