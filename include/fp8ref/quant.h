@@ -237,6 +237,11 @@ void quantize_static(const QuantSpec& spec, Format from, const void* x, const st
 void dequantize(const QuantSpec& spec, const uint8_t* q, const std::vector<int64_t>& shape, const void* scales,
                 Format out_format, void* out, double* exact_x = nullptr);
 std::string quant_path(const QuantSpec& spec, bool dynamic, bool exact_out = false);
+// For the tests: the premise of the one-correction division of bf16/f16 sources (src/cpu/fp8_lanes-inl.h,
+// MarksteinDiv1). Counts the (y, a) with y = 1 + i·2^(1-bits), every i < 2^(bits-1), and a = 1 + j·2^-23, j in
+// [j0, j1), where the vector kernel's quotient after `corrections` FMA corrections (0: RN(y·RN(1/a)); 1, 2)
+// differs from the IEEE quotient RN(y/a); -1 when the target has no FMA (the kernels then divide).
+int64_t division_failures(int significand_bits, int corrections, uint32_t j0, uint32_t j1);
 }  // namespace cpu
 
 }  // namespace fp8ref

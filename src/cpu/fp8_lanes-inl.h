@@ -20,6 +20,11 @@
 //   q1 is within one ulp of y/a and b within half an ulp of 1/a, so q2 = RN(y/a) (Markstein's theorem; Muller et
 //   al., Handbook of Floating-Point Arithmetic, §4.7) provided nothing under/overflows: a in ±[2^-60, 2^60] and
 //   |y| in [2^-60, 2^60] suffice (quant_cpu.cc, Quotient). y = ±0 may come back as +0 (the caller fixes the sign).
+// MarksteinDiv1(y, a, b): q1 alone, which is already RN(y / a) when y has at most 11 significant bits (bf16 and
+//   f16 values; the same ranges): q0 need not be within one ulp (it is not always), so this rests on an exhaustive
+//   check instead of the theorem — every y mantissa of 8 and of 11 bits against every a mantissa (2^30 and 2^33
+//   pairs; exponents only shift every step), q1 against the IEEE division: 0 differences
+//   (cpu::division_failures, tests/exhaustive_division.cc). f32 sources keep MarksteinDiv.
 #if defined(FP8REF_CPU_FP8_LANES_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef FP8REF_CPU_FP8_LANES_INL_H_
 #undef FP8REF_CPU_FP8_LANES_INL_H_
@@ -92,9 +97,12 @@ HWY_INLINE void StoreCodes4(VU c0, VU c1, VU c2, VU c3, uint8_t* dst) {
 #endif
 }
 
-HWY_INLINE VF MarksteinDiv(VF y, VF a, VF b) {
+HWY_INLINE VF MarksteinDiv1(VF y, VF a, VF b) {
   const VF q0 = hn::Mul(y, b);
-  const VF q1 = hn::MulAdd(hn::NegMulAdd(q0, a, y), b, q0);
+  return hn::MulAdd(hn::NegMulAdd(q0, a, y), b, q0);
+}
+HWY_INLINE VF MarksteinDiv(VF y, VF a, VF b) {
+  const VF q1 = MarksteinDiv1(y, a, b);
   return hn::MulAdd(hn::NegMulAdd(q1, a, y), b, q1);
 }
 

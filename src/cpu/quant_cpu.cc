@@ -256,7 +256,7 @@ bool AmaxGroups16(const void* src, size_t k0, size_t k1, size_t G, bool propagat
       // (the first read of the source: a software prefetch 4 KiB ahead, as convert_cpu.cc's streaming loop — the
       // hardware prefetchers alone leave one read stream per thread latency-bound on this VM)
       for (; i + N <= e; i += N) {
-        hwy::Prefetch(s + i + 2048);
+        // hwy::Prefetch(s + i + 2048);
         acc = hn::Max(acc, absv(hn::LoadU(d16, s + i)));
       }
       if (i < e) {
@@ -633,6 +633,17 @@ bool ElemRange(int src, const void* p, size_t k0, size_t k1, size_t G, size_t g0
 // the same code as the cast's saturation); the code of |v| by fp8_lanes::CastE4m3Mag; the sign is y's (every
 // divisor and multiplier here is > 0, so v has y's sign — also where MarksteinDiv returns +0 for y = -0 or a
 // quotient under 2^-11 comes out inexact: those give code 0 either way, see fast_group).
+// The element pass prefetches the next chunk's source (kChunk elements ahead) while it computes this one, so that
+// the memory-bound amax pass of the next chunk reads from cache: the two passes of a chunk otherwise never overlap
+// memory traffic with arithmetic.
+constexpr size_t kPrefetchAhead = 8192;
+// RN(y/a) for b = RN(1/a): one FMA correction for bf16/f16 sources (y has <= 11 significant bits; see
+// fp8_lanes::MarksteinDiv1), two for f32.
+template <int kSrc>
+HWY_INLINE VF Div(VF y, VF a, VF b) {
+  if constexpr (kSrc == 0) return fp8_lanes::MarksteinDiv(y, a, b);
+  else return fp8_lanes::MarksteinDiv1(y, a, b);
+}
 template <int kSrc, uint32_t kOp>
 void ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const float* a, const float* b,
                uint32_t bound, bool stream, uint8_t* q) {
@@ -644,7 +655,7 @@ void ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
   const VU vbound = hn::Set(du, bound), absm = hn::Set(du, 0x7FFFFFFFu), sgn = hn::Set(du, 0x80u);
   auto code = [&](VF y, VF A, VF B) {
     VF v;
-    if constexpr (kOp == kOpDiv) v = fp8_lanes::MarksteinDiv(y, A, B);
+    if constexpr (kOp == kOpDiv) v = Div<kSrc>(y, A, B);
     else if constexpr (kOp == kOpMul) v = hn::Mul(y, A);
     else v = hn::Mul(hn::Mul(y, B), A);
     const VU m = hn::Min(hn::And(hn::BitCast(du, v), absm), vbound);
@@ -666,12 +677,14 @@ void ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
       auto cmag = [&](__m512i ybits) {
         const VF y{_mm512_castsi512_ps(ybits)};
         VF v;
-        if constexpr (kOp == kOpDiv) v = fp8_lanes::MarksteinDiv(y, A, B);
+        if constexpr (kOp == kOpDiv) v = Div<kSrc>(y, A, B);
         else if constexpr (kOp == kOpMul) v = hn::Mul(y, A);
         else v = hn::Mul(hn::Mul(y, B), A);
         return CastE4m3Mag(hn::Min(hn::BitCast(du, v), vbound)).raw;
       };
       for (; k + 4 * N <= e; k += 4 * N) {
+        hwy::Prefetch(s + k + kPrefetchAhead);
+        hwy::Prefetch(s + k + kPrefetchAhead + 2 * N);
         const __m512i x0 = _mm512_loadu_si512(reinterpret_cast<const void*>(s + k));
         const __m512i x1 = _mm512_loadu_si512(reinterpret_cast<const void*>(s + k + 2 * N));
         const __mmask64 neg = _mm512_kunpackd(_mm512_movepi16_mask(x1), _mm512_movepi16_mask(x0));
@@ -868,6 +881,37 @@ void DeqRange(int out_kind, const uint8_t* q, size_t k0, size_t k1, size_t G, si
 
 bool QuantHasFma() { return kFma; }
 
+// cpu::division_failures: y = 1 + i·2^(1-bits) for every i < 2^(bits-1), a = 1 + j·2^-23 for j in [j0, j1): lanes
+// where RN(y·b) (corrections 0), fp8_lanes::MarksteinDiv1 (1) or MarksteinDiv (2), b = RN(1/a), differ from the IEEE
+// quotient (no FMA on this target: -1).
+int64_t DivisionFailures(int bits, int corrections, uint32_t j0, uint32_t j1) {
+  if constexpr (!kFma) {
+    return -1;
+  } else {
+    const DF df;
+    const DU du;
+    const size_t N = hn::Lanes(df);
+    const uint32_t ny = 1u << (bits - 1), step = 1u << (24 - bits);
+    int64_t bad = 0;
+#pragma omp parallel for reduction(+ : bad) schedule(static)
+    for (long long j = j0; j < static_cast<long long>(j1); ++j) {
+      const VF a = hn::BitCast(df, hn::Set(du, 0x3F800000u | static_cast<uint32_t>(j)));
+      const VF b = hn::Div(hn::Set(df, 1.0f), a);
+      for (uint32_t i = 0; i < ny; i += static_cast<uint32_t>(N)) {
+        const VU idx = hn::Add(hn::Set(du, i), hn::Iota(du, 0));
+        const VF y = hn::BitCast(df, hn::Or(hn::Set(du, 0x3F800000u), hn::Mul(idx, hn::Set(du, step))));
+        const auto live = hn::Lt(idx, hn::Set(du, ny));
+        const VF q = corrections == 0   ? hn::Mul(y, b)
+                     : corrections == 1 ? fp8_lanes::MarksteinDiv1(y, a, b)
+                                        : fp8_lanes::MarksteinDiv(y, a, b);
+        const auto ne = hn::Ne(hn::BitCast(du, q), hn::BitCast(du, hn::Div(y, a)));
+        bad += static_cast<int64_t>(hn::CountTrue(du, hn::And(ne, live)));
+      }
+    }
+    return bad;
+  }
+}
+
 }  // namespace fp8ref::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -878,6 +922,7 @@ HWY_AFTER_NAMESPACE();
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include "fp8ref/error.h"
@@ -892,6 +937,7 @@ HWY_EXPORT(ElemRange);
 HWY_EXPORT(ElemFast);
 HWY_EXPORT(DeqRange);
 HWY_EXPORT(QuantHasFma);
+HWY_EXPORT(DivisionFailures);
 
 namespace cpu {
 namespace {
@@ -1432,6 +1478,13 @@ std::vector<float> scale_values(const QuantSpec& spec, const void* scales, size_
 }
 
 }  // namespace
+
+int64_t division_failures(int significand_bits, int corrections, uint32_t j0, uint32_t j1) {
+  if (significand_bits < 2 || significand_bits > 24 || corrections < 0 || corrections > 2 || j1 > (1u << 23) ||
+      j0 > j1)
+    throw std::invalid_argument("division_failures: bits in [2, 24], corrections 0-2, 0 <= j0 <= j1 <= 2^23");
+  return HWY_DYNAMIC_DISPATCH(DivisionFailures)(significand_bits, corrections, j0, j1);
+}
 
 std::string quant_path(const QuantSpec& spec, bool dynamic, bool exact_out) {
   const std::string why = reference_reason(spec, dynamic, exact_out);

@@ -40,6 +40,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/rmsnorm_quant_cpu.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include <cmath>
@@ -117,6 +118,20 @@ HWY_INLINE hn::Vec<DF> RoundBf16(hn::Vec<DF> v) {
   const DF df;
   return hn::BitCast(df, hn::ShiftLeft<16>(RoundBf16Bits(v)));
 }
+
+// The next row's bf16 inputs (x, and the residual when there is one; null: none), prefetched while the compute-heavy
+// passes of this row run (NormWeightBf16Fast, NormQuantBf16), one line each per 32 elements: otherwise the next row's
+// first pass (its residual add or its mean of squares) waits on memory with nothing to overlap.
+struct NextRow {
+  const uint16_t* x;
+  const uint16_t* r;
+  HWY_INLINE void At(size_t k) const {
+    if (x && k % 32 == 0) {
+      hwy::Prefetch(x + k);
+      if (r) hwy::Prefetch(r + k);
+    }
+  }
+};
 
 // Step 1 for bf16 rows. z[k] (f32); residual_out bits when a residual is given.
 void LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_sum, float* z, uint16_t* res_out) {
@@ -408,7 +423,7 @@ void NormWeightBf16(const float* z, const uint16_t* w, size_t K, float r, NormWe
 // which is then rescanned (amax over the non-NaN |y|, nan flag).
 template <int kMode, class Z>  // 0: weight=f32, 1: dtype-twice, 2: dtype-once
 void NormWeightBf16FastT(const Z z, const float* w, size_t K, float r, float* y, size_t G, float* amax,
-                         uint8_t* nan) {
+                         uint8_t* nan, NextRow next) {
   const DF df;
   const DU du;
   const size_t N = hn::Lanes(df);
@@ -431,6 +446,7 @@ void NormWeightBf16FastT(const Z z, const float* w, size_t K, float r, float* y,
     auto mx = hn::Zero(du);
     size_t k = k0;
     for (; k + N <= end; k += N) {
+      next.At(k);
       const auto a = hn::Mul(z.Load(k), vr);
       const auto wv = hn::LoadU(df, w + k);
       hn::Vec<DF> out;
@@ -463,16 +479,20 @@ void NormWeightBf16FastT(const Z z, const float* w, size_t K, float r, float* y,
   }
 }
 void NormWeightBf16Fast(const void* z, bool bf16, const float* w, size_t K, float r, NormWeight mode, float* y,
-                        size_t G, float* amax, uint8_t* nan) {
+                        size_t G, float* amax, uint8_t* nan, const uint16_t* next_x, const uint16_t* next_r) {
   const ZF32 zf{static_cast<const float*>(z)};
   const ZBf16 zh{static_cast<const uint16_t*>(z)};
+  const NextRow nx{next_x, next_r};
   switch (mode) {
     case NormWeight::f32:
-      return bf16 ? NormWeightBf16FastT<0>(zh, w, K, r, y, G, amax, nan) : NormWeightBf16FastT<0>(zf, w, K, r, y, G, amax, nan);
+      return bf16 ? NormWeightBf16FastT<0>(zh, w, K, r, y, G, amax, nan, nx)
+                  : NormWeightBf16FastT<0>(zf, w, K, r, y, G, amax, nan, nx);
     case NormWeight::dtype_twice:
-      return bf16 ? NormWeightBf16FastT<1>(zh, w, K, r, y, G, amax, nan) : NormWeightBf16FastT<1>(zf, w, K, r, y, G, amax, nan);
+      return bf16 ? NormWeightBf16FastT<1>(zh, w, K, r, y, G, amax, nan, nx)
+                  : NormWeightBf16FastT<1>(zf, w, K, r, y, G, amax, nan, nx);
     default:
-      return bf16 ? NormWeightBf16FastT<2>(zh, w, K, r, y, G, amax, nan) : NormWeightBf16FastT<2>(zf, w, K, r, y, G, amax, nan);
+      return bf16 ? NormWeightBf16FastT<2>(zh, w, K, r, y, G, amax, nan, nx)
+                  : NormWeightBf16FastT<2>(zf, w, K, r, y, G, amax, nan, nx);
   }
 }
 
@@ -562,7 +582,7 @@ HWY_INLINE void RowQuantT(const float* y, size_t K, size_t G, const float* sv, f
 // multiplier sv[g] is finite and >= 0) or as RowQuantT. Fast groups: v = |y|/s by fp8_lanes::MarksteinDiv or
 // |y|·sv, the clamp as a u32 min with max's bits, fp8_lanes::CastE4m3Mag, y's sign as bit 7 (the argument for the
 // division: quant_cpu.cc's fast_group). The group's tail (K % G) always goes through QuotClamp.
-template <bool mul, Clamp clamp>
+template <bool mul, Clamp clamp, bool narrow>
 HWY_INLINE void RowQuantFastT(const float* y, size_t K, size_t G, const float* sv, const float* rb, const uint8_t* fast,
                               float mx, uint8_t* q) {
   const DF df;
@@ -581,7 +601,7 @@ HWY_INLINE void RowQuantFastT(const float* y, size_t K, size_t G, const float* s
       auto code = [&](hn::Vec<DF> yv) {
         const auto yb = hn::BitCast(du, yv);
         const auto ay = hn::BitCast(df, hn::And(yb, absm));
-        const auto v = mul ? hn::Mul(ay, s) : fp8_lanes::MarksteinDiv(ay, s, b);
+        const auto v = mul ? hn::Mul(ay, s) : narrow ? fp8_lanes::MarksteinDiv1(ay, s, b) : fp8_lanes::MarksteinDiv(ay, s, b);
         return hn::OrAnd(fp8_lanes::CastE4m3Mag(hn::Min(hn::BitCast(du, v), bound)), hn::ShiftRight<24>(yb), sgn);
       };
       for (; k + 4 * N <= end; k += 4 * N) {
@@ -603,14 +623,18 @@ HWY_INLINE void RowQuantFastT(const float* y, size_t K, size_t G, const float* s
     }
   }
 }
+// narrow: every y has at most 11 significant bits (bf16/f16 rows whose weight step rounds to the dtype), so x/s
+// takes one FMA correction (fp8_lanes::MarksteinDiv1).
 void RowQuantFast(const float* y, size_t K, size_t G, const float* sv, const float* rb, const uint8_t* fast, bool mul,
-                  Clamp clamp, float mx, uint8_t* q) {
+                  bool narrow, Clamp clamp, float mx, uint8_t* q) {
   if (clamp == Clamp::nan_to_max) {
-    if (mul) return RowQuantFastT<true, Clamp::nan_to_max>(y, K, G, sv, rb, fast, mx, q);
-    return RowQuantFastT<false, Clamp::nan_to_max>(y, K, G, sv, rb, fast, mx, q);
+    if (mul) return RowQuantFastT<true, Clamp::nan_to_max, false>(y, K, G, sv, rb, fast, mx, q);
+    if (narrow) return RowQuantFastT<false, Clamp::nan_to_max, true>(y, K, G, sv, rb, fast, mx, q);
+    return RowQuantFastT<false, Clamp::nan_to_max, false>(y, K, G, sv, rb, fast, mx, q);
   }
-  if (mul) return RowQuantFastT<true, Clamp::nan_to_min>(y, K, G, sv, rb, fast, mx, q);
-  return RowQuantFastT<false, Clamp::nan_to_min>(y, K, G, sv, rb, fast, mx, q);
+  if (mul) return RowQuantFastT<true, Clamp::nan_to_min, false>(y, K, G, sv, rb, fast, mx, q);
+  if (narrow) return RowQuantFastT<false, Clamp::nan_to_min, true>(y, K, G, sv, rb, fast, mx, q);
+  return RowQuantFastT<false, Clamp::nan_to_min, false>(y, K, G, sv, rb, fast, mx, q);
 }
 
 void RowQuant(const float* y, size_t K, size_t G, const float* sv, bool mul, Clamp clamp, float mx, bool cast_e4m3,
@@ -640,7 +664,7 @@ void RowQuant(const float* y, size_t K, size_t G, const float* sv, bool mul, Cla
 // live in registers), else 0 (G / N at run time).
 template <int kMode, Clamp kClamp, size_t kNv, class Z>
 HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, size_t G, const QuantSpec& qs,
-                               float rcp_max, float* spill, float* scales, uint8_t* q) {
+                               float rcp_max, float* spill, float* scales, uint8_t* q, NextRow next) {
   const DF df;
   const DU du;
   const hn::Rebind<uint8_t, DF> d8;
@@ -662,6 +686,7 @@ HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, siz
   for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
     auto m = hn::Zero(du);
     for (size_t j = 0; j < nv; ++j) {
+      next.At(k0 + j * N);
       const auto a = hn::Mul(z.Load(k0 + j * N), vr);
       const auto wv = hn::LoadU(df, w + k0 + j * N);
       hn::Vec<DF> out;
@@ -703,26 +728,28 @@ HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, siz
 }
 template <int kMode, Clamp kClamp>
 bool NormQuantBf16T(const void* z, bool bf16, const float* w, size_t K, float r, size_t G, const QuantSpec& qs,
-                    float rcp_max, float* spill, float* scales, uint8_t* q) {
+                    float rcp_max, float* spill, float* scales, uint8_t* q, NextRow nx) {
   const size_t N = hn::Lanes(DF());
   if (G % N != 0 || G > 8 * N || K % G != 0) return false;
   const ZF32 zf{static_cast<const float*>(z)};
   const ZBf16 zh{static_cast<const uint16_t*>(z)};
   if (G == 8 * N) {
-    if (bf16) NormQuantBf16G<kMode, kClamp, 8>(zh, w, K, r, G, qs, rcp_max, spill, scales, q);
-    else NormQuantBf16G<kMode, kClamp, 8>(zf, w, K, r, G, qs, rcp_max, spill, scales, q);
+    if (bf16) NormQuantBf16G<kMode, kClamp, 8>(zh, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
+    else NormQuantBf16G<kMode, kClamp, 8>(zf, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
   } else {
-    if (bf16) NormQuantBf16G<kMode, kClamp, 0>(zh, w, K, r, G, qs, rcp_max, spill, scales, q);
-    else NormQuantBf16G<kMode, kClamp, 0>(zf, w, K, r, G, qs, rcp_max, spill, scales, q);
+    if (bf16) NormQuantBf16G<kMode, kClamp, 0>(zh, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
+    else NormQuantBf16G<kMode, kClamp, 0>(zf, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
   }
   return true;
 }
 bool NormQuantBf16(const void* z, bool bf16, const float* w, size_t K, float r, NormWeight mode, size_t G,
-                   const QuantSpec& qs, float rcp_max, float* spill, float* scales, uint8_t* q) {
+                   const QuantSpec& qs, float rcp_max, float* spill, float* scales, uint8_t* q, const uint16_t* next_x,
+                   const uint16_t* next_r) {
+  const NextRow nx{next_x, next_r};
   const bool nan_max = qs.clamp == Clamp::nan_to_max;
 #define FP8REF_NQ(M)                                                                                          \
-  return nan_max ? NormQuantBf16T<M, Clamp::nan_to_max>(z, bf16, w, K, r, G, qs, rcp_max, spill, scales, q) \
-                 : NormQuantBf16T<M, Clamp::nan_to_min>(z, bf16, w, K, r, G, qs, rcp_max, spill, scales, q);
+  return nan_max ? NormQuantBf16T<M, Clamp::nan_to_max>(z, bf16, w, K, r, G, qs, rcp_max, spill, scales, q, nx) \
+                 : NormQuantBf16T<M, Clamp::nan_to_min>(z, bf16, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
   switch (mode) {
     case NormWeight::f32: FP8REF_NQ(0)
     case NormWeight::dtype_twice: FP8REF_NQ(1)
@@ -941,15 +968,19 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
       // 5.–6. (and, for bf16 rows, the groups' amax)
       float* y = fast && !a.normed ? ybuf.data() : y_out + off;
       const bool bf16_fast = a.from == Format::bf16 && fast && !a.normed && !std::isnan(var) && !std::isnan(r);
+      // (the next row of this thread's static share, prefetched by the bf16 fast passes)
+      const bool has_next = m + 1 < M && a.from == Format::bf16;
+      const auto* next_x = has_next ? reinterpret_cast<const uint16_t*>(xr + K * esz) : nullptr;
+      const auto* next_r = has_next && rr ? reinterpret_cast<const uint16_t*>(rr + K * esz) : nullptr;
       // x*(1/s): steps 5–9 fused per group in registers (the cast in lanes; false: G or K does not fit it)
       if (bf16_fast && cast_in_lanes && qs.formula == QuantFormula::mul_rcp &&
           HWY_DYNAMIC_DISPATCH(NormQuantBf16)(zp, zbf16, wf.data(), static_cast<size_t>(K), r, spec.weight,
                                               static_cast<size_t>(G), qs, rcp_max, ybuf.data(),
-                                              static_cast<float*>(a.scales) + m * ngroups, a.q + off))
+                                              static_cast<float*>(a.scales) + m * ngroups, a.q + off, next_x, next_r))
         continue;
       if (bf16_fast) {
         HWY_DYNAMIC_DISPATCH(NormWeightBf16Fast)(zp, zbf16, wf.data(), static_cast<size_t>(K), r, spec.weight, y,
-                                                 static_cast<size_t>(G), gamax.data(), gnan.data());
+                                                 static_cast<size_t>(G), gamax.data(), gnan.data(), next_x, next_r);
       } else if (a.from == Format::bf16) {
         HWY_DYNAMIC_DISPATCH(NormWeightBf16)(z_row(), static_cast<const uint16_t*>(a.weight), static_cast<size_t>(K), r,
                                              spec.weight, y, static_cast<size_t>(G), gamax.data(), gnan.data());
@@ -985,7 +1016,8 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
       }
       if (cast_in_lanes) {
         HWY_DYNAMIC_DISPATCH(RowQuantFast)(y, static_cast<size_t>(K), static_cast<size_t>(G), gsv.data(), grb.data(),
-                                           gfast.data(), mul, qs.clamp, max, a.q + off);
+                                           gfast.data(), mul, a.from != Format::f32 && spec.weight != NormWeight::f32,
+                                           qs.clamp, max, a.q + off);
         continue;
       }
       HWY_DYNAMIC_DISPATCH(RowQuant)(y, static_cast<size_t>(K), static_cast<size_t>(G), gsv.data(), mul, qs.clamp, max,
