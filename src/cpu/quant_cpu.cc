@@ -254,9 +254,10 @@ bool AmaxGroups16(const void* src, size_t k0, size_t k1, size_t G, bool propagat
       auto acc = hn::Zero(d16);
       size_t i = kg;
       // (the first read of the source: a software prefetch 4 KiB ahead, as convert_cpu.cc's streaming loop — the
-      // hardware prefetchers alone leave one read stream per thread latency-bound on this VM)
+      // hardware prefetchers alone leave one read stream per thread latency-bound on this VM; on the ElemFast path the
+      // previous chunk's element pass has prefetched these lines already)
       for (; i + N <= e; i += N) {
-        // hwy::Prefetch(s + i + 2048);
+        hwy::Prefetch(s + i + 2048);
         acc = hn::Max(acc, absv(hn::LoadU(d16, s + i)));
       }
       if (i < e) {
