@@ -390,9 +390,9 @@ TEST_CASE("rmsnorm_quant: cpu e4m3fn cast in lanes at every code, midpoint and N
 
 TEST_CASE("rmsnorm_quant: cpu fast group quant (fused x*(1/s), Markstein x/s) at scales near 2^±60, tiny y, NaN/Inf groups") {
   // src/cpu/rmsnorm_quant_cpu.cc quantizes bf16 rows per group without per-element range tests when the group is
-  // finite and its scale allows it (x/s: s in [2^-60, 2^60], amax <= s·2^60, MarksteinDiv; x*(1/s): RN(1/s) finite),
-  // fused with normalize + weight for x*(1/s) (G a multiple of the vector, <= 8 vectors, K % G == 0), else per
-  // group as before. Weights scale each group by 2^e, e chosen so that s falls just inside and outside 2^-60 and
+  // finite and its scale allows it (x/s: s in [2^-60, 2^60], amax <= s·2^60, MarksteinDiv — one correction when y is
+  // bf16-valued; x*(1/s): RN(1/s) finite), fused with normalize + weight (G a multiple of the vector, <= 8 vectors,
+  // K % G == 0), else per group as before. Weights scale each group by 2^e, e chosen so that s falls just inside and outside 2^-60 and
   // 2^60 (and overflows to Inf); groups hold tiny weights (y down to bf16 / f32 subnormals: quotients under 2^-11
   // whose remainders underflow), zeros and ±0, and NaN / Inf weights. G = 128, 64, 32 (fused, compile-time and
   // run-time vector counts), 48 (not a multiple of 16: separate passes). Oracle: ref::rmsnorm_quant.

@@ -33,7 +33,7 @@
 //      cpu::encode_f32 (Highway, serial for a row). With the cast in lanes, groups that are finite and whose scale
 //      allows it take no per-element range or NaN test (RowQuantFast: x/s by fp8_lanes::MarksteinDiv for s in
 //      [2^-60, 2^60] with amax <= s·2^60, x*(1/s) with a finite RN(1/s); the clamp as a u32 min of |v|, the code by
-//      fp8_lanes::CastE4m3Mag, the sign from y), and for x*(1/s) on bf16 fast rows steps 5–9 run fused per group
+//      fp8_lanes::CastE4m3Mag, the sign from y), and on bf16 fast rows steps 5–9 run fused per group
 //      in registers (NormQuantBf16: no f32 y row). Every other
 //      quant spec (exact formulas, div=triton-nv, bf16/f16/ue8m0 scales) runs cpu::quantize (src/cpu/quant_cpu.cc)
 //      on the normed rows after the loop.
@@ -653,16 +653,16 @@ void RowQuant(const float* y, size_t K, size_t G, const float* sv, bool mul, Cla
 }
 
 // Steps 5–9 for a bf16 row on the fast path (as NormWeightBf16Fast: no NaN z, r not NaN, y not exported) with
-// formula x*(1/s) and the cast in lanes, fused per group in registers: y (NormWeightBf16Fast's arithmetic) for the
+// formula x*(1/s) or x/s and the cast in lanes, fused per group in registers: y (NormWeightBf16Fast's arithmetic) for the
 // G <= 8·N elements of a group, its amax (u32 max of |y| bits; a group with a NaN is spilled to `spill` and its amax
 // taken over the non-NaN |y|, as GroupMax), the scale by rmsnorm_cpu_detail::group_scale (the host loop's code) and
 // the multiplier sv = gpu(RN(1/s)), then the codes: in a finite group (every |y| < Inf) with sv finite as
-// RowQuantFastT's fast groups, else by QuotClamp and fp8_lanes::CastE4m3. (For x/s the separate passes with
-// RowQuantFast measured faster: the scalar scale and reciprocal sit between a group's y and its division.)
+// RowQuantFastT's fast groups, else by QuotClamp and fp8_lanes::CastE4m3. x/s (kDiv) likewise with RowQuantFastT's
+// fast-group test and division: one FMA correction when y is bf16-valued (kMode 1, 2), two for f32 weights.
 // Returns false (nothing written) when G is not a multiple of N, G > 8·N or K % G != 0: then the caller runs the
 // separate passes. kNv: the vectors per group when known at compile time (8: G = 128 on AVX-512 — the arrays then
 // live in registers), else 0 (G / N at run time).
-template <int kMode, Clamp kClamp, size_t kNv, class Z>
+template <int kMode, Clamp kClamp, bool kDiv, size_t kNv, class Z>
 HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, size_t G, const QuantSpec& qs,
                                float rcp_max, float* spill, float* scales, uint8_t* q, NextRow next) {
   const DF df;
@@ -710,6 +710,21 @@ HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, siz
     }
     const float s = rmsnorm_cpu_detail::group_scale(qs, amax, nan, rcp_max);
     scales[g] = s;
+    if constexpr (kDiv) {  // x/s: RowQuantFastT's fast-group test and division (y is bf16-valued unless kMode 0)
+      const uint32_t sb = rmsnorm_cpu_detail::bits_of(s);
+      const auto S = hn::Set(df, s);
+      if (mb < 0x7F800000u && sb - 0x21800000u <= 0x5D800000u - 0x21800000u && amax <= s * 0x1p60f) {
+        const auto B = hn::Set(df, 1.0f / s);
+        for (size_t j = 0; j < nv; ++j) {
+          const auto yb = hn::BitCast(du, yv[j]);
+          const auto ay = hn::BitCast(df, hn::And(yb, absm));
+          const auto v = kMode != 0 ? fp8_lanes::MarksteinDiv1(ay, S, B) : fp8_lanes::MarksteinDiv(ay, S, B);
+          cv[j] = hn::OrAnd(fp8_lanes::CastE4m3Mag(hn::Min(hn::BitCast(du, v), bound)), hn::ShiftRight<24>(yb), sgn);
+        }
+      } else {
+        for (size_t j = 0; j < nv; ++j) cv[j] = fp8_lanes::CastE4m3(QuotClamp<false, kClamp>(yv[j], S, hi, lo));
+      }
+    } else {
     const float sv = rmsnorm_cpu_detail::gpu(1.0f / s);
     const auto SV = hn::Set(df, sv);
     if (mb < 0x7F800000u && rmsnorm_cpu_detail::bits_of(sv) < 0x7F800000u) {
@@ -721,12 +736,13 @@ HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, siz
     } else {
       for (size_t j = 0; j < nv; ++j) cv[j] = fp8_lanes::CastE4m3(QuotClamp<true, kClamp>(yv[j], SV, hi, lo));
     }
+    }
     size_t j = 0;
     for (; j + 4 <= nv; j += 4) fp8_lanes::StoreCodes4(cv[j], cv[j + 1], cv[j + 2], cv[j + 3], q + k0 + j * N);
     for (; j < nv; ++j) hn::StoreU(hn::U8FromU32(cv[j]), d8, q + k0 + j * N);
   }
 }
-template <int kMode, Clamp kClamp>
+template <int kMode, Clamp kClamp, bool kDiv>
 bool NormQuantBf16T(const void* z, bool bf16, const float* w, size_t K, float r, size_t G, const QuantSpec& qs,
                     float rcp_max, float* spill, float* scales, uint8_t* q, NextRow nx) {
   const size_t N = hn::Lanes(DF());
@@ -734,11 +750,11 @@ bool NormQuantBf16T(const void* z, bool bf16, const float* w, size_t K, float r,
   const ZF32 zf{static_cast<const float*>(z)};
   const ZBf16 zh{static_cast<const uint16_t*>(z)};
   if (G == 8 * N) {
-    if (bf16) NormQuantBf16G<kMode, kClamp, 8>(zh, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
-    else NormQuantBf16G<kMode, kClamp, 8>(zf, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
+    if (bf16) NormQuantBf16G<kMode, kClamp, kDiv, 8>(zh, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
+    else NormQuantBf16G<kMode, kClamp, kDiv, 8>(zf, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
   } else {
-    if (bf16) NormQuantBf16G<kMode, kClamp, 0>(zh, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
-    else NormQuantBf16G<kMode, kClamp, 0>(zf, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
+    if (bf16) NormQuantBf16G<kMode, kClamp, kDiv, 0>(zh, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
+    else NormQuantBf16G<kMode, kClamp, kDiv, 0>(zf, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
   }
   return true;
 }
@@ -747,9 +763,13 @@ bool NormQuantBf16(const void* z, bool bf16, const float* w, size_t K, float r, 
                    const uint16_t* next_r) {
   const NextRow nx{next_x, next_r};
   const bool nan_max = qs.clamp == Clamp::nan_to_max;
-#define FP8REF_NQ(M)                                                                                          \
-  return nan_max ? NormQuantBf16T<M, Clamp::nan_to_max>(z, bf16, w, K, r, G, qs, rcp_max, spill, scales, q, nx) \
-                 : NormQuantBf16T<M, Clamp::nan_to_min>(z, bf16, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
+  const bool div = qs.formula == QuantFormula::div;
+#define FP8REF_NQ(M)                                                                                                 \
+  if (div)                                                                                                           \
+    return nan_max ? NormQuantBf16T<M, Clamp::nan_to_max, true>(z, bf16, w, K, r, G, qs, rcp_max, spill, scales, q, nx) \
+                   : NormQuantBf16T<M, Clamp::nan_to_min, true>(z, bf16, w, K, r, G, qs, rcp_max, spill, scales, q, nx); \
+  return nan_max ? NormQuantBf16T<M, Clamp::nan_to_max, false>(z, bf16, w, K, r, G, qs, rcp_max, spill, scales, q, nx) \
+                 : NormQuantBf16T<M, Clamp::nan_to_min, false>(z, bf16, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
   switch (mode) {
     case NormWeight::f32: FP8REF_NQ(0)
     case NormWeight::dtype_twice: FP8REF_NQ(1)
@@ -972,8 +992,8 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
       const bool has_next = m + 1 < M && a.from == Format::bf16;
       const auto* next_x = has_next ? reinterpret_cast<const uint16_t*>(xr + K * esz) : nullptr;
       const auto* next_r = has_next && rr ? reinterpret_cast<const uint16_t*>(rr + K * esz) : nullptr;
-      // x*(1/s): steps 5–9 fused per group in registers (the cast in lanes; false: G or K does not fit it)
-      if (bf16_fast && cast_in_lanes && qs.formula == QuantFormula::mul_rcp &&
+      // steps 5–9 fused per group in registers (the cast in lanes; false: G or K does not fit it)
+      if (bf16_fast && cast_in_lanes &&
           HWY_DYNAMIC_DISPATCH(NormQuantBf16)(zp, zbf16, wf.data(), static_cast<size_t>(K), r, spec.weight,
                                               static_cast<size_t>(G), qs, rcp_max, ybuf.data(),
                                               static_cast<float*>(a.scales) + m * ngroups, a.q + off, next_x, next_r))
