@@ -78,7 +78,9 @@
 //   non-negative multiplier for x*(1/s), positive finite constants for Triton), the chunk is quantized with no
 //   per-element range test and no NaN handling: the clamp as a u32 min of |v|'s bits, CastE4m3Mag, y's sign as
 //   bit 7; bf16 on AVX-512 64 elements a step (|x| widened by interleaving with zero words, signs added under the
-//   mask of x's sign bits), non-temporal code stores for tensors of 2^22 elements and more. Other chunks: as above.
+//   mask of x's sign bits); bf16 on AVX-512 also reads the next chunk's group maxima in the same loop (the
+//   look-ahead: the next chunk then skips its AmaxGroups pass) and prefetches the chunk after it into L2; one FMA
+//   correction for the bf16/f16 quotients (fp8_lanes::MarksteinDiv1). Other chunks: as above.
 // Dequantize: value(code) by rebiasing the exponent field (normals) or f32(fraction)·2^(1−bias−m) (subnormals),
 //   exact; the sign OR-ed in, NaN/Inf codes set; one f32 multiply by sv
 //   (= the reference's f64 product rounded once to f32); NaN -> 0x7FFFFFFF; bf16 output by integer RNE, f16 by
@@ -229,6 +231,14 @@ bool AmaxGroupsT(const void* src, size_t k0, size_t k1, size_t G, bool propagate
   }
   return finite;
 }
+#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+// The u16 maximum of a vector: two halvings, then phminposuw on the complement (the minimum of ~x is ~max).
+HWY_INLINE uint32_t MaxU16(__m512i acc) {
+  const __m256i m256 = _mm256_max_epu16(_mm512_castsi512_si256(acc), _mm512_extracti64x4_epi64(acc, 1));
+  const __m128i m128 = _mm_max_epu16(_mm256_castsi256_si128(m256), _mm256_extracti128_si256(m256, 1));
+  return ~static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(m128, _mm_set1_epi16(-1))))) & 0xFFFFu;
+}
+#endif
 #if HWY_TARGET != HWY_SCALAR
 // The same for bf16 / f16 on their own 16-bit lanes (twice the lanes per vector): |x| bits are monotone there too;
 // the group maximum is widened to f32 bits once (bf16: << 16; f16: exact widening). NaN: abs above the Inf bits.
@@ -266,12 +276,8 @@ bool AmaxGroups16(const void* src, size_t k0, size_t k1, size_t G, bool propagat
         acc = hn::Max(acc, absv(hn::Load(d16, buf)));
       }
 #if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
-      // the u16 maximum: two halvings, then phminposuw on the complement (the minimum of ~x is ~max)
       (void)dh;
-      const __m256i m256 = _mm256_max_epu16(_mm512_castsi512_si256(acc.raw), _mm512_extracti64x4_epi64(acc.raw, 1));
-      const __m128i m128 = _mm_max_epu16(_mm256_castsi256_si128(m256), _mm256_extracti128_si256(m256, 1));
-      return ~static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(m128, _mm_set1_epi16(-1))))) &
-             0xFFFFu;
+      return MaxU16(acc.raw);
 #else
       const VU m32 = hn::Max(hn::PromoteTo(du, hn::LowerHalf(dh, acc)), hn::PromoteTo(du, hn::UpperHalf(dh, acc)));
       return hn::GetLane(hn::MaxOfLanes(du, m32));
@@ -646,9 +652,16 @@ HWY_INLINE VF Div(VF y, VF a, VF b) {
   if constexpr (kSrc == 0) return fp8_lanes::MarksteinDiv(y, a, b);
   else return fp8_lanes::MarksteinDiv1(y, a, b);
 }
+//
+// Look-ahead (nx != null; bf16 on AVX-512): the next chunk's source at the same positions (nx[k - k0]) is read in
+// the same loop and its group maxima written to namax (as AmaxGroups: the f32 bits of max |x|), so that the next
+// chunk's amax pass — memory-bound — runs under this chunk's arithmetic. Returns true when namax holds every group
+// of the next chunk and all of them are finite (else the caller runs AmaxGroups for it: a group not covered by the
+// 64-element steps, an Inf or a NaN, or another source/target).
 template <int kSrc, uint32_t kOp>
-void ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const float* a, const float* b,
-               uint32_t bound, bool stream, uint8_t* q) {
+bool ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const float* a, const float* b,
+               uint32_t bound, uint8_t* q, const uint16_t* nx, uint32_t* namax) {
+  bool next_ok = false;
   const DF df;
   const DU du;
   const hn::Rebind<uint8_t, DF> d8;
@@ -663,6 +676,11 @@ void ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
     const VU m = hn::Min(hn::And(hn::BitCast(du, v), absm), vbound);
     return hn::OrAnd(CastE4m3Mag(m), hn::ShiftRight<24>(hn::BitCast(du, y)), sgn);
   };
+  // prefetch distance: the next chunk, or with the look-ahead (which reads the next chunk) the one after it
+  const size_t ahead = nx ? 2 * (k1 - k0) : kPrefetchAhead;
+  (void)ahead;
+  if constexpr (!(kSrc == 1 && HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86)) nx = nullptr;
+  (void)namax;
   size_t k = k0;
   while (k < k1) {
     const size_t g = k / G;
@@ -684,9 +702,16 @@ void ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
         else v = hn::Mul(hn::Mul(y, B), A);
         return CastE4m3Mag(hn::Min(hn::BitCast(du, v), vbound)).raw;
       };
+      const size_t kg = k;
+      __m512i nacc = zero;
       for (; k + 4 * N <= e; k += 4 * N) {
-        _mm_prefetch(reinterpret_cast<const char*>(s + k + kPrefetchAhead), _MM_HINT_T1);
-        _mm_prefetch(reinterpret_cast<const char*>(s + k + kPrefetchAhead + 2 * N), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(s + k + ahead), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(s + k + ahead + 2 * N), _MM_HINT_T1);
+        if (nx) {
+          const __m512i n0 = _mm512_loadu_si512(reinterpret_cast<const void*>(nx + (k - k0)));
+          const __m512i n1 = _mm512_loadu_si512(reinterpret_cast<const void*>(nx + (k - k0) + 2 * N));
+          nacc = _mm512_max_epu16(nacc, _mm512_max_epu16(_mm512_and_si512(n0, mag16), _mm512_and_si512(n1, mag16)));
+        }
         const __m512i x0 = _mm512_loadu_si512(reinterpret_cast<const void*>(s + k));
         const __m512i x1 = _mm512_loadu_si512(reinterpret_cast<const void*>(s + k + 2 * N));
         const __mmask64 neg = _mm512_kunpackd(_mm512_movepi16_mask(x1), _mm512_movepi16_mask(x0));
@@ -697,8 +722,14 @@ void ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
         const __m512i ordered = _mm512_permutexvar_epi64(qidx, bytes);
         void* dst = q + (k - k0);
         const __m512i out = _mm512_mask_add_epi8(ordered, neg, ordered, b80);
-        if (stream && (reinterpret_cast<uintptr_t>(dst) & 63) == 0) _mm512_stream_si512(static_cast<__m512i*>(dst), out);
-        else _mm512_storeu_si512(dst, out);
+        _mm512_storeu_si512(dst, out);
+      }
+      if (nx) {
+        const uint32_t m16 = MaxU16(nacc);
+        // the whole group in 64-element steps (kg: its start), and finite (bf16 |x| below the Inf bits)
+        if (kg != g * G || k != e || e - kg != G || m16 >= 0x7F80u) nx = nullptr;
+        else namax[g - g0] = m16 << 16;
+        next_ok = nx != nullptr && k == k1;
       }
     }
 #endif
@@ -717,21 +748,23 @@ void ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
       k = e;
     }
   }
-  if (stream) hwy::FlushStream();
+  return next_ok && nx != nullptr;
 }
 template <int kSrc>
-void ElemFastS(uint32_t op, const void* p, size_t k0, size_t k1, size_t G, size_t g0, const float* a, const float* b,
-               uint32_t bound, bool stream, uint8_t* q) {
-  if (op == kOpDiv) return ElemFastT<kSrc, kOpDiv>(p, k0, k1, G, g0, a, b, bound, stream, q);
-  if (op == kOpMul) return ElemFastT<kSrc, kOpMul>(p, k0, k1, G, g0, a, b, bound, stream, q);
-  return ElemFastT<kSrc, kOpTriton>(p, k0, k1, G, g0, a, b, bound, stream, q);
+bool ElemFastS(uint32_t op, const void* p, size_t k0, size_t k1, size_t G, size_t g0, const float* a, const float* b,
+               uint32_t bound, uint8_t* q, const uint16_t* nx, uint32_t* namax) {
+  if (op == kOpDiv) return ElemFastT<kSrc, kOpDiv>(p, k0, k1, G, g0, a, b, bound, q, nx, namax);
+  if (op == kOpMul) return ElemFastT<kSrc, kOpMul>(p, k0, k1, G, g0, a, b, bound, q, nx, namax);
+  return ElemFastT<kSrc, kOpTriton>(p, k0, k1, G, g0, a, b, bound, q, nx, namax);
 }
-// stream: non-temporal stores of whole 64-byte code lines where the AVX-512 bf16 loop writes them (large tensors).
-void ElemFast(int src, uint32_t op, const void* p, size_t k0, size_t k1, size_t G, size_t g0, const float* a,
-              const float* b, uint32_t bound, bool stream, uint8_t* q) {
-  if (src == 0) return ElemFastS<0>(op, p, k0, k1, G, g0, a, b, bound, stream, q);
-  if (src == 1) return ElemFastS<1>(op, p, k0, k1, G, g0, a, b, bound, stream, q);
-  return ElemFastS<2>(op, p, k0, k1, G, g0, a, b, bound, stream, q);
+// (The codes go out by ordinary stores: non-temporal stores of whole lines measured ~8% slower on this VM, 2 threads
+// and 1, bf16 [4096, 7168], in the same process.)
+// nx, namax: the look-ahead (see ElemFastT); null: none.
+bool ElemFast(int src, uint32_t op, const void* p, size_t k0, size_t k1, size_t G, size_t g0, const float* a,
+              const float* b, uint32_t bound, uint8_t* q, const uint16_t* nx, uint32_t* namax) {
+  if (src == 0) return ElemFastS<0>(op, p, k0, k1, G, g0, a, b, bound, q, nx, namax);
+  if (src == 1) return ElemFastS<1>(op, p, k0, k1, G, g0, a, b, bound, q, nx, namax);
+  return ElemFastS<2>(op, p, k0, k1, G, g0, a, b, bound, q, nx, namax);
 }
 
 // ---- Dequantize ------------------------------------------------------------------------------------------------
@@ -947,9 +980,6 @@ using namespace quant_cpu_detail;
 
 constexpr size_t kChunk = 8192;             // elements per work item (whole groups when G <= kChunk)
 constexpr int64_t kParallelMin = 1 << 15;  // smaller tensors run on one thread
-// Tensors at least this long (elements) get non-temporal code stores in ElemFast (as convert_cpu.cc: codes that
-// would not stay in the caches anyway; no read-for-ownership of their lines).
-constexpr int64_t kStreamMin = int64_t{1} << 22;
 
 float f32_of(uint32_t b) { return fp8ref::f32_from_bits(b); }
 uint32_t bits_of(float f) { return fp8ref::bits_of_f32(f); }
@@ -1191,6 +1221,11 @@ void compute_scales(const Ctx& c, const uint32_t* amax_bits, size_t n, size_t gi
 // Per-thread scratch.
 struct Scratch {
   std::vector<uint32_t> amax_bits;
+  // quantize_rowlocal's look-ahead: the group maxima of chunk (next_r, next_k0), read by the previous chunk's
+  // element pass (ElemFast), valid when next_ok
+  std::vector<uint32_t> next_amax;
+  size_t next_r = 0, next_k0 = 0;
+  bool next_ok = false;
   std::vector<float> amax, sv, tmp, a, b, v;
   std::vector<uint8_t> codes;
   void groups(size_t n) {
@@ -1355,9 +1390,15 @@ void quantize_rowlocal(const Ctx& c, const void* x, uint8_t* q, void* scales) {
   for_each_chunk(c, chunk_len(c), [&](Scratch& w, size_t r, size_t k0, size_t k1) {
       const size_t g0 = k0 / c.G, ng = (k1 - 1) / c.G + 1 - g0;
       w.groups(ng);
-      std::fill(w.amax_bits.begin(), w.amax_bits.begin() + static_cast<long>(ng), 0u);
       const void* src_row = static_cast<const uint8_t*>(x) + r * K * c.es;
-      const bool finite = HWY_DYNAMIC_DISPATCH(AmaxGroups)(c.src, src_row, k0, k1, c.G, prop, g0, w.amax_bits.data());
+      bool finite = true;
+      if (w.next_ok && w.next_r == r && w.next_k0 == k0) {  // read by the previous chunk's ElemFast
+        std::swap(w.amax_bits, w.next_amax);
+      } else {
+        std::fill(w.amax_bits.begin(), w.amax_bits.begin() + static_cast<long>(ng), 0u);
+        finite = HWY_DYNAMIC_DISPATCH(AmaxGroups)(c.src, src_row, k0, k1, c.G, prop, g0, w.amax_bits.data());
+      }
+      w.next_ok = false;
       const size_t gid_row = r * c.nk;
       compute_scales(c, w.amax_bits.data(), ng, gid_row + g0, scales, w.amax.data(), w.sv.data(), w.tmp.data(),
                      w.codes.data());
@@ -1366,8 +1407,20 @@ void quantize_rowlocal(const Ctx& c, const void* x, uint8_t* q, void* scales) {
         bool ok = true;
         for (size_t i = 0; i < ng && ok; ++i) ok = fast_group(c.ec.op, w.a[i], w.b[i], w.amax_bits[i]);
         if (ok) {
-          HWY_DYNAMIC_DISPATCH(ElemFast)(c.src, c.ec.op, src_row, k0, k1, c.G, g0, w.a.data(), w.b.data(),
-                                         c.ec.fast_bound, c.L.n_elems >= kStreamMin, q + r * K + k0);
+          // the look-ahead: the next chunk of the row, or the next row's first, when it has the same length and
+          // group alignment (bf16; ElemFast says whether it could)
+          const size_t rows = static_cast<size_t>(c.L.B * c.L.M);
+          const size_t nr = k1 < K ? r : r + 1, nk0 = k1 < K ? k1 : 0;
+          const bool la = c.src == 1 && nr < rows && std::min(K, nk0 + chunk_len(c)) - nk0 == k1 - k0 &&
+                          k0 % c.G == 0 && nk0 % c.G == 0;
+          if (la && w.next_amax.size() < w.amax_bits.size()) w.next_amax.resize(w.amax_bits.size());
+          const auto* nx = la ? reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(x) + (nr * K + nk0) * 2)
+                              : nullptr;
+          w.next_ok = HWY_DYNAMIC_DISPATCH(ElemFast)(c.src, c.ec.op, src_row, k0, k1, c.G, g0, w.a.data(), w.b.data(),
+                                                     c.ec.fast_bound, q + r * K + k0, nx,
+                                                     la ? w.next_amax.data() : nullptr);
+          w.next_r = nr;
+          w.next_k0 = nk0;
           return;
         }
       }
