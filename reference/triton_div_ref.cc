@@ -35,11 +35,14 @@ const std::vector<int8_t>& table() {
 
 }  // namespace
 
+const int8_t* triton_nv_rcp_deltas() { return table().data(); }
+
 float triton_nv_rcp_mantissa(uint32_t m) {
+  static const int8_t* const d = table().data();  // (a local static: one guard test per call after the first)
   m &= kMantissas - 1;
   const float y = f32(0x3F800000u | m);
   const float ieee = 1.0f / y;  // RN(1/y): one IEEE binary32 division
-  return f32(bits(ieee) + static_cast<uint32_t>(static_cast<int32_t>(table()[m])));
+  return f32(bits(ieee) + static_cast<uint32_t>(static_cast<int32_t>(d[m])));
 }
 
 float triton_nv_div(float x, float y) {

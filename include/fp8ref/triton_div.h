@@ -23,6 +23,9 @@ namespace fp8ref::ref {
 
 // T(m) = MUFU.RCP(1 + m·2^-23), m in [0, 2^23).
 float triton_nv_rcp_mantissa(uint32_t m);
+// The table behind it: d[m] = bits(T(m)) − bits(RN(1/(1 + m·2^-23))) in {-1, 0, 1}, 2^23 entries (inflated on the
+// first call). For callers that look up many mantissas: prefetching &d[m] first lets the misses overlap (8 MiB).
+const int8_t* triton_nv_rcp_deltas();
 // Triton `x / y` (div.full.f32 on sm_90).
 float triton_nv_div(float x, float y);
 
