@@ -100,6 +100,13 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+// GCC 12 flags its own AVX-512 intrinsics (_mm512_undefined_*) as maybe-uninitialized.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include "cpu/fp8_lanes-inl.h"
 #include "fp8ref/quant.h"
@@ -145,6 +152,33 @@ struct DeqConst {
   float sub_mult;     // 2^(1 - bias - m)
   uint32_t style;     // 0 fn (0x7F NaN), 1 ieee (0x7C Inf, above NaN), 2 fnuz (0x80 NaN)
 };
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define FP8REF_QUANT_DEQ_BF16 1
+// Dequantize e4m3fn -> bf16 for n codes (a multiple of 32) with one f32 scale s, |s| in [2^-117, 2^120) and finite:
+// the code as an f16 (bits (c & 0x7F) << 7, the sign at bit 15: value·2^-8, subnormals included), widened exactly
+// by vcvtph2ps, times s·2^8 (exact scaling), and rounded to bf16 by AVX512-BF16's vcvtne2ps2bf16 (RNE). That
+// instruction flushes f32 subnormals, so the scale range keeps every product of a non-zero code normal
+// (>= 2^-9·2^-117); an overflowed product is ±Inf either way. NaN codes (0x7F, 0xFF) -> 0x7FFF. Compiled for that
+// extension only; callers test HasAvx512Bf16().
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,f16c"))) inline void DeqE4m3Bf16Avx512Bf16(
+    const uint8_t* q, size_t n, float s, uint16_t* out) {
+  const __m512 S8 = _mm512_set1_ps(s * 256.0f);
+  const __m512i k3f80 = _mm512_set1_epi16(0x3F80), k4000 = _mm512_set1_epi16(0x4000), k7fff = _mm512_set1_epi16(0x7FFF);
+  for (size_t k = 0; k + 32 <= n; k += 32) {
+    const __m512i x = _mm512_slli_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k))), 7);
+    const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(x, k3f80), k3f80);
+    const __m512i h = _mm512_add_epi16(x, _mm512_and_si512(x, k4000));  // the sign from bit 14 to bit 15
+    const __m512 lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), S8);
+    const __m512 hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), S8);
+    const __m512i o = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);  // lanes 0..15 from lo, 16..31 from hi
+    _mm512_storeu_si512(out + k, _mm512_mask_mov_epi16(o, nan, k7fff));
+  }
+}
+inline bool HasAvx512Bf16() {
+  static const bool has = __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+#endif
 }  // namespace fp8ref::quant_cpu_detail
 #endif
 
@@ -867,9 +901,17 @@ void DeqRangeT(const uint8_t* q, size_t k0, size_t k1, size_t G, size_t g0, cons
       // (code & 0x7F) << 7 with the sign at bit 15 are the value·2^-8, subnormals included (the e4m3fn exponent
       // field is the low 4 bits of the f16 one) — widened exactly by vcvtph2ps, times s·2^8 (exact: no overflow, and
       // scaling up a subnormal s is exact): the IEEE f32 product RN32(value·s); bf16 by integer RNE; NaN codes
-      // (0x7F, 0xFF) -> 0x7FFF. Other scales (NaN, Inf, |s| >= 2^120): DecodeTimes below.
+      // (0x7F, 0xFF) -> 0x7FFF. Other scales (NaN, Inf, |s| >= 2^120): DecodeTimes below. With AVX512-BF16 and
+      // |s| >= 2^-117 the same steps round by vcvtne2ps2bf16 instead (DeqE4m3Bf16Avx512Bf16).
       const uint32_t sabs = bits_of_f(sv[g - g0]) & 0x7FFFFFFFu;
       if constexpr (kOut == 1) {
+#ifdef FP8REF_QUANT_DEQ_BF16
+        if (c.man_bits == 3 && c.style == 0 && sabs >= 0x05000000u && sabs < 0x7B800000u && HasAvx512Bf16()) {
+          const size_t n32 = (e - k) / 32 * 32;
+          DeqE4m3Bf16Avx512Bf16(q + k, n32, sv[g - g0], static_cast<uint16_t*>(out) + k);
+          k += n32;
+        }
+#endif
         if (c.man_bits == 3 && c.style == 0 && sabs < 0x7B800000u) {
           const __m512 S8 = _mm512_set1_ps(sv[g - g0] * 256.0f);
           const __m512i k3f80 = _mm512_set1_epi16(0x3F80), k4000 = _mm512_set1_epi16(0x4000);
