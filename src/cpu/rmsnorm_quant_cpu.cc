@@ -415,6 +415,25 @@ void NormWeightBf16(const float* z, const uint16_t* w, size_t K, float r, NormWe
   }
 }
 
+// bf16 RNE of f32 lanes as f32 (low 16 bits cleared), for the fast paths where every NaN has zero low 16 bits (so
+// that it stays a NaN): (b + 0x7FFF + lsb) & 0xFFFF0000, lsb = bit 16 of b. AVX-512: the lsb as a mask (vptestmd)
+// and a masked add, one instruction fewer.
+HWY_INLINE hn::Vec<DF> RoundBf16NoNan(hn::Vec<DF> v) {
+#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+  const __m512i b = _mm512_castps_si512(v.raw);
+  const __m512i t = _mm512_add_epi32(b, _mm512_set1_epi32(0x7FFF));
+  const __mmask16 odd = _mm512_test_epi32_mask(b, _mm512_set1_epi32(0x10000));
+  const __m512i r = _mm512_mask_add_epi32(t, odd, t, _mm512_set1_epi32(1));
+  return hn::Vec<DF>{_mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))))};
+#else
+  const DF df;
+  const DU du;
+  const auto b = hn::BitCast(du, v);
+  return hn::BitCast(df, hn::And(hn::Add(hn::Add(b, hn::Set(du, 0x7FFFu)), hn::And(hn::ShiftRight<16>(b), hn::Set(du, 1u))),
+                                 hn::Set(du, 0xFFFF0000u)));
+#endif
+}
+
 // Steps 5–6 for bf16 rows on the fast path: the row has no NaN z (its mean of squares is not NaN) and r is not NaN,
 // and y only feeds the vectorised group quant (not exported). Weights pre-widened to f32 (wf). Then every NaN that
 // can arise here is x86's default NaN or a widened bf16 NaN, both with the low 16 bits zero, so the bf16 rounding
@@ -428,12 +447,8 @@ void NormWeightBf16FastT(const Z z, const float* w, size_t K, float r, float* y,
   const DU du;
   const size_t N = hn::Lanes(df);
   const auto vr = hn::Set(df, r);
-  const auto k7fff = hn::Set(du, 0x7FFFu), one = hn::Set(du, 1u), hi16 = hn::Set(du, 0xFFFF0000u);
   const auto absm = hn::Set(du, 0x7FFFFFFFu);
-  auto rnd = [&](hn::Vec<DF> v) {
-    const auto b = hn::BitCast(du, v);
-    return hn::BitCast(df, hn::And(hn::Add(hn::Add(b, k7fff), hn::And(hn::ShiftRight<16>(b), one)), hi16));
-  };
+  auto rnd = [](hn::Vec<DF> v) { return RoundBf16NoNan(v); };
   auto rnd1 = [](float v) {
     uint32_t b;
     std::memcpy(&b, &v, 4);
@@ -672,15 +687,11 @@ HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, siz
   constexpr size_t kMaxV = 8;
   const size_t nv = kNv ? kNv : G / N;
   const auto vr = hn::Set(df, r);
-  const auto k7fff = hn::Set(du, 0x7FFFu), one = hn::Set(du, 1u), hi16 = hn::Set(du, 0xFFFF0000u);
   const auto absm = hn::Set(du, 0x7FFFFFFFu), sgn = hn::Set(du, 0x80u);
   const float mx = qs.fp8_max;
   const auto hi = hn::Set(df, mx), lo = hn::Set(df, -mx);
   const auto bound = hn::Set(du, rmsnorm_cpu_detail::bits_of(mx));
-  auto rnd = [&](hn::Vec<DF> v) {
-    const auto b = hn::BitCast(du, v);
-    return hn::BitCast(df, hn::And(hn::Add(hn::Add(b, k7fff), hn::And(hn::ShiftRight<16>(b), one)), hi16));
-  };
+  auto rnd = [](hn::Vec<DF> v) { return RoundBf16NoNan(v); };
   hn::Vec<DF> yv[kMaxV];
   hn::Vec<DU> cv[kMaxV];
   for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
