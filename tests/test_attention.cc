@@ -639,6 +639,85 @@ TEST_SUITE("attention") {
             }
   }
 
+  TEST_CASE("kv_cache_write cpu (vllm-cuda: the vector group quantizer, then rows to slots) == reference, adversarial") {
+    // src/cpu/attention_cpu.cc writes vllm-cuda codes through cpu::quantize_static (x/s, the cuda-satfinite cast) over
+    // blocks of 512 tokens, then copies rows to their slots in token order. Inputs: random magnitudes over many
+    // binades, ±0, ±Inf, ±NaN, values at the saturation bound; scales including 0, −0, negative, NaN, Inf, subnormal
+    // and huge; slot_mapping with −1 and a slot written twice (the last write wins); T = 1100 (three blocks); both
+    // cache formats, every model dtype and scale kind, both layouts. Oracle: attn::ref::kv_cache_write.
+    std::mt19937_64 rng(909);
+    const float odd_scales[] = {0.0f, -0.0f, -0.5f, NAN, INFINITY, 1e-40f, 3e38f, 0.0078125f, 1.7f, 1e-20f};
+    int cases = 0;
+    for (Format cf : {Format::e4m3fn, Format::e5m2})
+      for (Format md : {Format::bf16, Format::f16, Format::f32})
+        for (attn::KvScaleKind kind : {attn::KvScaleKind::tensor, attn::KvScaleKind::head, attn::KvScaleKind::seq}) {
+          CAPTURE(format_name(cf));
+          CAPTURE(format_name(md));
+          CAPTURE(attn::to_string(kind));
+          attn::KvWriteSpec s;
+          s.convention = attn::StoreConvention::vllm_cuda;
+          s.model = md;
+          s.cache.format = cf;
+          s.cache.num_blocks = 80;
+          s.cache.block_size = 16;
+          s.cache.num_kv_heads = 3;
+          s.cache.head_dim = 40;
+          s.cache.layout = (cases & 1) ? attn::KvLayout::hnd : attn::KvLayout::nhd;
+          s.scale_kind = kind;
+          const int64_t T = 1100, H = 3, D = 40, B = 3;
+          const size_t es = static_cast<size_t>(format_info(md).bits / 8);
+          std::vector<uint8_t> k(static_cast<size_t>(T * H * D) * es), v(k.size());
+          std::normal_distribution<double> n(0.0, 1.0);
+          for (size_t i = 0; i < k.size() / es; ++i)
+            for (auto* buf : {&k, &v}) {
+              double x = std::ldexp(n(rng), static_cast<int>(rng() % 40) - 20);
+              switch (rng() % 64) {
+                case 0: x = 0.0; break;
+                case 1: x = -0.0; break;
+                case 2: x = (rng() & 1) ? HUGE_VAL : -HUGE_VAL; break;
+                case 3: x = (rng() & 1) ? std::nan("") : -std::nan(""); break;
+                case 4: x = (rng() & 1) ? 448.0 : -57344.0; break;
+                default: break;
+              }
+              uint64_t xb;
+              std::memcpy(&xb, &x, 8);
+              const uint64_t b = ref::narrow(Format::f64, xb, md);
+              std::memcpy(&(*buf)[i * es], &b, es);
+            }
+          std::vector<int64_t> slots(static_cast<size_t>(T));
+          for (int64_t t = 0; t < T; ++t) slots[static_cast<size_t>(t)] = (t % 97 == 5) ? -1 : (t * 7) % (80 * 16);
+          slots[17] = slots[3];  // written twice: the later token wins
+          std::vector<int32_t> qsl = {0, 400, 401, static_cast<int32_t>(T)};
+          const int64_t ns = attn::num_scales(kind, H, B);
+          std::vector<float> ks(static_cast<size_t>(ns)), vs(ks.size());
+          for (size_t i = 0; i < ks.size(); ++i) {
+            ks[i] = std::ldexp(1.0f + static_cast<float>(rng() % 100) / 100.0f, static_cast<int>(rng() % 30) - 15);
+            vs[i] = odd_scales[(cases + i) % 10];
+          }
+          std::vector<uint8_t> kc(static_cast<size_t>(s.cache.numel()), 0xAA), vc(kc.size(), 0xAA);
+          std::vector<uint8_t> kc2 = kc, vc2 = vc;
+          attn::KvWriteArgs a;
+          a.num_tokens = T;
+          a.k = k.data();
+          a.v = v.data();
+          a.slot_mapping = slots.data();
+          a.num_seqs = B;
+          a.query_start_loc = qsl.data();
+          a.k_scale = ks.data();
+          a.v_scale = vs.data();
+          a.k_cache = kc.data();
+          a.v_cache = vc.data();
+          attn::ref::kv_cache_write(s, a);
+          a.k_cache = kc2.data();
+          a.v_cache = vc2.data();
+          attn::cpu::kv_cache_write(s, a);
+          CHECK(kc2 == kc);
+          CHECK(vc2 == vc);
+          ++cases;
+        }
+    CHECK(cases == 2 * 3 * 3);
+  }
+
   TEST_CASE("kv_cache_write: bad input") {
     attn::KvWriteSpec s;
     s.cache.num_blocks = 2;

@@ -285,8 +285,9 @@ float exp2_sleef(float x);
 
 namespace cpu {
 // OpenMP over (sequence, chunk of 4 query positions), Highway inner loops (src/cpu/attention_cpu.cc); bit-identical
-// to ref:: per convention. Convention fast runs src/cpu/attention_fast.cc (AMX; within its bound of exact). kv_cache_write runs the reference loop; the exact convention runs ref's f64 path per
-// (sequence, head) in parallel.
+// to ref:: per convention. Convention fast runs src/cpu/attention_fast.cc (AMX; within its bound of exact); the exact
+// convention runs ref's f64 path per (sequence, head) in parallel. kv_cache_write: vllm-cuda with given scales through
+// the vector group quantizer (cpu::quantize_static), every other convention and dynamic scales by the reference loop.
 void kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& args);
 void paged_attention(const AttnSpec& spec, const AttnArgs& args);
 // The SIMD twin of ref::exp_sleef / exp2_sleef over an array (for the tests).

@@ -806,9 +806,74 @@ void exp2_sleef(const float* x, float* y, size_t n) { HWY_DYNAMIC_DISPATCH(ExpAr
 #endif  // HWY_ONCE
 
 #if HWY_ONCE
+#include "fp8ref/quant.h"
+
 namespace fp8ref::attn::cpu {
-// The cache write is one pass over T·Hkv·D elements (memory-bound, once per token): the cpu backend runs the
-// reference loop.
-void kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& args) { ref::kv_cache_write(spec, args); }
+// vllm-cuda with given scales: code = satfinite_RNE(RN32(f32(x)/s)) is the static group quantization x/s with no
+// clamp and the cuda-satfinite cast from f32, one scale per (token, KV head) row of D elements — cpu::quantize_static
+// (src/cpu/quant_cpu.cc: vectorised, OpenMP, bit-identical to ref::quantize_static by its own tests) over blocks of
+// tokens [Tb, Hkv·D] with group:D scales expanded from the scale kind, then each row copied to its slot in token
+// order (a slot written twice keeps the last write, as in the reference). Scratch: 2·Tb·Hkv·D code bytes and Tb·Hkv
+// scales per call. Other conventions (the md rounding of sglang/spyre, exact's f64 quotient) and dynamic scales run
+// the reference loop.
+void kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& a) {
+  if (spec.convention != StoreConvention::vllm_cuda || spec.dynamic) return ref::kv_cache_write(spec, a);
+  check_kv_cache_write(spec, a);
+  const CacheShape& c = spec.cache;
+  const int64_t T = a.num_tokens, H = c.num_kv_heads, D = c.head_dim;
+  if (T == 0 || H == 0 || D == 0) return;
+  QuantSpec q;
+  q.convention = "kv-cache-write:vllm-cuda";
+  q.to = c.format;
+  q.granularity = Granularity{GranularityKind::group, 1, D};
+  q.formula = QuantFormula::div;
+  q.clamp = Clamp::none;
+  q.cast_convention = "cuda-satfinite";
+  finalize_quant_spec(&q, false);
+  constexpr int64_t kTokens = 512;  // tokens per block
+  const int64_t Tb = std::min(T, kTokens);
+  const size_t es = spec.model == Format::f32 ? 4 : 2;
+  std::vector<float> sk(static_cast<size_t>(Tb * H)), sv(sk.size());
+  std::vector<uint8_t> ck(static_cast<size_t>(Tb * H * D)), cv(ck.size());
+  int64_t b = 0;
+  for (int64_t t0 = 0; t0 < T; t0 += Tb) {
+    const int64_t n = std::min(Tb, T - t0);
+    int64_t bb = b;
+    for (int64_t t = t0; t < t0 + n; ++t) {
+      if (spec.scale_kind == KvScaleKind::seq)
+        while (bb + 1 < a.num_seqs && t >= a.query_start_loc[bb + 1]) ++bb;
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t si = spec.scale_kind == KvScaleKind::tensor ? 0 : spec.scale_kind == KvScaleKind::head ? h : bb;
+        sk[static_cast<size_t>((t - t0) * H + h)] = a.k_scale[si];
+        sv[static_cast<size_t>((t - t0) * H + h)] = a.v_scale[si];
+      }
+    }
+    b = bb;
+    const std::vector<int64_t> shape = {n, H * D};
+    fp8ref::cpu::quantize_static(q, spec.model, static_cast<const uint8_t*>(a.k) + static_cast<size_t>(t0 * H * D) * es, shape,
+                         sk.data(), ck.data());
+    fp8ref::cpu::quantize_static(q, spec.model, static_cast<const uint8_t*>(a.v) + static_cast<size_t>(t0 * H * D) * es, shape,
+                         sv.data(), cv.data());
+    for (int64_t t = t0; t < t0 + n; ++t) {
+      const int64_t slot = a.slot_mapping[t];
+      if (slot < 0) continue;
+      const int64_t blk = slot / c.block_size, off = slot % c.block_size;
+      for (int64_t h = 0; h < H; ++h) {
+        const size_t src = static_cast<size_t>(((t - t0) * H + h) * D);
+        uint8_t* kd = a.k_cache + c.offset(blk, off, h);
+        uint8_t* vd = a.v_cache + c.offset(blk, off, h);
+        if (D % 64 == 0) {  // fixed-size copies the compiler inlines (rows are short: a call each costs more)
+          for (int64_t d = 0; d < D; d += 64) {
+            std::memcpy(kd + d, ck.data() + src + static_cast<size_t>(d), 64);
+            std::memcpy(vd + d, cv.data() + src + static_cast<size_t>(d), 64);
+          }
+        } else {
+          std::memcpy(kd, ck.data() + src, static_cast<size_t>(D));
+          std::memcpy(vd, cv.data() + src, static_cast<size_t>(D));
+        }
+      }
+    }
+  }
+}
 }  // namespace fp8ref::attn::cpu
 #endif

@@ -1355,12 +1355,28 @@ size_t element_chunk(const Ctx& c) { return c.G == 0 || c.G >= kChunk ? kChunk :
 
 // The element pass over every row with constants a, b for all n_scales groups (tensor, col, block, static).
 // row_gid(r): the scale index of the row's first group.
+bool fast_group(uint32_t op, float a, float b, uint32_t amax_bits);
 template <typename RowGid>
 void element_pass(const Ctx& c, const void* x, const std::vector<float>& a, const std::vector<float>& b,
                   const void* scales, uint8_t* q, RowGid row_gid) {
+  const size_t K = static_cast<size_t>(c.L.K);
   for_each_chunk(c, element_chunk(c), [&](Scratch& w, size_t r, size_t k0, size_t k1) {
     const size_t gid = row_gid(r);
     const size_t off = c.G ? gid + k0 / c.G : gid + k0;
+    if (c.ec.fast_cast && c.G > 0 && c.G <= kChunk && k0 % c.G == 0) {
+      // ElemFast as in quantize_rowlocal: the chunk's group maxima (AmaxGroups: finite?) for fast_group's test
+      const size_t g0 = k0 / c.G, ng = (k1 - 1) / c.G + 1 - g0;
+      w.groups(ng);
+      std::fill(w.amax_bits.begin(), w.amax_bits.begin() + static_cast<long>(ng), 0u);
+      const void* src_row = static_cast<const uint8_t*>(x) + r * K * c.es;
+      bool ok = HWY_DYNAMIC_DISPATCH(AmaxGroups)(c.src, src_row, k0, k1, c.G, true, g0, w.amax_bits.data());
+      for (size_t i = 0; i < ng && ok; ++i) ok = fast_group(c.ec.op, a[off + i], b[off + i], w.amax_bits[i]);
+      if (ok) {
+        HWY_DYNAMIC_DISPATCH(ElemFast)(c.src, c.ec.op, src_row, k0, k1, c.G, g0, a.data() + off, b.data() + off,
+                                       c.ec.fast_bound, q + r * K + k0, nullptr, nullptr);
+        return;
+      }
+    }
     elements(c, x, r, k0, k1, gid, a.data() + off, b.data() + off, scales, q, w);
   });
 }
