@@ -515,6 +515,40 @@ uint8_t nearest_code(Format f, long double v, bool satfinite) {
   return static_cast<uint8_t>(best);
 }
 
+attn::KvWriteSpec kv_spec(attn::StoreConvention conv, Format md, Format cf, int64_t blocks, int64_t bs, int64_t H,
+                          int64_t D, attn::KvLayout layout, attn::KvScaleKind kind) {
+  attn::KvWriteSpec s;
+  s.convention = conv;
+  s.model = md;
+  s.cache.format = cf;
+  s.cache.num_blocks = blocks;
+  s.cache.block_size = bs;
+  s.cache.num_kv_heads = H;
+  s.cache.head_dim = D;
+  s.cache.layout = layout;
+  s.scale_kind = kind;
+  return s;
+}
+
+// The arguments of a kv_cache_write over these buffers.
+attn::KvWriteArgs kv_args(int64_t T, const std::vector<uint8_t>& k, const std::vector<uint8_t>& v,
+                          const std::vector<int64_t>& slots, int64_t B, const std::vector<int32_t>& qsl,
+                          std::vector<float>& ks, std::vector<float>& vs, std::vector<uint8_t>& kc,
+                          std::vector<uint8_t>& vc) {
+  attn::KvWriteArgs a;
+  a.num_tokens = T;
+  a.k = k.data();
+  a.v = v.data();
+  a.slot_mapping = slots.data();
+  a.num_seqs = B;
+  a.query_start_loc = qsl.data();
+  a.k_scale = ks.data();
+  a.v_scale = vs.data();
+  a.k_cache = kc.data();
+  a.v_cache = vc.data();
+  return a;
+}
+
 float md_round(Format md, float x) {
   if (md == Format::f32) return x;
   uint32_t b;
@@ -539,16 +573,8 @@ TEST_SUITE("attention") {
               CAPTURE(format_name(cf));
               CAPTURE(attn::to_string(kind));
               CAPTURE(dynamic);
-              attn::KvWriteSpec s;
-              s.convention = conv;
-              s.model = md;
-              s.cache.format = cf;
-              s.cache.num_blocks = 5;
-              s.cache.block_size = 4;
-              s.cache.num_kv_heads = 2;
-              s.cache.head_dim = 16;
-              s.cache.layout = kind == attn::KvScaleKind::head ? attn::KvLayout::hnd : attn::KvLayout::nhd;
-              s.scale_kind = kind;
+              attn::KvWriteSpec s = kv_spec(conv, md, cf, 5, 4, 2, 16,
+                                            kind == attn::KvScaleKind::head ? attn::KvLayout::hnd : attn::KvLayout::nhd, kind);
               s.dynamic = dynamic;
               const int64_t T = 9, H = 2, D = 16, B = 2;
               std::mt19937_64 rng(11);
@@ -573,17 +599,7 @@ TEST_SUITE("attention") {
                 vs[i] = 0.03125f * static_cast<float>(i + 2);
               }
               std::vector<uint8_t> kc(static_cast<size_t>(s.cache.numel()), 0xAA), vc(kc.size(), 0xAA);
-              attn::KvWriteArgs a;
-              a.num_tokens = T;
-              a.k = k.data();
-              a.v = v.data();
-              a.slot_mapping = slots.data();
-              a.num_seqs = B;
-              a.query_start_loc = qsl.data();
-              a.k_scale = ks.data();
-              a.v_scale = vs.data();
-              a.k_cache = kc.data();
-              a.v_cache = vc.data();
+              attn::KvWriteArgs a = kv_args(T, k, v, slots, B, qsl, ks, vs, kc, vc);
               attn::ref::kv_cache_write(s, a);
               // expected scales (dynamic) and codes
               auto md_at = [&](const std::vector<uint8_t>& x, int64_t i) { return static_cast<float>(md_value(md, x, static_cast<size_t>(i))); };
@@ -654,16 +670,8 @@ TEST_SUITE("attention") {
           CAPTURE(format_name(cf));
           CAPTURE(format_name(md));
           CAPTURE(attn::to_string(kind));
-          attn::KvWriteSpec s;
-          s.convention = attn::StoreConvention::vllm_cuda;
-          s.model = md;
-          s.cache.format = cf;
-          s.cache.num_blocks = 80;
-          s.cache.block_size = 16;
-          s.cache.num_kv_heads = 3;
-          s.cache.head_dim = 40;
-          s.cache.layout = (cases & 1) ? attn::KvLayout::hnd : attn::KvLayout::nhd;
-          s.scale_kind = kind;
+          const attn::KvWriteSpec s = kv_spec(attn::StoreConvention::vllm_cuda, md, cf, 80, 16, 3, 40,
+                                              (cases & 1) ? attn::KvLayout::hnd : attn::KvLayout::nhd, kind);
           const int64_t T = 1100, H = 3, D = 40, B = 3;
           const size_t es = static_cast<size_t>(format_info(md).bits / 8);
           std::vector<uint8_t> k(static_cast<size_t>(T * H * D) * es), v(k.size());
@@ -696,17 +704,7 @@ TEST_SUITE("attention") {
           }
           std::vector<uint8_t> kc(static_cast<size_t>(s.cache.numel()), 0xAA), vc(kc.size(), 0xAA);
           std::vector<uint8_t> kc2 = kc, vc2 = vc;
-          attn::KvWriteArgs a;
-          a.num_tokens = T;
-          a.k = k.data();
-          a.v = v.data();
-          a.slot_mapping = slots.data();
-          a.num_seqs = B;
-          a.query_start_loc = qsl.data();
-          a.k_scale = ks.data();
-          a.v_scale = vs.data();
-          a.k_cache = kc.data();
-          a.v_cache = vc.data();
+          attn::KvWriteArgs a = kv_args(T, k, v, slots, B, qsl, ks, vs, kc, vc);
           attn::ref::kv_cache_write(s, a);
           a.k_cache = kc2.data();
           a.v_cache = vc2.data();
