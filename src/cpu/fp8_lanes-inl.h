@@ -105,6 +105,12 @@ HWY_INLINE VF MarksteinDiv(VF y, VF a, VF b) {
   const VF q1 = MarksteinDiv1(y, a, b);
   return hn::MulAdd(hn::NegMulAdd(q1, a, y), b, q1);
 }
+// kNarrow: y has at most 11 significant bits (bf16/f16 values), one correction; else two.
+template <bool kNarrow>
+HWY_INLINE VF MarksteinDivN(VF y, VF a, VF b) {
+  if constexpr (kNarrow) return MarksteinDiv1(y, a, b);
+  else return MarksteinDiv(y, a, b);
+}
 
 }  // namespace fp8_lanes
 }  // namespace fp8ref::HWY_NAMESPACE

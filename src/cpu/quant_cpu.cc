@@ -154,24 +154,33 @@ struct DeqConst {
 };
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define FP8REF_QUANT_DEQ_BF16 1
-// Dequantize e4m3fn -> bf16 for n codes (a multiple of 32) with one f32 scale s, |s| in [2^-117, 2^120) and finite:
-// the code as an f16 (bits (c & 0x7F) << 7, the sign at bit 15: value·2^-8, subnormals included), widened exactly
-// by vcvtph2ps, times s·2^8 (exact scaling), and rounded to bf16 by AVX512-BF16's vcvtne2ps2bf16 (RNE). That
-// instruction flushes f32 subnormals, so the scale range keeps every product of a non-zero code normal
-// (>= 2^-9·2^-117); an overflowed product is ±Inf either way. NaN codes (0x7F, 0xFF) -> 0x7FFF. Compiled for that
-// extension only; callers test HasAvx512Bf16().
+// 32 e4m3fn codes -> RN32(value·s) in two f32 vectors (codes 0..15, 16..31) and the mask of the NaN codes (0x7F,
+// 0xFF): the code as an f16 — bits (c & 0x7F) << 7 with the sign at bit 15 are the value·2^-8, subnormals included
+// (the e4m3fn exponent field is the low 4 bits of the f16 one) — widened exactly by vcvtph2ps, times S8 = s·2^8 (the
+// scaling is exact for |s| < 2^120): the IEEE product of the value and s. Shared by DeqRangeT's AVX-512 loop and
+// DeqE4m3Bf16Avx512Bf16, which round it to bf16 their own way.
+__attribute__((target("avx512f,avx512bw,f16c"))) inline void DecodeE4m3x32(const uint8_t* q, __m512 S8, __m512* lo,
+                                                                             __m512* hi, __mmask32* nan) {
+  const __m512i k3f80 = _mm512_set1_epi16(0x3F80), k4000 = _mm512_set1_epi16(0x4000);
+  const __m512i x = _mm512_slli_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))), 7);
+  *nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(x, k3f80), k3f80);
+  const __m512i h = _mm512_add_epi16(x, _mm512_and_si512(x, k4000));  // the sign from bit 14 to bit 15
+  *lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), S8);
+  *hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), S8);
+}
+// Dequantize e4m3fn -> bf16 for n codes (a multiple of 32) with one f32 scale s, |s| in [2^-117, 2^120): DecodeE4m3x32,
+// rounded to bf16 by AVX512-BF16's vcvtne2ps2bf16 (RNE). That instruction flushes f32 subnormals, so the scale range
+// keeps every product of a non-zero code normal (>= 2^-9·2^-117); an overflowed product is ±Inf either way. NaN codes
+// -> 0x7FFF. Compiled for that extension only; callers test HasAvx512Bf16().
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,f16c"))) inline void DeqE4m3Bf16Avx512Bf16(
     const uint8_t* q, size_t n, float s, uint16_t* out) {
   const __m512 S8 = _mm512_set1_ps(s * 256.0f);
-  const __m512i k3f80 = _mm512_set1_epi16(0x3F80), k4000 = _mm512_set1_epi16(0x4000), k7fff = _mm512_set1_epi16(0x7FFF);
   for (size_t k = 0; k + 32 <= n; k += 32) {
-    const __m512i x = _mm512_slli_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k))), 7);
-    const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(x, k3f80), k3f80);
-    const __m512i h = _mm512_add_epi16(x, _mm512_and_si512(x, k4000));  // the sign from bit 14 to bit 15
-    const __m512 lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), S8);
-    const __m512 hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), S8);
+    __m512 lo, hi;
+    __mmask32 nan;
+    DecodeE4m3x32(q + k, S8, &lo, &hi, &nan);
     const __m512i o = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);  // lanes 0..15 from lo, 16..31 from hi
-    _mm512_storeu_si512(out + k, _mm512_mask_mov_epi16(o, nan, k7fff));
+    _mm512_storeu_si512(out + k, _mm512_mask_mov_epi16(o, nan, _mm512_set1_epi16(0x7FFF)));
   }
 }
 inline bool HasAvx512Bf16() {
@@ -667,26 +676,19 @@ bool ElemRange(int src, const void* p, size_t k0, size_t k1, size_t G, size_t g0
   return ElemRangeS<2>(p, k0, k1, G, g0, a, b, c, out, q);
 }
 
-// Steps 7–9 for [k0, k1) of a row whose every group is "fast" (ElemConst::fast_cast; quantize_rowlocal checks
-// fast_group per group and that the chunk is finite): the codes into q[0, k1 - k0), no range test, no NaN, per
-// element. v = RN(y/a) by fp8_lanes::MarksteinDiv (x/s), RN(y·a) (x*(1/s)) or RN(RN(y·b)·a) (Triton's x/s); the
-// clamp as a u32 min of |v|'s bits with `bound` (the clamp's fp8-max, or 448 for clamp=none with a satfinite cast:
-// the same code as the cast's saturation); the code of |v| by fp8_lanes::CastE4m3Mag; the sign is y's (every
-// divisor and multiplier here is > 0, so v has y's sign — also where MarksteinDiv returns +0 for y = -0 or a
-// quotient under 2^-11 comes out inexact: those give code 0 either way, see fast_group).
 // The element pass prefetches the next chunk's source (kChunk elements ahead) into L2 while it computes this one, so
 // that the memory-bound amax pass of the next chunk reads from cache: the two passes of a chunk otherwise never
 // overlap memory traffic with arithmetic (bf16 [4096, 7168] group:128 on 2 threads: 0.50 -> ~0.60-0.67 of memcpy;
 // into L2 rather than L1 measured ~0.02 better, within this VM's noise).
 constexpr size_t kPrefetchAhead = 8192;
-// RN(y/a) for b = RN(1/a): one FMA correction for bf16/f16 sources (y has <= 11 significant bits; see
-// fp8_lanes::MarksteinDiv1), two for f32.
-template <int kSrc>
-HWY_INLINE VF Div(VF y, VF a, VF b) {
-  if constexpr (kSrc == 0) return fp8_lanes::MarksteinDiv(y, a, b);
-  else return fp8_lanes::MarksteinDiv1(y, a, b);
-}
-//
+// Steps 7–9 for [k0, k1) of a row whose every group is "fast" (ElemConst::fast_cast; quantize_rowlocal and
+// element_pass check fast_groups and that the chunk is finite): the codes into q[0, k1 - k0), no range test, no NaN, per
+// element. v = RN(y/a) by fp8_lanes::MarksteinDiv (x/s), RN(y·a) (x*(1/s)) or RN(RN(y·b)·a) (Triton's x/s); the
+// clamp as a u32 min of |v|'s bits with `bound` (the clamp's fp8-max, or 448 for clamp=none with a satfinite cast:
+// the same code as the cast's saturation); the code of |v| by fp8_lanes::CastE4m3Mag; the sign is y's (every
+// divisor and multiplier here is > 0, so v has y's sign — also where MarksteinDiv returns +0 for y = -0 or a
+// quotient under 2^-11 comes out inexact: those give code 0 either way, see fast_group). x/s takes one FMA
+// correction for bf16/f16 sources (fp8_lanes::MarksteinDiv1), two for f32.
 // Look-ahead (nx != null; bf16 on AVX-512): the next chunk's source at the same positions (nx[k - k0]) is read in
 // the same loop and its group maxima written to namax (as AmaxGroups: the f32 bits of max |x|), so that the next
 // chunk's amax pass — memory-bound — runs under this chunk's arithmetic. Returns true when namax holds every group
@@ -704,7 +706,7 @@ bool ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
   const VU vbound = hn::Set(du, bound), absm = hn::Set(du, 0x7FFFFFFFu), sgn = hn::Set(du, 0x80u);
   auto code = [&](VF y, VF A, VF B) {
     VF v;
-    if constexpr (kOp == kOpDiv) v = Div<kSrc>(y, A, B);
+    if constexpr (kOp == kOpDiv) v = fp8_lanes::MarksteinDivN<kSrc != 0>(y, A, B);  // bf16/f16: one correction
     else if constexpr (kOp == kOpMul) v = hn::Mul(y, A);
     else v = hn::Mul(hn::Mul(y, B), A);
     const VU m = hn::Min(hn::And(hn::BitCast(du, v), absm), vbound);
@@ -712,8 +714,7 @@ bool ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
   };
   // prefetch distance: the next chunk, or with the look-ahead (which reads the next chunk) the one after it
   const size_t ahead = nx ? 2 * (k1 - k0) : kPrefetchAhead;
-  (void)ahead;
-  if constexpr (!(kSrc == 1 && HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86)) nx = nullptr;
+  (void)ahead;  // (the look-ahead and the prefetch are the AVX-512 bf16 loop's; elsewhere next_ok stays false)
   (void)namax;
   size_t k = k0;
   while (k < k1) {
@@ -731,7 +732,7 @@ bool ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
       auto cmag = [&](__m512i ybits) {
         const VF y{_mm512_castsi512_ps(ybits)};
         VF v;
-        if constexpr (kOp == kOpDiv) v = Div<kSrc>(y, A, B);
+        if constexpr (kOp == kOpDiv) v = fp8_lanes::MarksteinDivN<kSrc != 0>(y, A, B);  // bf16/f16: one correction
         else if constexpr (kOp == kOpMul) v = hn::Mul(y, A);
         else v = hn::Mul(hn::Mul(y, B), A);
         return CastE4m3Mag(hn::Min(hn::BitCast(du, v), vbound)).raw;
@@ -782,7 +783,7 @@ bool ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
       k = e;
     }
   }
-  return next_ok && nx != nullptr;
+  return next_ok;
 }
 template <int kSrc>
 bool ElemFastS(uint32_t op, const void* p, size_t k0, size_t k1, size_t G, size_t g0, const float* a, const float* b,
@@ -791,8 +792,9 @@ bool ElemFastS(uint32_t op, const void* p, size_t k0, size_t k1, size_t G, size_
   if (op == kOpMul) return ElemFastT<kSrc, kOpMul>(p, k0, k1, G, g0, a, b, bound, q, nx, namax);
   return ElemFastT<kSrc, kOpTriton>(p, k0, k1, G, g0, a, b, bound, q, nx, namax);
 }
-// (The codes go out by ordinary stores: non-temporal stores of whole lines measured ~8% slower on this VM, 2 threads
-// and 1, bf16 [4096, 7168], in the same process.)
+// (The codes go out by ordinary stores: non-temporal stores of whole lines measured ~8% slower with an sfence per row
+// and ~2% faster with one per thread (bf16 [4096, 7168], same process) — not worth evicting the codes that the next
+// op reads.)
 // nx, namax: the look-ahead (see ElemFastT); null: none.
 bool ElemFast(int src, uint32_t op, const void* p, size_t k0, size_t k1, size_t G, size_t g0, const float* a,
               const float* b, uint32_t bound, uint8_t* q, const uint16_t* nx, uint32_t* namax) {
@@ -897,12 +899,10 @@ void DeqRangeT(const uint8_t* q, size_t k0, size_t k1, size_t G, size_t g0, cons
       const size_t e = (g + 1) * G < k1 ? (g + 1) * G : k1;
       const VF S = hn::Set(df, sv[g - g0]);
 #if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
-      // e4m3fn -> bf16 on AVX-512, 32 codes a step, for a finite scale with |s| < 2^120: the code as an f16 — bits
-      // (code & 0x7F) << 7 with the sign at bit 15 are the value·2^-8, subnormals included (the e4m3fn exponent
-      // field is the low 4 bits of the f16 one) — widened exactly by vcvtph2ps, times s·2^8 (exact: no overflow, and
-      // scaling up a subnormal s is exact): the IEEE f32 product RN32(value·s); bf16 by integer RNE; NaN codes
-      // (0x7F, 0xFF) -> 0x7FFF. Other scales (NaN, Inf, |s| >= 2^120): DecodeTimes below. With AVX512-BF16 and
-      // |s| >= 2^-117 the same steps round by vcvtne2ps2bf16 instead (DeqE4m3Bf16Avx512Bf16).
+      // e4m3fn -> bf16 on AVX-512, 32 codes a step, for a finite scale with |s| < 2^120: RN32(value·s) by
+      // DecodeE4m3x32, bf16 by integer RNE — or, with AVX512-BF16 and |s| >= 2^-117, by vcvtne2ps2bf16
+      // (DeqE4m3Bf16Avx512Bf16); NaN codes (0x7F, 0xFF) -> 0x7FFF. Other scales (NaN, Inf, |s| >= 2^120):
+      // DecodeTimes below.
       const uint32_t sabs = bits_of_f(sv[g - g0]) & 0x7FFFFFFFu;
       if constexpr (kOut == 1) {
 #ifdef FP8REF_QUANT_DEQ_BF16
@@ -914,7 +914,6 @@ void DeqRangeT(const uint8_t* q, size_t k0, size_t k1, size_t G, size_t g0, cons
 #endif
         if (c.man_bits == 3 && c.style == 0 && sabs < 0x7B800000u) {
           const __m512 S8 = _mm512_set1_ps(sv[g - g0] * 256.0f);
-          const __m512i k3f80 = _mm512_set1_epi16(0x3F80), k4000 = _mm512_set1_epi16(0x4000);
           const __m512i k7fff = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1);
           auto rne = [&](__m512 x) {
             const __m512i b = _mm512_castps_si512(x);
@@ -922,12 +921,10 @@ void DeqRangeT(const uint8_t* q, size_t k0, size_t k1, size_t G, size_t g0, cons
                 _mm512_add_epi32(_mm512_add_epi32(b, k7fff), _mm512_and_si512(_mm512_srli_epi32(b, 16), one)), 16));
           };
           for (; k + 32 <= e; k += 32) {
-            const __m512i x = _mm512_slli_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k))), 7);
-            const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(x, k3f80), k3f80);
-            const __m512i h = _mm512_add_epi16(x, _mm512_and_si512(x, k4000));  // the sign from bit 14 to bit 15
-            const __m256i lo = rne(_mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), S8));
-            const __m256i hi = rne(_mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), S8));
-            const __m512i o = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            __m512 flo, fhi;
+            __mmask32 nan;
+            DecodeE4m3x32(q + k, S8, &flo, &fhi, &nan);
+            const __m512i o = _mm512_inserti64x4(_mm512_castsi256_si512(rne(flo)), rne(fhi), 1);
             _mm512_storeu_si512(static_cast<uint16_t*>(out) + k, _mm512_mask_mov_epi16(o, nan, _mm512_set1_epi16(0x7FFF)));
           }
         }
@@ -1356,6 +1353,12 @@ size_t element_chunk(const Ctx& c) { return c.G == 0 || c.G >= kChunk ? kChunk :
 // The element pass over every row with constants a, b for all n_scales groups (tensor, col, block, static).
 // row_gid(r): the scale index of the row's first group.
 bool fast_group(uint32_t op, float a, float b, uint32_t amax_bits);
+// Whether ElemFast may quantize n groups (fast_group for each).
+bool fast_groups(const Ctx& c, const float* a, const float* b, const uint32_t* amax_bits, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (!fast_group(c.ec.op, a[i], b[i], amax_bits[i])) return false;
+  return true;
+}
 template <typename RowGid>
 void element_pass(const Ctx& c, const void* x, const std::vector<float>& a, const std::vector<float>& b,
                   const void* scales, uint8_t* q, RowGid row_gid) {
@@ -1369,9 +1372,8 @@ void element_pass(const Ctx& c, const void* x, const std::vector<float>& a, cons
       w.groups(ng);
       std::fill(w.amax_bits.begin(), w.amax_bits.begin() + static_cast<long>(ng), 0u);
       const void* src_row = static_cast<const uint8_t*>(x) + r * K * c.es;
-      bool ok = HWY_DYNAMIC_DISPATCH(AmaxGroups)(c.src, src_row, k0, k1, c.G, true, g0, w.amax_bits.data());
-      for (size_t i = 0; i < ng && ok; ++i) ok = fast_group(c.ec.op, a[off + i], b[off + i], w.amax_bits[i]);
-      if (ok) {
+      if (HWY_DYNAMIC_DISPATCH(AmaxGroups)(c.src, src_row, k0, k1, c.G, true, g0, w.amax_bits.data()) &&
+          fast_groups(c, a.data() + off, b.data() + off, w.amax_bits.data(), ng)) {
         HWY_DYNAMIC_DISPATCH(ElemFast)(c.src, c.ec.op, src_row, k0, k1, c.G, g0, a.data() + off, b.data() + off,
                                        c.ec.fast_bound, q + r * K + k0, nullptr, nullptr);
         return;
@@ -1466,9 +1468,7 @@ void quantize_rowlocal(const Ctx& c, const void* x, uint8_t* q, void* scales) {
                      w.codes.data());
       group_params(c, w.sv.data(), w.amax.data(), ng, w.a.data(), w.b.data());
       if (c.ec.fast_cast && finite) {
-        bool ok = true;
-        for (size_t i = 0; i < ng && ok; ++i) ok = fast_group(c.ec.op, w.a[i], w.b[i], w.amax_bits[i]);
-        if (ok) {
+        if (fast_groups(c, w.a.data(), w.b.data(), w.amax_bits.data(), ng)) {
           // the look-ahead: the next chunk of the row, or the next row's first, when it has the same length and
           // group alignment (bf16; ElemFast says whether it could)
           const size_t rows = static_cast<size_t>(c.L.B * c.L.M);

@@ -78,6 +78,11 @@ inline float group_scale(const QuantSpec& qs, float amax, bool nan, float rcp_ma
   if (qs.min_scale) s = guard(qs, s, *qs.min_scale);
   return s;
 }
+// Whether a finite group (max |y| = amax) quantizes by x/s without per-element tests: s in [2^-60, 2^60] and
+// amax <= s·2^60 (the argument: quant_cpu.cc's fast_group).
+inline bool div_fast(float s, float amax) {
+  return bits_of(s) - 0x21800000u <= 0x5D800000u - 0x21800000u && amax <= s * 0x1p60f;
+}
 }  // namespace fp8ref::rmsnorm_cpu_detail
 #endif
 
@@ -448,7 +453,6 @@ void NormWeightBf16FastT(const Z z, const float* w, size_t K, float r, float* y,
   const size_t N = hn::Lanes(df);
   const auto vr = hn::Set(df, r);
   const auto absm = hn::Set(du, 0x7FFFFFFFu);
-  auto rnd = [](hn::Vec<DF> v) { return RoundBf16NoNan(v); };
   auto rnd1 = [](float v) {
     uint32_t b;
     std::memcpy(&b, &v, 4);
@@ -466,8 +470,8 @@ void NormWeightBf16FastT(const Z z, const float* w, size_t K, float r, float* y,
       const auto wv = hn::LoadU(df, w + k);
       hn::Vec<DF> out;
       if (kMode == 0) out = hn::Mul(a, wv);
-      else if (kMode == 1) out = rnd(hn::Mul(rnd(a), wv));
-      else out = rnd(hn::Mul(a, wv));
+      else if (kMode == 1) out = RoundBf16NoNan(hn::Mul(RoundBf16NoNan(a), wv));
+      else out = RoundBf16NoNan(hn::Mul(a, wv));
       hn::StoreU(out, df, y + k);
       mx = hn::Max(mx, hn::And(hn::BitCast(du, out), absm));
     }
@@ -616,7 +620,7 @@ HWY_INLINE void RowQuantFastT(const float* y, size_t K, size_t G, const float* s
       auto code = [&](hn::Vec<DF> yv) {
         const auto yb = hn::BitCast(du, yv);
         const auto ay = hn::BitCast(df, hn::And(yb, absm));
-        const auto v = mul ? hn::Mul(ay, s) : narrow ? fp8_lanes::MarksteinDiv1(ay, s, b) : fp8_lanes::MarksteinDiv(ay, s, b);
+        const auto v = mul ? hn::Mul(ay, s) : fp8_lanes::MarksteinDivN<narrow>(ay, s, b);
         return hn::OrAnd(fp8_lanes::CastE4m3Mag(hn::Min(hn::BitCast(du, v), bound)), hn::ShiftRight<24>(yb), sgn);
       };
       for (; k + 4 * N <= end; k += 4 * N) {
@@ -691,7 +695,6 @@ HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, siz
   const float mx = qs.fp8_max;
   const auto hi = hn::Set(df, mx), lo = hn::Set(df, -mx);
   const auto bound = hn::Set(du, rmsnorm_cpu_detail::bits_of(mx));
-  auto rnd = [](hn::Vec<DF> v) { return RoundBf16NoNan(v); };
   hn::Vec<DF> yv[kMaxV];
   hn::Vec<DU> cv[kMaxV];
   for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
@@ -702,8 +705,8 @@ HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, siz
       const auto wv = hn::LoadU(df, w + k0 + j * N);
       hn::Vec<DF> out;
       if constexpr (kMode == 0) out = hn::Mul(a, wv);
-      else if constexpr (kMode == 1) out = rnd(hn::Mul(rnd(a), wv));
-      else out = rnd(hn::Mul(a, wv));
+      else if constexpr (kMode == 1) out = RoundBf16NoNan(hn::Mul(RoundBf16NoNan(a), wv));
+      else out = RoundBf16NoNan(hn::Mul(a, wv));
       yv[j] = out;
       m = hn::Max(m, hn::And(hn::BitCast(du, out), absm));
     }
@@ -721,32 +724,22 @@ HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, siz
     }
     const float s = rmsnorm_cpu_detail::group_scale(qs, amax, nan, rcp_max);
     scales[g] = s;
-    if constexpr (kDiv) {  // x/s: RowQuantFastT's fast-group test and division (y is bf16-valued unless kMode 0)
-      const uint32_t sb = rmsnorm_cpu_detail::bits_of(s);
-      const auto S = hn::Set(df, s);
-      if (mb < 0x7F800000u && sb - 0x21800000u <= 0x5D800000u - 0x21800000u && amax <= s * 0x1p60f) {
-        const auto B = hn::Set(df, 1.0f / s);
-        for (size_t j = 0; j < nv; ++j) {
-          const auto yb = hn::BitCast(du, yv[j]);
-          const auto ay = hn::BitCast(df, hn::And(yb, absm));
-          const auto v = kMode != 0 ? fp8_lanes::MarksteinDiv1(ay, S, B) : fp8_lanes::MarksteinDiv(ay, S, B);
-          cv[j] = hn::OrAnd(fp8_lanes::CastE4m3Mag(hn::Min(hn::BitCast(du, v), bound)), hn::ShiftRight<24>(yb), sgn);
-        }
-      } else {
-        for (size_t j = 0; j < nv; ++j) cv[j] = fp8_lanes::CastE4m3(QuotClamp<false, kClamp>(yv[j], S, hi, lo));
-      }
-    } else {
-    const float sv = rmsnorm_cpu_detail::gpu(1.0f / s);
-    const auto SV = hn::Set(df, sv);
-    if (mb < 0x7F800000u && rmsnorm_cpu_detail::bits_of(sv) < 0x7F800000u) {
+    // x/s: A = s, B = RN(1/s), RowQuantFastT's fast-group test; x*(1/s): A = gpu(RN(1/s)), finite
+    const float A = kDiv ? s : rmsnorm_cpu_detail::gpu(1.0f / s);
+    const bool fast = mb < 0x7F800000u && (kDiv ? rmsnorm_cpu_detail::div_fast(s, amax)
+                                                : rmsnorm_cpu_detail::bits_of(A) < 0x7F800000u);
+    const auto VA = hn::Set(df, A);
+    if (fast) {
+      const auto VB = hn::Set(df, kDiv ? 1.0f / s : 0.0f);
       for (size_t j = 0; j < nv; ++j) {
         const auto yb = hn::BitCast(du, yv[j]);
-        const auto v = hn::Mul(hn::BitCast(df, hn::And(yb, absm)), SV);
+        const auto ay = hn::BitCast(df, hn::And(yb, absm));
+        // one FMA correction: y is bf16-valued unless the weight step is f32 (kMode 0, two corrections)
+        const auto v = kDiv ? fp8_lanes::MarksteinDivN<kMode != 0>(ay, VA, VB) : hn::Mul(ay, VA);
         cv[j] = hn::OrAnd(fp8_lanes::CastE4m3Mag(hn::Min(hn::BitCast(du, v), bound)), hn::ShiftRight<24>(yb), sgn);
       }
     } else {
-      for (size_t j = 0; j < nv; ++j) cv[j] = fp8_lanes::CastE4m3(QuotClamp<true, kClamp>(yv[j], SV, hi, lo));
-    }
+      for (size_t j = 0; j < nv; ++j) cv[j] = fp8_lanes::CastE4m3(QuotClamp<!kDiv, kClamp>(yv[j], VA, hi, lo));
     }
     size_t j = 0;
     for (; j + 4 <= nv; j += 4) fp8_lanes::StoreCodes4(cv[j], cv[j + 1], cv[j + 2], cv[j + 3], q + k0 + j * N);
@@ -1039,9 +1032,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
         gsv[g] = mul ? gpu(1.0f / s) : s;
         if (cast_in_lanes) {  // RowQuantFast's condition (a group with a NaN or an Inf: never fast)
           const bool finite = !gnan[g] && bits_of(gamax[g]) < 0x7F800000u;
-          const uint32_t sb = bits_of(s);
-          gfast[g] = mul ? finite && bits_of(gsv[g]) < 0x7F800000u
-                         : finite && sb - 0x21800000u <= 0x5D800000u - 0x21800000u && gamax[g] <= s * 0x1p60f;
+          gfast[g] = finite && (mul ? bits_of(gsv[g]) < 0x7F800000u : div_fast(s, gamax[g]));
           grb[g] = gfast[g] && !mul ? 1.0f / s : 0.0f;
         }
       }
