@@ -70,10 +70,6 @@ void store_out_f64(Format f, void* out, int64_t i, double x) {
   std::memcpy(static_cast<uint8_t*>(out) + elem_size(f) * i, &b, elem_size(f));
 }
 
-int64_t scale_index(KvScaleKind kind, int64_t b, int64_t kvh) {
-  return kind == KvScaleKind::tensor ? 0 : kind == KvScaleKind::head ? kvh : b;
-}
-
 constexpr float kMagic = 12582912.0f;  // 1.5·2^23: (t + M) − M rounds |t| < 2^22 to the nearest integer, ties even
 
 float pow2i(int e) { return f32_of(static_cast<uint32_t>(e + 127) << 23); }  // 2^e, −126 <= e <= 127

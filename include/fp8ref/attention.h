@@ -173,6 +173,8 @@ struct CacheShape {
 
 // Number of scales of a kind: 1, Hkv or B.
 int64_t num_scales(KvScaleKind kind, int64_t num_kv_heads, int64_t num_seqs);
+// The scale of sequence `seq` and KV head `kv_head` among them: 0, kv_head or seq.
+int64_t scale_index(KvScaleKind kind, int64_t seq, int64_t kv_head);
 
 // ---- kv_cache_write --------------------------------------------------------------------------------------------
 struct KvWriteSpec {

@@ -70,6 +70,10 @@ std::vector<int64_t> CacheShape::shape() const {
   return {num_blocks, num_kv_heads, block_size, head_dim};
 }
 
+int64_t scale_index(KvScaleKind kind, int64_t seq, int64_t kv_head) {
+  return kind == KvScaleKind::tensor ? 0 : kind == KvScaleKind::head ? kv_head : seq;
+}
+
 int64_t num_scales(KvScaleKind kind, int64_t num_kv_heads, int64_t num_seqs) {
   switch (kind) {
     case KvScaleKind::tensor: return 1;

@@ -404,7 +404,7 @@ class Worker {
     sks_.resize(static_cast<size_t>(H));
     svs_.resize(static_cast<size_t>(H));
     for (int64_t kvh = 0; kvh < H; ++kvh) {
-      const int64_t si = s_.scale_kind == KvScaleKind::tensor ? 0 : s_.scale_kind == KvScaleKind::head ? kvh : u.b;
+      const int64_t si = scale_index(s_.scale_kind, u.b, kvh);
       sks_[static_cast<size_t>(kvh)] = a_.k_scale[si];
       svs_[static_cast<size_t>(kvh)] = s_.v_from_k ? a_.k_scale[si] : a_.v_scale[si];
     }
@@ -835,42 +835,30 @@ void kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& a) {
   const size_t es = spec.model == Format::f32 ? 4 : 2;
   std::vector<float> sk(static_cast<size_t>(Tb * H)), sv(sk.size());
   std::vector<uint8_t> ck(static_cast<size_t>(Tb * H * D)), cv(ck.size());
-  int64_t b = 0;
+  int64_t b = 0;  // the sequence of token t (scale kind seq)
   for (int64_t t0 = 0; t0 < T; t0 += Tb) {
     const int64_t n = std::min(Tb, T - t0);
-    int64_t bb = b;
     for (int64_t t = t0; t < t0 + n; ++t) {
       if (spec.scale_kind == KvScaleKind::seq)
-        while (bb + 1 < a.num_seqs && t >= a.query_start_loc[bb + 1]) ++bb;
+        while (b + 1 < a.num_seqs && t >= a.query_start_loc[b + 1]) ++b;
       for (int64_t h = 0; h < H; ++h) {
-        const int64_t si = spec.scale_kind == KvScaleKind::tensor ? 0 : spec.scale_kind == KvScaleKind::head ? h : bb;
+        const int64_t si = scale_index(spec.scale_kind, b, h);
         sk[static_cast<size_t>((t - t0) * H + h)] = a.k_scale[si];
         sv[static_cast<size_t>((t - t0) * H + h)] = a.v_scale[si];
       }
     }
-    b = bb;
     const std::vector<int64_t> shape = {n, H * D};
-    fp8ref::cpu::quantize_static(q, spec.model, static_cast<const uint8_t*>(a.k) + static_cast<size_t>(t0 * H * D) * es, shape,
-                         sk.data(), ck.data());
-    fp8ref::cpu::quantize_static(q, spec.model, static_cast<const uint8_t*>(a.v) + static_cast<size_t>(t0 * H * D) * es, shape,
-                         sv.data(), cv.data());
+    const size_t at = static_cast<size_t>(t0 * H * D) * es;
+    fp8ref::cpu::quantize_static(q, spec.model, static_cast<const uint8_t*>(a.k) + at, shape, sk.data(), ck.data());
+    fp8ref::cpu::quantize_static(q, spec.model, static_cast<const uint8_t*>(a.v) + at, shape, sv.data(), cv.data());
     for (int64_t t = t0; t < t0 + n; ++t) {
       const int64_t slot = a.slot_mapping[t];
       if (slot < 0) continue;
       const int64_t blk = slot / c.block_size, off = slot % c.block_size;
       for (int64_t h = 0; h < H; ++h) {
         const size_t src = static_cast<size_t>(((t - t0) * H + h) * D);
-        uint8_t* kd = a.k_cache + c.offset(blk, off, h);
-        uint8_t* vd = a.v_cache + c.offset(blk, off, h);
-        if (D % 64 == 0) {  // fixed-size copies the compiler inlines (rows are short: a call each costs more)
-          for (int64_t d = 0; d < D; d += 64) {
-            std::memcpy(kd + d, ck.data() + src + static_cast<size_t>(d), 64);
-            std::memcpy(vd + d, cv.data() + src + static_cast<size_t>(d), 64);
-          }
-        } else {
-          std::memcpy(kd, ck.data() + src, static_cast<size_t>(D));
-          std::memcpy(vd, cv.data() + src, static_cast<size_t>(D));
-        }
+        std::memcpy(a.k_cache + c.offset(blk, off, h), ck.data() + src, static_cast<size_t>(D));
+        std::memcpy(a.v_cache + c.offset(blk, off, h), cv.data() + src, static_cast<size_t>(D));
       }
     }
   }

@@ -103,10 +103,6 @@ void store_out(Format f, void* out, int64_t i, float x) {
   }
 }
 
-int64_t scale_index(KvScaleKind kind, int64_t b, int64_t kvh) {
-  return kind == KvScaleKind::tensor ? 0 : kind == KvScaleKind::head ? kvh : b;
-}
-
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 // One unit: rows [r0, r1) of sequence b for KV heads [g0, g1) (the AMX path groups a decode step's KV heads so a
