@@ -1,9 +1,9 @@
 // kv_cache_write benchmark (issue 6, the cache write): a prefill-sized write, T tokens of K and V [T, Hkv, D] in bf16
-// into an e4m3fn cache (vllm-cuda, per-tensor scales), by the reference loop and by the cpu backend, with a memcpy of
+// into an e4m3fn cache (--conv, default vllm-cuda; per-tensor scales, given or --dynamic), by the reference loop and by the cpu backend, with a memcpy of
 // the same input bytes as the anchor, all in one run (interleaved rounds, best of --reps). Compares, never asserts;
 // checks that the two backends wrote the same cache bytes.
 //
-// Usage: bench_kv_write [--tokens 4096] [--reps 5]
+// Usage: bench_kv_write [--tokens 4096] [--reps 5] [--conv vllm-cuda|sglang|spyre|exact] [--dynamic 0|1]
 #include <omp.h>
 
 #include <algorithm>
@@ -34,18 +34,23 @@ uint32_t mix(uint32_t x) {
 int main(int argc, char** argv) {
   int64_t T = 4096;
   int reps = 5;
+  attn::StoreConvention conv = attn::StoreConvention::vllm_cuda;
+  bool dynamic = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--tokens") T = std::atoll(argv[i + 1]);
     else if (a == "--reps") reps = std::atoi(argv[i + 1]);
+    else if (a == "--conv" && attn::parse_store_convention(argv[i + 1], &conv)) continue;
+    else if (a == "--dynamic") dynamic = std::atoi(argv[i + 1]) != 0;
     else {
-      std::fprintf(stderr, "usage: bench_kv_write [--tokens 4096] [--reps 5]\n");
+      std::fprintf(stderr, "usage: bench_kv_write [--tokens 4096] [--reps 5] [--conv vllm-cuda|sglang|spyre|exact] [--dynamic 0|1]\n");
       return 2;
     }
   }
   const int64_t H = 8, D = 128, bs = 16;
   attn::KvWriteSpec s;
-  s.convention = attn::StoreConvention::vllm_cuda;
+  s.convention = conv;
+  s.dynamic = dynamic;
   s.model = Format::bf16;
   s.cache.format = Format::e4m3fn;
   s.cache.num_blocks = (T + bs - 1) / bs;
@@ -95,8 +100,8 @@ int main(int argc, char** argv) {
   const double in = 4.0 * static_cast<double>(n), moved = in + 2.0 * static_cast<double>(n);  // bf16 K+V in, codes out
   std::printf("- %s: cpu == reference cache bytes: %s; SIMD target %s, OpenMP threads %d\n", "bench_kv_write",
               same ? "yes" : "NO", cpu::simd_target(), threads);
-  std::printf("\n| kv_cache_write vllm-cuda, T=%lld Hkv=8 D=128 bf16 -> e4m3fn | threads | moved (R+W) | best of %d | GB/s | / memcpy | / reference |\n",
-              static_cast<long long>(T), reps);
+  std::printf("\n| kv_cache_write %s%s, T=%lld Hkv=8 D=128 bf16 -> e4m3fn | threads | moved (R+W) | best of %d | GB/s | / memcpy | / reference |\n",
+              attn::to_string(conv), dynamic ? " (dynamic scales)" : "", static_cast<long long>(T), reps);
   std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
   const double m = best(tm), rt = best(tr), ct = best(tc);
   std::printf("| memcpy of the K and V input | %d | %.1f MB | %.2f ms | %.2f | 1.00 | — |\n", threads, 2 * in / 1e6, m * 1e3,

@@ -127,13 +127,6 @@ float exp2_sleef(float d) {
 namespace {
 
 // Spyre/fms-mo dynamic scale of one group, in md: max(RN_md(RN32(amax / range)), RN_md(1e-5)); NaN propagates.
-float dynamic_scale(Format md, float amax, float range) {
-  const float s = round_to(md, amax / range);
-  const float floor = round_to(md, 1e-5f);
-  if (std::isnan(s)) return s;
-  return s < floor ? floor : s;
-}
-
 void compute_dynamic_scales(const KvWriteSpec& spec, const KvWriteArgs& a, const void* x, float range, float* out) {
   const int64_t H = spec.cache.num_kv_heads, D = spec.cache.head_dim;
   const int64_t n = num_scales(spec.scale_kind, H, a.num_seqs);
@@ -153,7 +146,7 @@ void compute_dynamic_scales(const KvWriteSpec& spec, const KvWriteArgs& a, const
     }
   }
   for (int64_t g = 0; g < n; ++g)
-    out[g] = dynamic_scale(spec.model, nan[static_cast<size_t>(g)] ? std::numeric_limits<float>::quiet_NaN()
+    out[g] = kv_dynamic_scale(spec.model, nan[static_cast<size_t>(g)] ? std::numeric_limits<float>::quiet_NaN()
                                                                      : amax[static_cast<size_t>(g)], range);
 }
 
@@ -196,6 +189,13 @@ StoreCodec store_codec(const KvWriteSpec& spec) {
 }
 
 }  // namespace
+
+float kv_dynamic_scale(Format md, float amax, float range) {
+  const float s = round_to(md, amax / range);
+  const float floor = round_to(md, 1e-5f);
+  if (std::isnan(s)) return s;
+  return s < floor ? floor : s;
+}
 
 void kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& a) {
   check_kv_cache_write(spec, a);

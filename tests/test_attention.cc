@@ -655,23 +655,32 @@ TEST_SUITE("attention") {
             }
   }
 
-  TEST_CASE("kv_cache_write cpu (vllm-cuda: the vector group quantizer, then rows to slots) == reference, adversarial") {
-    // src/cpu/attention_cpu.cc writes vllm-cuda codes through cpu::quantize_static (x/s, the cuda-satfinite cast) over
-    // blocks of 512 tokens, then copies rows to their slots in token order. Inputs: random magnitudes over many
-    // binades, ±0, ±Inf, ±NaN, values at the saturation bound; scales including 0, −0, negative, NaN, Inf, subnormal
-    // and huge; slot_mapping with −1 and a slot written twice (the last write wins); T = 1100 (three blocks); both
-    // cache formats, every model dtype and scale kind, both layouts. Oracle: attn::ref::kv_cache_write.
+  TEST_CASE("kv_cache_write cpu (vector codes per block, then rows to slots) == reference, adversarial") {
+    // src/cpu/attention_cpu.cc computes each block of 512 tokens' codes with vector kernels (vllm-cuda:
+    // cpu::quantize_static; sglang/spyre: the md quotient in lanes + the vector torch cast; exact: f64 quotients + the
+    // vector exact cast; dynamic scales from vector row maxima), then copies rows to their slots in token order.
+    // Inputs: random magnitudes over many binades, ±0, ±Inf, ±NaN, values at the saturation bound; static scales
+    // including 0, −0, negative, NaN, Inf, subnormal and huge; dynamic scales (a NaN in some groups under the seq kind);
+    // slot_mapping with −1 and a slot written twice (the last write wins); T = 1100 (three blocks); D = 40 (a vector
+    // tail on every target); both cache formats, every model dtype, scale kind and convention, both layouts.
+    // Oracle: attn::ref::kv_cache_write (codes and, dynamic, the scales it writes).
     std::mt19937_64 rng(909);
     const float odd_scales[] = {0.0f, -0.0f, -0.5f, NAN, INFINITY, 1e-40f, 3e38f, 0.0078125f, 1.7f, 1e-20f};
     int cases = 0;
+    for (attn::StoreConvention conv : {attn::StoreConvention::vllm_cuda, attn::StoreConvention::sglang,
+                                       attn::StoreConvention::spyre, attn::StoreConvention::exact})
+    for (bool dynamic : {false, true})
     for (Format cf : {Format::e4m3fn, Format::e5m2})
       for (Format md : {Format::bf16, Format::f16, Format::f32})
         for (attn::KvScaleKind kind : {attn::KvScaleKind::tensor, attn::KvScaleKind::head, attn::KvScaleKind::seq}) {
+          CAPTURE(attn::to_string(conv));
+          CAPTURE(dynamic);
           CAPTURE(format_name(cf));
           CAPTURE(format_name(md));
           CAPTURE(attn::to_string(kind));
-          const attn::KvWriteSpec s = kv_spec(attn::StoreConvention::vllm_cuda, md, cf, 80, 16, 3, 40,
-                                              (cases & 1) ? attn::KvLayout::hnd : attn::KvLayout::nhd, kind);
+          attn::KvWriteSpec s = kv_spec(conv, md, cf, 80, 16, 3, 40,
+                                        (cases & 1) ? attn::KvLayout::hnd : attn::KvLayout::nhd, kind);
+          s.dynamic = dynamic;
           const int64_t T = 1100, H = 3, D = 40, B = 3;
           const size_t es = static_cast<size_t>(format_info(md).bits / 8);
           std::vector<uint8_t> k(static_cast<size_t>(T * H * D) * es), v(k.size());
@@ -679,11 +688,14 @@ TEST_SUITE("attention") {
           for (size_t i = 0; i < k.size() / es; ++i)
             for (auto* buf : {&k, &v}) {
               double x = std::ldexp(n(rng), static_cast<int>(rng() % 40) - 20);
+              // dynamic scales: Inf and NaN only in token 400 (sequence 1 alone) under the seq kind, so that the other
+              // groups keep finite scales; static: anywhere
+              const bool special = !dynamic || (kind == attn::KvScaleKind::seq && i / static_cast<size_t>(H * D) == 400);
               switch (rng() % 64) {
                 case 0: x = 0.0; break;
                 case 1: x = -0.0; break;
-                case 2: x = (rng() & 1) ? HUGE_VAL : -HUGE_VAL; break;
-                case 3: x = (rng() & 1) ? std::nan("") : -std::nan(""); break;
+                case 2: x = special ? ((rng() & 1) ? HUGE_VAL : -HUGE_VAL) : x; break;
+                case 3: x = special ? ((rng() & 1) ? std::nan("") : -std::nan("")) : x; break;
                 case 4: x = (rng() & 1) ? 448.0 : -57344.0; break;
                 default: break;
               }
@@ -704,16 +716,80 @@ TEST_SUITE("attention") {
           }
           std::vector<uint8_t> kc(static_cast<size_t>(s.cache.numel()), 0xAA), vc(kc.size(), 0xAA);
           std::vector<uint8_t> kc2 = kc, vc2 = vc;
+          std::vector<float> ks2 = ks, vs2 = vs;
           attn::KvWriteArgs a = kv_args(T, k, v, slots, B, qsl, ks, vs, kc, vc);
+          attn::ref::kv_cache_write(s, a);
+          a.k_cache = kc2.data();
+          a.v_cache = vc2.data();
+          a.k_scale = ks2.data();
+          a.v_scale = vs2.data();
+          attn::cpu::kv_cache_write(s, a);
+          CHECK(kc2 == kc);
+          CHECK(vc2 == vc);
+          CHECK(std::memcmp(ks2.data(), ks.data(), ks.size() * 4) == 0);  // dynamic: the same scale bits
+          CHECK(std::memcmp(vs2.data(), vs.data(), vs.size() * 4) == 0);
+          ++cases;
+        }
+    CHECK(cases == 4 * 2 * 2 * 3 * 3);
+  }
+
+  TEST_CASE("kv_cache_write sglang/spyre: RN_md before the cast — md ties just above an FP8 tie, cpu == reference") {
+    // RN32(x/s) = t + half an md ulp, with t an FP8 rounding tie: RN_md (RNE) goes down to t, the FP8 cast then
+    // rounds t to the even code; a single rounding (or rounding the md tie up) gives the other code. One token per
+    // target (its own sequence, scale kind seq), x = 1 in md, s = RN32(1/v) searched so that RN32(1/s) = v.
+    for (Format md : {Format::bf16, Format::f16})
+      for (Format cf : {Format::e4m3fn, Format::e5m2}) {
+        CAPTURE(format_name(md));
+        CAPTURE(format_name(cf));
+        const int md_frac = md == Format::bf16 ? 7 : 10, fp8_frac = cf == Format::e4m3fn ? 3 : 2;
+        std::vector<float> scales;
+        std::vector<bool> lower_even;  // the tie's lower code is even: RN_md then RNE keeps it, one rounding goes up
+        for (int e = -3; e <= 3; ++e)
+          for (int m = 0; m < (1 << fp8_frac); ++m) {
+            // the FP8 tie between codes of mantissa m and m + 1 in binade 2^e, plus half an md ulp
+            const float v = std::ldexp(1.0f + (2.0f * m + 1) / (2 << fp8_frac) + std::ldexp(1.0f, -md_frac - 1), e);
+            float sc = 1.0f / v;
+            for (int i = 0; i < 8 && 1.0f / sc != v; ++i) sc = std::nextafter(sc, (i & 1) ? 0.0f : 2.0f * sc);
+            if (1.0f / sc == v) {
+              scales.push_back(sc);
+              lower_even.push_back(m % 2 == 0);
+            }
+          }
+        REQUIRE(scales.size() >= 20);
+        const int64_t T = static_cast<int64_t>(scales.size()), H = 1, D = 16;
+        const uint16_t one = md == Format::bf16 ? 0x3F80 : 0x3C00;
+        std::vector<uint8_t> k(static_cast<size_t>(T * H * D) * 2), v(k.size());
+        for (size_t i = 0; i < k.size() / 2; ++i) {
+          std::memcpy(&k[2 * i], &one, 2);
+          std::memcpy(&v[2 * i], &one, 2);
+        }
+        std::vector<int64_t> slots(static_cast<size_t>(T));
+        std::vector<int32_t> qsl(static_cast<size_t>(T + 1));
+        for (int64_t t = 0; t <= T; ++t) qsl[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+        for (int64_t t = 0; t < T; ++t) slots[static_cast<size_t>(t)] = t;
+        for (attn::StoreConvention conv : {attn::StoreConvention::sglang, attn::StoreConvention::spyre}) {
+          const attn::KvWriteSpec s = kv_spec(conv, md, cf, (T + 15) / 16, 16, H, D, attn::KvLayout::nhd, attn::KvScaleKind::seq);
+          std::vector<float> ks = scales, vs = scales;
+          std::vector<uint8_t> kc(static_cast<size_t>(s.cache.numel()), 0xAA), vc(kc.size(), 0xAA), kc2 = kc, vc2 = vc;
+          attn::KvWriteArgs a = kv_args(T, k, v, slots, T, qsl, ks, vs, kc, vc);
           attn::ref::kv_cache_write(s, a);
           a.k_cache = kc2.data();
           a.v_cache = vc2.data();
           attn::cpu::kv_cache_write(s, a);
           CHECK(kc2 == kc);
           CHECK(vc2 == vc);
-          ++cases;
+          // non-vacuous: against one rounding of RN32(x/s), the code differs exactly where the tie's lower code is even
+          int wrong = 0, differs = 0;
+          for (int64_t t = 0; t < T; ++t) {
+            const bool d = kc[static_cast<size_t>(s.cache.offset(t / 16, t % 16, 0))] !=
+                           nearest_code(cf, 1.0f / scales[static_cast<size_t>(t)], false);
+            wrong += d != lower_even[static_cast<size_t>(t)];
+            differs += d;
+          }
+          CHECK(wrong == 0);
+          CHECK(differs >= T / 3);
         }
-    CHECK(cases == 2 * 3 * 3);
+      }
   }
 
   TEST_CASE("kv_cache_write: bad input") {

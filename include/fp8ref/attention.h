@@ -275,6 +275,8 @@ double bound_exact_f64(int64_t dk, int64_t n_keys, double sm_scale, double max_a
 namespace ref {
 // Scalar, single-threaded, steps exactly as listed above (reference/attention_ref.cc).
 void kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& args);
+// The dynamic scale of one group (the Spyre rule above) from its amax (NaN: the group held a NaN).
+float kv_dynamic_scale(Format md, float amax, float range);
 // exact_out: optional [Tq, Hq, Dv] f64 — the exact convention's unrounded f64 result (any convention's spec: the
 // exact path is run for it).
 void paged_attention(const AttnSpec& spec, const AttnArgs& args, double* exact_out = nullptr);
@@ -288,8 +290,10 @@ float exp2_sleef(float x);
 namespace cpu {
 // OpenMP over (sequence, chunk of 4 query positions), Highway inner loops (src/cpu/attention_cpu.cc); bit-identical
 // to ref:: per convention. Convention fast runs src/cpu/attention_fast.cc (AMX; within its bound of exact); the exact
-// convention runs ref's f64 path per (sequence, head) in parallel. kv_cache_write: vllm-cuda with given scales through
-// the vector group quantizer (cpu::quantize_static), every other convention and dynamic scales by the reference loop.
+// convention runs ref's f64 path per (sequence, head) in parallel. kv_cache_write: every convention vectorised over
+// blocks of tokens (vllm-cuda through the vector group quantizer cpu::quantize_static; sglang/spyre: the md quotient in
+// vector lanes, then the vector torch cast; exact: the f64 quotient, then the vector exact cast), dynamic scales from
+// vector row maxima; rows copied to their slots in token order.
 void kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& args);
 void paged_attention(const AttnSpec& spec, const AttnArgs& args);
 // The SIMD twin of ref::exp_sleef / exp2_sleef over an array (for the tests).

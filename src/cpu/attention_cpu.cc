@@ -24,6 +24,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -318,6 +319,83 @@ void PvTile(const float* v, const float* p, size_t nk, size_t dv, float* acc, fl
   }
 }
 
+using VU = hn::Vec<DU>;
+
+// ---- kv_cache_write lanes ------------------------------------------------------------------------------------------
+// md: 0 f32, 1 bf16, 2 f16. Rows of D elements; a tail shorter than a vector goes through the scalar reference
+// functions (ref::load_f32 / ref::narrow), the same steps.
+
+// f32(x) for N elements of md at p (full vectors only).
+HWY_INLINE VF LoadMd(int md, const void* p, size_t i) {
+  const DF df;
+  const DU du;
+  if (md == 0) return hn::LoadU(df, static_cast<const float*>(p) + i);
+  if (md == 1) {
+    const hn::Rebind<uint16_t, DF> d16;
+    return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, static_cast<const uint16_t*>(p) + i))));
+  }
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  return hn::PromoteTo(df, hn::LoadU(dh, static_cast<const hwy::float16_t*>(p) + i));
+}
+
+// sglang / spyre: out[i] = RN_md(RN32(f32(x[i]) / s)) as md bits (u32 for f32, u16 for bf16/f16), s = sc[row].
+// bf16: RNE with ref::narrow's NaN rule (sign and top payload kept, quieted); f16: the hardware conversion (RNE).
+void KvMdQuotRows(int md, const void* x, size_t rows, size_t D, const float* sc, void* out) {
+  const DF df;
+  const DU du;
+  const hn::Rebind<uint16_t, DF> d16;
+  const hn::Rebind<int32_t, DF> di;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const size_t N = hn::Lanes(df);
+  const Format fmd = md == 0 ? Format::f32 : md == 1 ? Format::bf16 : Format::f16;
+  for (size_t r = 0; r < rows; ++r) {
+    const float s = sc[r];
+    const VF vs = hn::Set(df, s);
+    const size_t base = r * D;
+    size_t d = 0;
+    for (; d + N <= D; d += N) {
+      const VF v = hn::Div(LoadMd(md, x, base + d), vs);
+      if (md == 0) {
+        hn::StoreU(v, df, static_cast<float*>(out) + base + d);
+      } else if (md == 1) {
+        const VU b = hn::BitCast(du, v);
+        const VU lsb = hn::And(hn::ShiftRight<16>(b), hn::Set(du, 1u));
+        const VU rounded = hn::ShiftRight<16>(hn::Add(hn::Add(b, hn::Set(du, 0x7FFFu)), lsb));
+        const VU nan = hn::Or(hn::ShiftRight<16>(b), hn::Set(du, 0x40u));
+        const VU h = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), nan, rounded);
+        hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, h)), d16, static_cast<uint16_t*>(out) + base + d);
+      } else {
+        hn::StoreU(hn::DemoteTo(dh, v), dh, static_cast<hwy::float16_t*>(out) + base + d);
+      }
+    }
+    for (; d < D; ++d) {
+      const float v = fp8ref::ref::load_f32(fmd, x, static_cast<int64_t>(base + d)) / s;
+      const uint64_t h = fp8ref::ref::narrow(Format::f32, fp8ref::bits_of_f32(v), fmd);
+      if (md == 0) static_cast<uint32_t*>(out)[base + d] = static_cast<uint32_t>(h);
+      else static_cast<uint16_t*>(out)[base + d] = static_cast<uint16_t>(h);
+    }
+  }
+}
+
+// Dynamic scales: out[r] = the f32 bits of max |x| over row r (above 0x7F800000 when the row holds a NaN).
+void KvRowAbsMax(int md, const void* x, size_t rows, size_t D, uint32_t* out) {
+  const DF df;
+  const DU du;
+  const size_t N = hn::Lanes(df);
+  const Format fmd = md == 0 ? Format::f32 : md == 1 ? Format::bf16 : Format::f16;
+  const VU absm = hn::Set(du, 0x7FFFFFFFu);
+  for (size_t r = 0; r < rows; ++r) {
+    const size_t base = r * D;
+    VU m = hn::Zero(du);
+    size_t d = 0;
+    for (; d + N <= D; d += N) m = hn::Max(m, hn::And(hn::BitCast(du, LoadMd(md, x, base + d)), absm));
+    uint32_t mb = d ? hn::GetLane(hn::MaxOfLanes(du, m)) : 0u;
+    for (; d < D; ++d)
+      mb = std::max(mb, fp8ref::bits_of_f32(fp8ref::ref::load_f32(fmd, x, static_cast<int64_t>(base + d))) & 0x7FFFFFFFu);
+    out[r] = mb;
+  }
+}
+
 }  // namespace fp8ref::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -341,6 +419,8 @@ HWY_EXPORT(PvRows);
 HWY_EXPORT(TransposeTile);
 HWY_EXPORT(QkTileRows);
 HWY_EXPORT(PvTile);
+HWY_EXPORT(KvMdQuotRows);
+HWY_EXPORT(KvRowAbsMax);
 
 namespace attn::cpu {
 namespace {
@@ -809,32 +889,136 @@ void exp2_sleef(const float* x, float* y, size_t n) { HWY_DYNAMIC_DISPATCH(ExpAr
 #include "fp8ref/quant.h"
 
 namespace fp8ref::attn::cpu {
-// vllm-cuda with given scales: code = satfinite_RNE(RN32(f32(x)/s)) is the static group quantization x/s with no
-// clamp and the cuda-satfinite cast from f32, one scale per (token, KV head) row of D elements — cpu::quantize_static
-// (src/cpu/quant_cpu.cc: vectorised, OpenMP, bit-identical to ref::quantize_static by its own tests) over blocks of
-// tokens [Tb, Hkv·D] with group:D scales expanded from the scale kind, then each row copied to its slot in token
-// order (a slot written twice keeps the last write, as in the reference). Scratch: 2·Tb·Hkv·D code bytes and Tb·Hkv
-// scales per call. Other conventions (the md rounding of sglang/spyre, exact's f64 quotient) and dynamic scales run
-// the reference loop.
+namespace {
+
+int md_kind(Format md) { return md == Format::f32 ? 0 : md == Format::bf16 ? 1 : 2; }
+
+// q rounded to f32 to odd: truncated toward zero, the last bit set when inexact (NaN and ±Inf as they are).
+float f32_round_to_odd(double q) {
+  const float f = static_cast<float>(q);  // RNE
+  if (!std::isfinite(q) || static_cast<double>(f) == q) return f;
+  uint32_t b = bits_of_f32(f);
+  if (std::fabs(static_cast<double>(f)) > std::fabs(q)) --b;  // rounded away from zero: one step back (Inf -> FLT_MAX)
+  return f32_from_bits(b | 1u);
+}
+
+// Dynamic scales (the Spyre rule, ref::kv_dynamic_scale) of x: the row maxima (vector lanes, OpenMP over tokens),
+// then per scale group in token order.
+void dynamic_scales(const KvWriteSpec& spec, const KvWriteArgs& a, const void* x, float range, float* out) {
+  const int64_t T = a.num_tokens, H = spec.cache.num_kv_heads, D = spec.cache.head_dim;
+  const size_t es = spec.model == Format::f32 ? 4 : 2;
+  std::vector<uint32_t> rm(static_cast<size_t>(T * H));
+  constexpr int64_t kTok = 256;
+#pragma omp parallel for schedule(static)
+  for (int64_t t0 = 0; t0 < T; t0 += kTok)
+    HWY_DYNAMIC_DISPATCH(KvRowAbsMax)(md_kind(spec.model), static_cast<const uint8_t*>(x) + static_cast<size_t>(t0 * H * D) * es,
+                                      static_cast<size_t>(std::min(kTok, T - t0) * H), static_cast<size_t>(D),
+                                      rm.data() + t0 * H);
+  std::vector<uint32_t> g(static_cast<size_t>(num_scales(spec.scale_kind, H, a.num_seqs)), 0u);
+  int64_t b = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    if (spec.scale_kind == KvScaleKind::seq)
+      while (b + 1 < a.num_seqs && t >= a.query_start_loc[b + 1]) ++b;
+    for (int64_t h = 0; h < H; ++h) {
+      uint32_t& m = g[static_cast<size_t>(scale_index(spec.scale_kind, b, h))];
+      m = std::max(m, rm[static_cast<size_t>(t * H + h)]);
+    }
+  }
+  for (size_t i = 0; i < g.size(); ++i)
+    out[i] = ref::kv_dynamic_scale(spec.model, g[i] > 0x7F800000u ? std::numeric_limits<float>::quiet_NaN() : f32_from_bits(g[i]),
+                                   range);
+}
+
+}  // namespace
+
+// Scales first (dynamic: computed as in the reference), then blocks of 512 tokens: the codes of the block's
+// [n, Hkv·D] rows (one scale per (token, KV head) row) into scratch, then each row copied to its slot in token order
+// (a slot written twice keeps the last write, as in the reference). The codes, per convention:
+//   vllm-cuda  code = satfinite_RNE(RN32(f32(x)/s)): the static group quantization x/s, no clamp, the cuda-satfinite
+//              cast — cpu::quantize_static (src/cpu/quant_cpu.cc; bit-identical to ref::quantize_static by its tests);
+//   sglang, spyre  RN_md(RN32(f32(x)/s)) by vector lanes (KvMdQuotRows), then the torch-2.11 cast md -> fp8 of the
+//              vector converter (cpu::encode_bits16 / encode_f32);
+//   exact      the f64 quotient f64(x)/f64(s) (one rounding of the exact quotient at the FP8 position, see the
+//              reference), rounded to odd in f32 (f32_round_to_odd), then the exact cast of the vector converter from
+//              f32 (cpu::encode_f32): rounding to odd with >= 2 more bits than the target, then RNE to the target, is
+//              one RNE rounding (Boldo & Melquiond, "Emulation of FMA and correctly rounded sums: proved algorithms
+//              using rounding to odd", IEEE TC 2008) — f32 keeps 24 bits against FP8's <= 4, and its subnormal
+//              quantum 2^-149 is far below FP8's smallest (2^-16); beyond the f32 range the odd value FLT_MAX
+//              overflows every FP8 format as the quotient does.
+// Scratch per call: 2·512·Hkv·D code bytes, 512·Hkv·D intermediates (md or f64), 2·512·Hkv scales.
 void kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& a) {
-  if (spec.convention != StoreConvention::vllm_cuda || spec.dynamic) return ref::kv_cache_write(spec, a);
   check_kv_cache_write(spec, a);
+  if (spec.dynamic) {
+    dynamic_scales(spec, a, a.k, 200.0f, a.k_scale);
+    dynamic_scales(spec, a, a.v, 100.0f, a.v_scale);
+  }
   const CacheShape& c = spec.cache;
   const int64_t T = a.num_tokens, H = c.num_kv_heads, D = c.head_dim;
   if (T == 0 || H == 0 || D == 0) return;
+  const int md = md_kind(spec.model);
+  const size_t es = md == 0 ? 4 : 2;
   QuantSpec q;
-  q.convention = "kv-cache-write:vllm-cuda";
-  q.to = c.format;
-  q.granularity = Granularity{GranularityKind::group, 1, D};
-  q.formula = QuantFormula::div;
-  q.clamp = Clamp::none;
-  q.cast_convention = "cuda-satfinite";
-  finalize_quant_spec(&q, false);
+  ConversionSpec cast;
+  if (spec.convention == StoreConvention::vllm_cuda) {
+    q.convention = "kv-cache-write:vllm-cuda";
+    q.to = c.format;
+    q.granularity = Granularity{GranularityKind::group, 1, D};
+    q.formula = QuantFormula::div;
+    q.clamp = Clamp::none;
+    q.cast_convention = "cuda-satfinite";
+    finalize_quant_spec(&q, false);
+  } else {
+    const bool exact = spec.convention == StoreConvention::exact;
+    std::string err;
+    const std::optional<ConversionSpec> cs =
+        resolve_convention(exact ? "exact" : "torch-2.11", exact ? Format::f32 : spec.model, c.format, &err);
+    if (!cs) throw InputError("kv_cache_write: " + err);
+    cast = *cs;
+  }
   constexpr int64_t kTokens = 512;  // tokens per block
   const int64_t Tb = std::min(T, kTokens);
-  const size_t es = spec.model == Format::f32 ? 4 : 2;
   std::vector<float> sk(static_cast<size_t>(Tb * H)), sv(sk.size());
   std::vector<uint8_t> ck(static_cast<size_t>(Tb * H * D)), cv(ck.size());
+  std::vector<float> odd;       // exact: the f64 quotients rounded to odd in f32
+  std::vector<uint8_t> md_buf;  // sglang/spyre: md quotients
+  if (spec.convention == StoreConvention::exact) odd.resize(ck.size());
+  else if (spec.convention != StoreConvention::vllm_cuda) md_buf.resize(ck.size() * es);
+  // the codes of rows [0, n·H) of x (block-local) with row scales sc
+  auto codes = [&](const uint8_t* x, int64_t n, const float* sc, uint8_t* out) {
+    const int64_t rows = n * H;
+    const size_t cnt = static_cast<size_t>(rows * D);
+    switch (spec.convention) {
+      case StoreConvention::vllm_cuda:
+        fp8ref::cpu::quantize_static(q, spec.model, x, {n, H * D}, sc, out);
+        return;
+      case StoreConvention::exact: {
+        const auto quot = [&](auto load) {
+#pragma omp parallel for schedule(static)
+          for (int64_t r = 0; r < rows; ++r) {
+            const double sr = sc[r];
+            for (int64_t d = 0; d < D; ++d)
+              odd[static_cast<size_t>(r * D + d)] = f32_round_to_odd(static_cast<double>(load(r * D + d)) / sr);
+          }
+        };
+        if (md == 0) quot([&](int64_t i) { return reinterpret_cast<const float*>(x)[i]; });
+        else if (md == 1)
+          quot([&](int64_t i) { return f32_from_bits(static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(x)[i]) << 16); });
+        else quot([&](int64_t i) { return fp8ref::ref::load_f32(Format::f16, x, i); });
+        fp8ref::cpu::encode_f32(odd.data(), out, cnt, cast);
+        return;
+      }
+      default: {
+        constexpr int64_t kRowsPer = 64;
+#pragma omp parallel for schedule(static)
+        for (int64_t r0 = 0; r0 < rows; r0 += kRowsPer)
+          HWY_DYNAMIC_DISPATCH(KvMdQuotRows)(md, x + static_cast<size_t>(r0 * D) * es, static_cast<size_t>(std::min(kRowsPer, rows - r0)),
+                                             static_cast<size_t>(D), sc + r0, md_buf.data() + static_cast<size_t>(r0 * D) * es);
+        if (md == 0) fp8ref::cpu::encode_f32(reinterpret_cast<const float*>(md_buf.data()), out, cnt, cast);
+        else fp8ref::cpu::encode_bits16(spec.model, reinterpret_cast<const uint16_t*>(md_buf.data()), out, cnt, cast);
+        return;
+      }
+    }
+  };
   int64_t b = 0;  // the sequence of token t (scale kind seq)
   for (int64_t t0 = 0; t0 < T; t0 += Tb) {
     const int64_t n = std::min(Tb, T - t0);
@@ -847,10 +1031,9 @@ void kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& a) {
         sv[static_cast<size_t>((t - t0) * H + h)] = a.v_scale[si];
       }
     }
-    const std::vector<int64_t> shape = {n, H * D};
     const size_t at = static_cast<size_t>(t0 * H * D) * es;
-    fp8ref::cpu::quantize_static(q, spec.model, static_cast<const uint8_t*>(a.k) + at, shape, sk.data(), ck.data());
-    fp8ref::cpu::quantize_static(q, spec.model, static_cast<const uint8_t*>(a.v) + at, shape, sv.data(), cv.data());
+    codes(static_cast<const uint8_t*>(a.k) + at, n, sk.data(), ck.data());
+    codes(static_cast<const uint8_t*>(a.v) + at, n, sv.data(), cv.data());
     for (int64_t t = t0; t < t0 + n; ++t) {
       const int64_t slot = a.slot_mapping[t];
       if (slot < 0) continue;

@@ -496,7 +496,7 @@ std::vector<Kernel> attention_kernels() {
   return {
       {"kv_cache_write", "reference", "attn::ref::kv_cache_write (scalar)",
        [](const Descriptor& d, const Tensors& in) { return run_write(d, in, false); }},
-      {"kv_cache_write", "cpu", "attn::cpu::kv_cache_write (the reference loop)",
+      {"kv_cache_write", "cpu", "attn::cpu::kv_cache_write (vector codes per block of tokens, OpenMP)",
        [](const Descriptor& d, const Tensors& in) { return run_write(d, in, true); }},
       {"paged_attention", "reference", "attn::ref::paged_attention (scalar, per convention; fast: the exact result)",
        [](const Descriptor& d, const Tensors& in) { return run_attn(d, in, false); }},
