@@ -40,6 +40,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/rmsnorm_quant_cpu.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/aligned_allocator.h>
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
@@ -892,17 +893,20 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
 
 #pragma omp parallel
   {
-    std::vector<float> z(static_cast<size_t>(K)), ybuf(static_cast<size_t>(K)), v(static_cast<size_t>(K));
+    // rows and widened weights 64-byte aligned (hwy::AllocateAligned): every vector access within one cache line
+    // (std::vector's 16-byte alignment split every 64-byte load of wf across two lines)
+    const size_t Ka = static_cast<size_t>(K > 0 ? K : 1);
+    auto z = hwy::AllocateAligned<float>(Ka), ybuf = hwy::AllocateAligned<float>(Ka), v = hwy::AllocateAligned<float>(Ka);
     std::vector<float> part(static_cast<size_t>(L.cub_threads > 0 ? L.cub_threads : 1)), lane0(part.size() / 32 + 1);
     std::vector<float> gamax(static_cast<size_t>(ngroups > 0 ? ngroups : 1)), gsv(gamax.size());
     std::vector<uint8_t> gnan(gamax.size()), gfast(gamax.size());
     std::vector<float> grb(gamax.size());
-    std::vector<float> wf;
+    hwy::AlignedFreeUniquePtr<float[]> wf;
     if (a.from != Format::bf16 || fast) {  // weights widened once per thread (bf16: for the fast path)
-      wf.resize(static_cast<size_t>(K));
+      wf = hwy::AllocateAligned<float>(Ka);
       if (a.from == Format::bf16)  // (bf16 widened in lanes: LoadRowBf16 without a residual)
         HWY_DYNAMIC_DISPATCH(LoadRowBf16)(static_cast<const uint16_t*>(a.weight), nullptr, static_cast<size_t>(K), false,
-                                          wf.data(), nullptr);
+                                          wf.get(), nullptr);
       for (int64_t k = 0; k < K && a.from != Format::bf16; ++k) {
         if (a.from == Format::f32) {
           std::memcpy(&wf[k], static_cast<const uint8_t*>(a.weight) + 4 * k, 4);
@@ -932,16 +936,16 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
       auto z_row = [&]() {
         if (!have_z)
           HWY_DYNAMIC_DISPATCH(LoadRowBf16)(reinterpret_cast<const uint16_t*>(xr), nullptr, static_cast<size_t>(K), false,
-                                            z.data(), nullptr);
+                                            z.get(), nullptr);
         have_z = true;
-        return z.data();
+        return z.get();
       };
-      const void* zp = zbf16 ? static_cast<const void*>(xr) : static_cast<const void*>(z.data());
+      const void* zp = zbf16 ? static_cast<const void*>(xr) : static_cast<const void*>(z.get());
       if (zbf16) {
         // (nothing to write)
       } else if (a.from == Format::bf16) {
         HWY_DYNAMIC_DISPATCH(LoadRowBf16)(reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr),
-                                          static_cast<size_t>(K), dtype_sum, z.data(), reinterpret_cast<uint16_t*>(ro));
+                                          static_cast<size_t>(K), dtype_sum, z.get(), reinterpret_cast<uint16_t*>(ro));
       } else {
         for (int64_t k = 0; k < K; ++k) {
           auto ld = [&](const uint8_t* p) {
@@ -990,7 +994,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
                                                   : gpu(1.0f / gpu(std::sqrt(u)));
       if (a.rms) a.rms[m] = r;
       // 5.–6. (and, for bf16 rows, the groups' amax)
-      float* y = fast && !a.normed ? ybuf.data() : y_out + off;
+      float* y = fast && !a.normed ? ybuf.get() : y_out + off;
       const bool bf16_fast = a.from == Format::bf16 && fast && !a.normed && !std::isnan(var) && !std::isnan(r);
       // (the next row of this thread's static share, prefetched by the bf16 fast passes)
       const bool has_next = m + 1 < M && a.from == Format::bf16;
@@ -998,18 +1002,18 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
       const auto* next_r = has_next && rr ? reinterpret_cast<const uint16_t*>(rr + K * esz) : nullptr;
       // steps 5–9 fused per group in registers (the cast in lanes; false: G or K does not fit it)
       if (bf16_fast && cast_in_lanes &&
-          HWY_DYNAMIC_DISPATCH(NormQuantBf16)(zp, zbf16, wf.data(), static_cast<size_t>(K), r, spec.weight,
-                                              static_cast<size_t>(G), qs, rcp_max, ybuf.data(),
+          HWY_DYNAMIC_DISPATCH(NormQuantBf16)(zp, zbf16, wf.get(), static_cast<size_t>(K), r, spec.weight,
+                                              static_cast<size_t>(G), qs, rcp_max, ybuf.get(),
                                               static_cast<float*>(a.scales) + m * ngroups, a.q + off, next_x, next_r))
         continue;
       if (bf16_fast) {
-        HWY_DYNAMIC_DISPATCH(NormWeightBf16Fast)(zp, zbf16, wf.data(), static_cast<size_t>(K), r, spec.weight, y,
+        HWY_DYNAMIC_DISPATCH(NormWeightBf16Fast)(zp, zbf16, wf.get(), static_cast<size_t>(K), r, spec.weight, y,
                                                  static_cast<size_t>(G), gamax.data(), gnan.data(), next_x, next_r);
       } else if (a.from == Format::bf16) {
         HWY_DYNAMIC_DISPATCH(NormWeightBf16)(z_row(), static_cast<const uint16_t*>(a.weight), static_cast<size_t>(K), r,
                                              spec.weight, y, static_cast<size_t>(G), gamax.data(), gnan.data());
       } else if (a.from == Format::f32) {
-        HWY_DYNAMIC_DISPATCH(NormWeightF32)(z.data(), wf.data(), static_cast<size_t>(K), r, y);
+        HWY_DYNAMIC_DISPATCH(NormWeightF32)(z.get(), wf.get(), static_cast<size_t>(K), r, y);
       } else {
         for (int64_t k = 0; k < K; ++k) {
           const float an = gpu(z[k] * r);
@@ -1043,8 +1047,8 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
         continue;
       }
       HWY_DYNAMIC_DISPATCH(RowQuant)(y, static_cast<size_t>(K), static_cast<size_t>(G), gsv.data(), mul, qs.clamp, max,
-                                     cast_in_lanes, v.data(), a.q + off);
-      if (!cast_in_lanes) encode_f32(v.data(), a.q + off, static_cast<size_t>(K), qs.cast);
+                                     cast_in_lanes, v.get(), a.q + off);
+      if (!cast_in_lanes) encode_f32(v.get(), a.q + off, static_cast<size_t>(K), qs.cast);
     }
   }
   // Every other quant spec: the CPU backend's group quant over the normed rows (src/cpu/quant_cpu.cc, bit-identical
