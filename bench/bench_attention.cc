@@ -9,9 +9,12 @@
 //
 // `fast` is the CPU-fallback convention (src/cpu/attention_fast.cc: AMX where the CPU has it; not bit-exact, within a
 // derived bound of exact); --conv fast runs only it (with the anchor).
-// Usage: bench_attention [--threads 2] [--reps 5] [--conv NAME|all] [--ctx 4096] [--batch 32]
+// --huge 1: the cache and the anchor's buffer on transparent huge pages (2 MiB-aligned, madvise MADV_HUGEPAGE; both,
+// so the comparison stays like for like); default 0 (4 KiB pages, as before).
+// Usage: bench_attention [--threads 2] [--reps 5] [--conv NAME|all] [--ctx 4096] [--batch 32] [--huge 0|1]
 // Run with OMP_WAIT_POLICY=passive on this 2-core VM.
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -33,6 +36,29 @@ namespace {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
+// A zero-filled buffer, 2 MiB-aligned and advised for transparent huge pages when `huge`.
+template <typename T>
+struct Buffer {
+  T* p = nullptr;
+  size_t n = 0;
+  Buffer(size_t count, bool huge) : n(count) {
+    const size_t align = huge ? size_t{2} << 20 : 64, bytes = (count * sizeof(T) + align - 1) / align * align;
+    p = static_cast<T*>(std::aligned_alloc(align, bytes));
+    if (!p) {
+      std::fprintf(stderr, "bench_attention: out of memory\n");
+      std::exit(2);
+    }
+    if (huge) madvise(p, bytes, MADV_HUGEPAGE);
+    std::memset(p, 0, bytes);
+  }
+  ~Buffer() { std::free(p); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  T& operator[](size_t i) { return p[i]; }
+  T* data() { return p; }
+  size_t size() const { return n; }
+};
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -43,6 +69,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   int threads = 2, reps = 5;
   int64_t ctx = 4096, B = 32;
+  bool huge = false;
   std::string conv = "all";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -51,6 +78,7 @@ int main(int argc, char** argv) {
     else if (a == "--conv") conv = argv[i + 1];
     else if (a == "--ctx") ctx = std::atoll(argv[i + 1]);
     else if (a == "--batch") B = std::atoll(argv[i + 1]);
+    else if (a == "--huge") huge = std::atoi(argv[i + 1]) != 0;
   }
   omp_set_num_threads(threads);
   const int64_t Hkv = 8, Hq = 64, D = 128, bs = 16;
@@ -62,7 +90,7 @@ int main(int argc, char** argv) {
   const int64_t blocks_per_seq = (ctx + bs - 1) / bs;
   spec.cache.num_blocks = B * blocks_per_seq;
   const size_t cache_bytes = static_cast<size_t>(spec.cache.numel());
-  std::vector<uint8_t> kc(cache_bytes), vc(cache_bytes);
+  Buffer<uint8_t> kc(cache_bytes, huge), vc(cache_bytes, huge);
   {
     std::mt19937_64 rng(1);
     ConversionSpec cs;
@@ -100,7 +128,7 @@ int main(int argc, char** argv) {
   a.out = out.data();
 
   // Anchor: read a buffer of the cache's total size (K and V) once.
-  std::vector<uint64_t> buf((2 * cache_bytes) / 8);
+  Buffer<uint64_t> buf((2 * cache_bytes) / 8, huge);
   for (size_t i = 0; i < buf.size(); ++i) buf[i] = i * 0x9E3779B97F4A7C15ull;
   auto read_pass = [&] {
     uint64_t s = 0;

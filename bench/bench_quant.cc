@@ -5,6 +5,9 @@
 // written per second, as STREAM counts, no write-allocate traffic):
 //   * memcpy of the bf16 input into another buffer (glibc; 2·M·K bytes read + 2·M·K written) — the anchor "memory
 //     bandwidth of the same bytes";
+//   * the same copy with non-temporal stores (bench_common.h stream_copy): glibc's memcpy of ~30 MB per thread stores
+//     through the cache (a read for ownership per destination line: 1.5× the counted bytes), this one does not —
+//     the machine's streaming bandwidth, the stricter anchor (ratios to it printed under the table);
 //   * cpu::quantize, conventions vllm-group (x/s, IEEE) and deepseek-act-quant (Triton division): reads 2·M·K,
 //     writes M·K codes + 4·M·K/128 scale bytes;
 //   * cpu::dequantize e4m3fn + f32 scales -> bf16 (group:128): reads M·K + 4·M·K/128, writes 2·M·K;
@@ -29,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "fp8ref/convert.h"
 #include "fp8ref/quant.h"
 
@@ -147,6 +151,14 @@ int main(int argc, char** argv) {
                         std::memcpy(copy + b, x + b, (e - b) * 2);
                       }
                     }, {}});
+    rows.push_back({"copy, non-temporal stores", t, 2 * in, [&] {
+#pragma omp parallel
+                      {
+                        const size_t nt = static_cast<size_t>(omp_get_num_threads()), id = static_cast<size_t>(omp_get_thread_num());
+                        const size_t per = (n + nt - 1) / nt, b = std::min(n, id * per), e = std::min(n, b + per);
+                        fp8ref::bench::stream_copy(copy + b, x + b, (e - b) * 2);
+                      }
+                    }, {}});
     rows.push_back({"quantize vllm-group", t, in + codes + scales,
                     [&] { cpu::quantize(vllm, Format::bf16, x, shape, q, s); }, {}});
     rows.push_back({"quantize deepseek-act-quant", t, in + codes + scales,
@@ -214,6 +226,15 @@ int main(int argc, char** argv) {
   for (const auto& [name, g] : anchors)
     std::printf("| numpy + ml_dtypes: %s (bench/anchor_quant.py) | 1 | | | %.2f | %s | 1.0× |\n", name.c_str(), g,
                 mc ? (std::to_string(g / mc->gbs()).substr(0, 4)).c_str() : "—");
+  const Row* nt = nullptr;
+  for (const Row& r : rows)
+    if (r.threads == T && r.name.rfind("copy, non-temporal", 0) == 0) nt = &r;
+  if (nt) {
+    std::printf("\nAgainst the non-temporal copy (%dT, %.2f GB/s):", T, nt->gbs());
+    for (const Row& r : rows)
+      if (r.threads == T && r.name.rfind("memcpy", 0) != 0 && &r != nt) std::printf(" %s %.2f;", r.name.c_str(), r.gbs() / nt->gbs());
+    std::printf("\n");
+  }
   std::free(x);
   std::free(copy);
   std::free(q);

@@ -4,6 +4,8 @@
 // Compares, never asserts. Rows, timed in interleaved rounds (best of --reps, medians printed too):
 //   * memcpy    : glibc memcpy of the bf16 input (M·K·2 bytes) into a buffer of the same size, on the bench's
 //                 thread count (each thread one contiguous half) — the bandwidth anchor;
+//   * copy, non-temporal stores: the same copy by bench_common.h stream_copy (no read for ownership of the
+//                 destination, which glibc's memcpy of this size pays) — the stricter anchor, ratios printed below;
 //   * cpu::rmsnorm_quant per convention (with and without the residual), 2 threads and 1;
 //   * numpy     : a vectorised numpy + ml_dtypes rmsnorm + group quant on the same shape, measured by
 //                 bench/anchor_rmsnorm_quant.py and passed in with --numpy-gbs (bench/run_rmsnorm_quant.sh).
@@ -24,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "fp8ref/convert.h"
 #include "fp8ref/rmsnorm.h"
 
@@ -136,6 +139,16 @@ int main(int argc, char** argv) {
                       }
                     },
                     {}});
+    rows.push_back({"copy, non-temporal stores", t, 4.0 * static_cast<double>(n), [&] {
+#pragma omp parallel
+                      {
+                        const size_t nt = static_cast<size_t>(omp_get_num_threads());
+                        const size_t id = static_cast<size_t>(omp_get_thread_num());
+                        const size_t per = (n + nt - 1) / nt, b = std::min(n, id * per), e = std::min(n, b + per);
+                        fp8ref::bench::stream_copy(copy_dst.data() + b, x.data() + b, (e - b) * 2);
+                      }
+                    },
+                    {}});
     for (const char* conv : {"vllm-rmsnorm-quant", "aiter-rmsnorm-quant", "exact"}) {
       for (bool residual : {false, true}) {
         if (std::string(conv) == "exact" && (residual || t != max_threads)) continue;
@@ -193,5 +206,13 @@ int main(int argc, char** argv) {
     std::printf("| numpy + ml_dtypes (aiter-style f32 rmsnorm + group quant, bench/anchor_rmsnorm_quant.py) | 1 | %.1f MB "
                 "| | %.2f | %.2f | 1.0 |\n",
                 plain / 1e6, numpy_gbs, numpy_gbs / memcpy_gbs(1));
+  for (const Row& nt : rows)
+    if (nt.threads == max_threads && nt.name.rfind("copy, non-temporal", 0) == 0) {
+      std::printf("\nAgainst the non-temporal copy (%dT, %.2f GB/s):", max_threads, nt.gbs());
+      for (const Row& r : rows)
+        if (r.threads == max_threads && r.name.rfind("memcpy", 0) != 0 && &r != &nt)
+          std::printf(" %s %.2f;", r.name.c_str(), r.gbs() / nt.gbs());
+      std::printf("\n");
+    }
   return 0;
 }

@@ -26,7 +26,14 @@
 // Scratch per thread (AMX): K chunk 32·Dk bf16, V chunk 32·Dv bf16, and per KV head of the unit Q̃ 16·Dk bf16 and
 // O 16·Dv f32, S 32·16 f32, the row pointers of two chunks.
 // Tried and dropped (no gain, measured): software-pipelining the next item's decode under the tiles (double buffers),
-// 64-key chunks (half the O tile traffic), prefetching to L2 only / per head into L1.
+// 64-key chunks (half the O tile traffic), prefetching to L2 only / per head into L1. Session 5, same-process A/B
+// (bench_attention decode, two variants alternating call by call): the next chunk's lines prefetched in address
+// order (slot-major) — equal; only every 4th line of them (leaving the rest to the L2 streamer) — 25% slower; two
+// chunks ahead into L2 — 2–4% slower; the prefetches paced over the whole chunk (a queue ticked by every decode,
+// tile and softmax step) instead of issued with the K decode — 1–4% slower; fewer KV heads per unit (4, 2) — slower
+// (the decode loads miss more); O rows strided by R instead of 16 — equal; prefetchnta (codes through L1 without
+// displacing the scratch) — 2× slower; the cache on huge pages (bench_attention --huge 1) — the same ratio to the
+// read pass (both faster). Kept: the 64-byte-aligned, staggered scratch (~10%) and the in-lane byte interleave.
 #include "cpu/attention_fast.h"
 
 // GCC 12 flags its own AVX-512 intrinsics (_mm512_undefined_*) as maybe-uninitialized.
