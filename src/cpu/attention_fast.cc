@@ -33,7 +33,9 @@
 // tile and softmax step) instead of issued with the K decode — 1–4% slower; fewer KV heads per unit (4, 2) — slower
 // (the decode loads miss more); O rows strided by R instead of 16 — equal; prefetchnta (codes through L1 without
 // displacing the scratch) — 2× slower; the cache on huge pages (bench_attention --huge 1) — the same ratio to the
-// read pass (both faster). Kept: the 64-byte-aligned, staggered scratch (~10%) and the in-lane byte interleave.
+// read pass (both faster); the slots in a two-stage pipeline (the S tiles of slot s + 1 before the softmax of slot s,
+// so S's tile stores land before the vector loads read them: that hand-off alone, faked, measured ~7%) — equal or 2–5%
+// slower (twice the V buffers). Kept: the 64-byte-aligned, staggered scratch (~10%) and the in-lane byte interleave.
 #include "cpu/attention_fast.h"
 
 // GCC 12 flags its own AVX-512 intrinsics (_mm512_undefined_*) as maybe-uninitialized.
