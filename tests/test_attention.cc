@@ -733,6 +733,60 @@ TEST_SUITE("attention") {
     CHECK(cases == 4 * 2 * 2 * 3 * 3);
   }
 
+  TEST_CASE("kv_cache_write cpu == reference on every compiled SIMD target (md quotient lanes, row maxima)") {
+    // The vector kernels of the cpu write (KvMdQuotRows: x/s, RN_md — f16 by Highway's DemoteTo, emulated on targets
+    // without F16C —; KvRowAbsMax) on every target this build dispatches to: random values over many binades (f16
+    // overflow and subnormal quotients included), ±0, ±Inf, NaN, D = 40 (vector tails), static and dynamic scales.
+    std::vector<std::string> seen;
+    std::mt19937_64 rng(4242);
+    for (attn::StoreConvention conv : {attn::StoreConvention::sglang, attn::StoreConvention::spyre,
+                                       attn::StoreConvention::vllm_cuda, attn::StoreConvention::exact})
+      for (Format md : {Format::bf16, Format::f16, Format::f32})
+        for (bool dynamic : {false, true}) {
+          CAPTURE(attn::to_string(conv));
+          CAPTURE(format_name(md));
+          CAPTURE(dynamic);
+          attn::KvWriteSpec s = kv_spec(conv, md, Format::e4m3fn, 4, 16, 2, 40, attn::KvLayout::nhd, attn::KvScaleKind::head);
+          s.dynamic = dynamic;
+          const int64_t T = 50, H = 2, D = 40;
+          const size_t es = static_cast<size_t>(format_info(md).bits / 8);
+          std::vector<uint8_t> k(static_cast<size_t>(T * H * D) * es), v(k.size());
+          std::normal_distribution<double> n(0.0, 1.0);
+          for (size_t i = 0; i < k.size() / es; ++i)
+            for (auto* buf : {&k, &v}) {
+              double x = std::ldexp(n(rng), static_cast<int>(rng() % 48) - 24);
+              switch (rng() % 50) {
+                case 0: x = -0.0; break;
+                case 1: x = dynamic ? x : HUGE_VAL; break;
+                case 2: x = dynamic ? x : std::nan(""); break;
+                default: break;
+              }
+              uint64_t xb;
+              std::memcpy(&xb, &x, 8);
+              const uint64_t b = ref::narrow(Format::f64, xb, md);
+              std::memcpy(&(*buf)[i * es], &b, es);
+            }
+          std::vector<int64_t> slots(static_cast<size_t>(T));
+          for (int64_t t = 0; t < T; ++t) slots[static_cast<size_t>(t)] = (t * 5) % 64;
+          std::vector<int32_t> qsl = {0, static_cast<int32_t>(T)};
+          std::vector<float> ks = {3e-5f, 0.37f}, vs = {1e-3f, 2.5f};
+          std::vector<uint8_t> kc(static_cast<size_t>(s.cache.numel()), 0xAA), vc(kc.size(), 0xAA);
+          attn::KvWriteArgs a = kv_args(T, k, v, slots, 1, qsl, ks, vs, kc, vc);
+          attn::ref::kv_cache_write(s, a);
+          seen = attn::cpu::for_each_simd_target([&] {
+            std::vector<uint8_t> kc2(kc.size(), 0xAA), vc2(kc.size(), 0xAA);
+            std::vector<float> ks2 = {3e-5f, 0.37f}, vs2 = {1e-3f, 2.5f};
+            attn::KvWriteArgs b = kv_args(T, k, v, slots, 1, qsl, ks2, vs2, kc2, vc2);
+            attn::cpu::kv_cache_write(s, b);
+            CHECK(kc2 == kc);
+            CHECK(vc2 == vc);
+            CHECK(std::memcmp(ks2.data(), ks.data(), 8) == 0);
+            CHECK(std::memcmp(vs2.data(), vs.data(), 8) == 0);
+          });
+        }
+    CHECK(seen.size() >= 1);
+  }
+
   TEST_CASE("kv_cache_write sglang/spyre: RN_md before the cast — md ties just above an FP8 tie, cpu == reference") {
     // RN32(x/s) = t + half an md ulp, with t an FP8 rounding tie: RN_md (RNE) goes down to t, the FP8 cast then
     // rounds t to the even code; a single rounding (or rounding the md tie up) gives the other code. One token per

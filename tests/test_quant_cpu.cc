@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "fp8ref/attention.h"  // attn::cpu::for_each_simd_target
 #include "fp8ref/convert.h"
 #include "fp8ref/error.h"
 #include "fp8ref/quant.h"
@@ -199,6 +200,30 @@ TEST_SUITE("quant_cpu") {
     }
     MESSAGE(cases, " cases, ", elems, " elements");
     CHECK(cases > 300);
+  }
+
+  TEST_CASE("cpu == reference on every compiled SIMD target (f16 Inf/NaN widened by the emulated targets too)") {
+    // Highway 1.0.3 widens f16 in software on targets without F16C (SSE4, SSSE3, scalar) and turned Inf/NaN into
+    // finite values there; fp8_lanes::PromoteF16 rebuilds those lanes. Every source, a few conventions and FP8
+    // targets, adversarial rows (Inf and NaN inside groups), dynamic and static, on each target dispatched to.
+    std::mt19937_64 rng(77);
+    std::vector<std::string> seen;
+    size_t checked = 0;
+    for (const char* conv : {"vllm-group", "sglang-triton", "exact", "vllm-per-token"})
+      for (Format to : {Format::e4m3fn, Format::e5m2})
+        for (Format from : {Format::f16, Format::bf16, Format::f32}) {
+          auto spec = try_spec(conv, to, std::nullopt, {{"granularity", "group:16"}, {"tail", "partial"}}, true);
+          if (!spec) continue;
+          const std::vector<int64_t> shape = {12, 40};
+          const Input in = make_source(from, adversarial(rng, 12, 40, to));
+          seen = attn::cpu::for_each_simd_target([&] {
+            checked += check_both(*spec, from, in, shape, std::string(conv) + " " + format_name(to) + " from " + format_name(from));
+          });
+        }
+    std::string names;
+    for (auto& n : seen) names += n + " ";
+    MESSAGE("SIMD targets checked: ", names);
+    CHECK(checked > 0);
   }
 
   TEST_CASE("cpu == reference: formulas, clamps, guards, NaN rules and scale stores by override") {

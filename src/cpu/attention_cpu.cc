@@ -31,6 +31,7 @@
 
 #include "fp8ref/attention.h"
 #include "cpu/attention_fast.h"
+#include "cpu/fp8_lanes-inl.h"
 #include "fp8ref/convert.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -334,8 +335,7 @@ HWY_INLINE VF LoadMd(int md, const void* p, size_t i) {
     const hn::Rebind<uint16_t, DF> d16;
     return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, static_cast<const uint16_t*>(p) + i))));
   }
-  const hn::Rebind<hwy::float16_t, DF> dh;
-  return hn::PromoteTo(df, hn::LoadU(dh, static_cast<const hwy::float16_t*>(p) + i));
+  return fp8_lanes::PromoteF16(static_cast<const hwy::float16_t*>(p) + i);
 }
 
 // sglang / spyre: out[i] = RN_md(RN32(f32(x[i]) / s)) as md bits (u32 for f32, u16 for bf16/f16), s = sc[row].
@@ -353,7 +353,9 @@ void KvMdQuotRows(int md, const void* x, size_t rows, size_t D, const float* sc,
     const VF vs = hn::Set(df, s);
     const size_t base = r * D;
     size_t d = 0;
-    for (; d + N <= D; d += N) {
+    // (f16 without a hardware conversion: Highway's emulated DemoteTo truncates; the scalar steps below instead)
+    const size_t vec_end = md == 2 && !FP8REF_NATIVE_F16 ? 0 : D;
+    for (; d + N <= vec_end; d += N) {
       const VF v = hn::Div(LoadMd(md, x, base + d), vs);
       if (md == 0) {
         hn::StoreU(v, df, static_cast<float*>(out) + base + d);

@@ -97,6 +97,34 @@ HWY_INLINE void StoreCodes4(VU c0, VU c1, VU c2, VU c3, uint8_t* dst) {
 #endif
 }
 
+// f16 -> f32 (exact). x86 targets with F16C convert in hardware; elsewhere Highway 1.0.3's emulated PromoteTo is
+// exact for zeros, subnormals and normals but turns Inf/NaN (exponent 31) into finite values, so those lanes are
+// rebuilt: sign, all-ones exponent, the payload shifted up, NaNs quieted (as vcvtph2ps and ref::narrow do).
+#undef FP8REF_NATIVE_F16
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)
+#define FP8REF_NATIVE_F16 1
+#else
+#define FP8REF_NATIVE_F16 0
+#endif
+HWY_INLINE VF PromoteF16(const hwy::float16_t* p) {
+  const DF df;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const VF v = hn::PromoteTo(df, hn::LoadU(dh, p));
+#if FP8REF_NATIVE_F16
+  return v;
+#else
+  const DU du;
+  const hn::Rebind<uint16_t, DF> d16;
+  const VU h = hn::PromoteTo(du, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(p)));
+  const VU mant = hn::And(h, hn::Set(du, 0x3FFu));
+  const VU special = hn::Or(hn::Or(hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u))), hn::Set(du, 0x7F800000u)),
+                            hn::ShiftLeft<13>(mant));
+  const VU quiet = hn::IfThenElseZero(hn::Ne(mant, hn::Zero(du)), hn::Set(du, 0x00400000u));
+  const auto is_special = hn::RebindMask(df, hn::Eq(hn::And(h, hn::Set(du, 0x7C00u)), hn::Set(du, 0x7C00u)));
+  return hn::IfThenElse(is_special, hn::BitCast(df, hn::Or(special, quiet)), v);
+#endif
+}
+
 HWY_INLINE VF MarksteinDiv1(VF y, VF a, VF b) {
   const VF q0 = hn::Mul(y, b);
   return hn::MulAdd(hn::NegMulAdd(q0, a, y), b, q0);

@@ -223,8 +223,7 @@ HWY_INLINE VF LoadY(const SrcT<kSrc>* p) {
     const hn::Rebind<uint16_t, DF> d16;
     return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
   } else {
-    const hn::Rebind<hwy::float16_t, DF> dh;
-    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+    return fp8_lanes::PromoteF16(reinterpret_cast<const hwy::float16_t*>(p));
   }
 }
 // The first `count` (< N) elements, the rest +0.
