@@ -517,7 +517,7 @@ HWY_INLINE VF ElemV(VF y, VF a, VF b, const ElemConst& c, bool* unsafe, int b_ok
                            hn::Set(du, 0xFFFF0000u));
       v = hn::IfThenElse(hn::IsNaN(v), v, hn::BitCast(df, r));
     } else {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)
+#if FP8REF_NATIVE_F16  // (src/cpu/fp8_lanes-inl.h)
       const hn::Rebind<hwy::float16_t, DF> dh;
       v = hn::IfThenElse(hn::IsNaN(v), v, hn::PromoteTo(df, hn::DemoteTo(dh, v)));
 #else
@@ -827,7 +827,7 @@ HWY_INLINE void StoreOut(VF x, void* out, size_t i, size_t count) {
       const VU o = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(x)), hn::Set(du, 0x7FFFu), r);
       h = hn::DemoteTo(d16, hn::BitCast(hn::RebindToSigned<DU>(), o));
     } else {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)
+#if FP8REF_NATIVE_F16  // (src/cpu/fp8_lanes-inl.h)
       const hn::Rebind<hwy::float16_t, DF> dh;
       h = hn::BitCast(d16, hn::DemoteTo(dh, x));
 #else
