@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "fp8ref/attention.h"  // attn::cpu::for_each_simd_target
+#include "fp8ref/attention.h"  // fp8ref::cpu::for_each_simd_target
 #include "fp8ref/convert.h"
 #include "fp8ref/error.h"
 #include "fp8ref/quant.h"
@@ -216,7 +216,7 @@ TEST_SUITE("quant_cpu") {
           if (!spec) continue;
           const std::vector<int64_t> shape = {12, 40};
           const Input in = make_source(from, adversarial(rng, 12, 40, to));
-          seen = attn::cpu::for_each_simd_target([&] {
+          seen = fp8ref::cpu::for_each_simd_target([&] {
             checked += check_both(*spec, from, in, shape, std::string(conv) + " " + format_name(to) + " from " + format_name(from));
           });
         }
@@ -510,7 +510,7 @@ TEST_SUITE("quant_cpu") {
     }
   }
 
-  TEST_CASE("dequantize: cpu == reference for every code, target, scale dtype, output and granularity") {
+  TEST_CASE("dequantize: cpu == reference for every code, target, scale dtype, output and granularity, every SIMD target") {
     std::mt19937_64 rng(9);
     for (Format to : {Format::e4m3fn, Format::e5m2, Format::e4m3fnuz, Format::e5m2fnuz}) {
       for (ScaleDtype dt : {ScaleDtype::f32, ScaleDtype::bf16, ScaleDtype::f16, ScaleDtype::ue8m0}) {
@@ -548,9 +548,14 @@ TEST_SUITE("quant_cpu") {
             const size_t os = out == Format::f32 ? 4 : 2;
             std::vector<uint8_t> xr(q.size() * os, 0x11), xc(q.size() * os, 0x22);
             ref::dequantize(spec, q.data(), shape, s.data(), out, xr.data());
-            cpu::dequantize(spec, q.data(), shape, s.data(), out, xc.data());
-            const std::string d = first_diff(xc, xr);
-            CHECK_MESSAGE(d.empty(), format_name(to), " ", to_string(dt), " ", g, " -> ", format_name(out), ": ", d);
+            // on every SIMD target this build dispatches to (a CPU without AVX-512 runs the others)
+            cpu::for_each_simd_target([&] {
+              std::fill(xc.begin(), xc.end(), 0x22);
+              cpu::dequantize(spec, q.data(), shape, s.data(), out, xc.data());
+              const std::string d = first_diff(xc, xr);
+              CHECK_MESSAGE(d.empty(), format_name(to), " ", to_string(dt), " ", g, " -> ", format_name(out), " (",
+                            cpu::simd_target(), "): ", d);
+            });
           }
         }
       }

@@ -130,7 +130,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -299,9 +298,6 @@ void paged_attention(const AttnSpec& spec, const AttnArgs& args);
 // The SIMD twin of ref::exp_sleef / exp2_sleef over an array (for the tests).
 void exp_sleef(const float* x, float* y, size_t n);
 void exp2_sleef(const float* x, float* y, size_t n);
-// Runs fn once per SIMD target compiled in and supported by this CPU, with the dispatch pinned to it (Highway's
-// SetSupportedTargetsForTest), then restores the normal choice. Returns the target names. For the tests.
-std::vector<std::string> for_each_simd_target(const std::function<void()>& fn);
 }  // namespace cpu
 
 }  // namespace fp8ref::attn

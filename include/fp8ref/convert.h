@@ -31,6 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -170,6 +171,10 @@ void decode_f64(Format from, const uint8_t* src, double* dst, size_t n, const De
 uint64_t encode_f32_range(uint64_t begin, uint64_t end, const ConversionSpec& spec, uint8_t* out);
 // The SIMD target chosen at run time (e.g. "AVX3_SPR").
 const char* simd_target();
+// Runs fn once per SIMD target compiled in and supported by this CPU, with every backend's dispatch pinned to it
+// (Highway's SetSupportedTargetsForTest), then restores the normal choice. Returns the target names. For the tests:
+// a CPU without AVX-512 runs code this machine otherwise never would.
+std::vector<std::string> for_each_simd_target(const std::function<void()>& fn);
 }  // namespace cpu
 
 }  // namespace fp8ref

@@ -405,7 +405,6 @@ HWY_AFTER_NAMESPACE();
 #include <omp.h>
 
 #include <algorithm>
-#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -865,19 +864,6 @@ void paged_attention(const AttnSpec& spec, const AttnArgs& args) {
 #pragma omp for schedule(dynamic)
     for (int64_t u = 0; u < nu; ++u) w.run(units[static_cast<size_t>(u)]);
   }
-}
-
-std::vector<std::string> for_each_simd_target(const std::function<void()>& fn) {
-  std::vector<std::string> names;
-  for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(t);
-    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-    names.push_back(hwy::TargetName(t));
-    fn();
-  }
-  hwy::SetSupportedTargetsForTest(0);
-  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
-  return names;
 }
 
 void exp_sleef(const float* x, float* y, size_t n) { HWY_DYNAMIC_DISPATCH(ExpArray)(x, y, n, false); }

@@ -831,6 +831,10 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <omp.h>
 
+#include <functional>
+#include <string>
+#include <vector>
+
 namespace fp8ref {
 HWY_EXPORT(EncodeF32);
 HWY_EXPORT(EncodeBf16);
@@ -988,6 +992,19 @@ uint64_t encode_f32_range(uint64_t begin, uint64_t end, const ConversionSpec& sp
 }
 
 const char* simd_target() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
+
+std::vector<std::string> for_each_simd_target(const std::function<void()>& fn) {
+  std::vector<std::string> names;
+  for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(t);
+    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+    names.push_back(hwy::TargetName(t));
+    fn();
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  return names;
+}
 
 }  // namespace cpu
 }  // namespace fp8ref
