@@ -189,9 +189,11 @@ TEST_SUITE("quant_cpu") {
               int64_t n = 1;
               for (int64_t d : shape) n *= d;
               const Input in = make_source(from, adversarial(rng, n / shape.back(), shape.back(), to));
-              elems += check_both(*spec, from, in, shape,
-                                  std::string(ci.name) + " " + format_name(to) + " " + to_string(spec->scale_dtype) +
-                                      " " + g + " from " + format_name(from));
+              cpu::for_each_simd_target([&] {  // every SIMD target this build dispatches to
+                elems += check_both(*spec, from, in, shape,
+                                    std::string(ci.name) + " " + format_name(to) + " " + to_string(spec->scale_dtype) +
+                                        " " + g + " from " + format_name(from) + " (" + cpu::simd_target() + ")");
+              });
               ++cases;
             }
           }
@@ -258,7 +260,10 @@ TEST_SUITE("quant_cpu") {
             for (Format from : {Format::f32, Format::bf16, Format::f16}) {
               const std::vector<int64_t> shape = {8, 45};
               const Input in = make_source(from, adversarial(rng, 8, 45, Format::e4m3fn));
-              check_both(*spec, from, in, shape, std::string(conv) + " " + spec->describe() + " from " + format_name(from));
+              cpu::for_each_simd_target([&] {  // every SIMD target this build dispatches to
+                check_both(*spec, from, in, shape,
+                           std::string(conv) + " " + spec->describe() + " from " + format_name(from) + " (" + cpu::simd_target() + ")");
+              });
               ++cases;
             }
           }
