@@ -549,6 +549,15 @@ attn::KvWriteArgs kv_args(int64_t T, const std::vector<uint8_t>& k, const std::v
   return a;
 }
 
+// Element i of an md buffer (f32, bf16 or f16 bit patterns) := x rounded once to md.
+void put_md(std::vector<uint8_t>& buf, size_t i, Format md, double x) {
+  uint64_t xb;
+  std::memcpy(&xb, &x, 8);
+  const uint64_t b = ref::narrow(Format::f64, xb, md);
+  const size_t es = static_cast<size_t>(format_info(md).bits / 8);
+  std::memcpy(&buf[i * es], &b, es);
+}
+
 float md_round(Format md, float x) {
   if (md == Format::f32) return x;
   uint32_t b;
@@ -585,10 +594,7 @@ TEST_SUITE("attention") {
                 for (auto* buf : {&k, &v}) {
                   double x = n(rng);
                   if (i % 37 == 0) x *= 400;  // overflow under small static scales
-                  uint64_t xb;
-                  std::memcpy(&xb, &x, 8);
-                  const uint64_t b = ref::narrow(Format::f64, xb, md);
-                  std::memcpy(&(*buf)[i * es], &b, es);
+                  put_md(*buf, i, md, x);
                 }
               std::vector<int64_t> slots = {3, 0, -1, 19, 7, 8, -1, 12, 1};
               std::vector<int32_t> qsl = {0, 4, 9};
@@ -699,10 +705,7 @@ TEST_SUITE("attention") {
                 case 4: x = (rng() & 1) ? 448.0 : -57344.0; break;
                 default: break;
               }
-              uint64_t xb;
-              std::memcpy(&xb, &x, 8);
-              const uint64_t b = ref::narrow(Format::f64, xb, md);
-              std::memcpy(&(*buf)[i * es], &b, es);
+              put_md(*buf, i, md, x);
             }
           std::vector<int64_t> slots(static_cast<size_t>(T));
           for (int64_t t = 0; t < T; ++t) slots[static_cast<size_t>(t)] = (t % 97 == 5) ? -1 : (t * 7) % (80 * 16);
@@ -761,10 +764,7 @@ TEST_SUITE("attention") {
                 case 2: x = dynamic ? x : std::nan(""); break;
                 default: break;
               }
-              uint64_t xb;
-              std::memcpy(&xb, &x, 8);
-              const uint64_t b = ref::narrow(Format::f64, xb, md);
-              std::memcpy(&(*buf)[i * es], &b, es);
+              put_md(*buf, i, md, x);
             }
           std::vector<int64_t> slots(static_cast<size_t>(T));
           for (int64_t t = 0; t < T; ++t) slots[static_cast<size_t>(t)] = (t * 5) % 64;
