@@ -14,6 +14,7 @@
 
 #include "fp8ref/convert.h"
 #include "support/rle.h"
+#include "support/simd_targets.h"
 
 using namespace fp8ref;
 
@@ -129,7 +130,7 @@ TEST_CASE("exhaustive: all 2^16 f16 and bf16 inputs, cpu == reference, every SIM
       std::vector<uint8_t> want(65536);
       for (uint32_t i = 0; i < 65536; ++i) want[i] = ref::encode(from, i, w.spec, i);
       INFO(format_name(from), " ", w.label, " ", w.spec.describe());
-      const auto targets = cpu::for_each_simd_target([&] {
+      const auto targets = fp8ref::test::for_test_targets([&] {
         std::vector<uint8_t> out(65536);
         cpu::encode_bits16(from, all.data(), out.data(), all.size(), w.spec);
         int bad = 0;

@@ -16,6 +16,7 @@
 #include "fp8ref/convert.h"
 #include "fp8ref/error.h"
 #include "support/attention_cases.h"
+#include "support/simd_targets.h"
 
 using namespace fp8ref;
 using attn::AttnConvention;
@@ -279,7 +280,7 @@ TEST_SUITE("attention") {
       PagedProblem p = test::random_problem(s, {40, 3, 19}, {1, 3, 6}, 300, false);
       attn::ref::paged_attention(p.spec, p.args());
       const std::vector<uint8_t> want = p.out;
-      seen = fp8ref::cpu::for_each_simd_target([&] {
+      seen = fp8ref::test::for_test_targets([&] {
         std::fill(p.out.begin(), p.out.end(), 0xCD);
         attn::cpu::paged_attention(p.spec, p.args());
         CHECK(p.out == want);
@@ -348,7 +349,7 @@ TEST_SUITE("attention") {
                 attn::cpu::paged_attention(p.spec, p.args());
                 CHECK(p.out == want);
               };
-              if (md == Format::bf16) fp8ref::cpu::for_each_simd_target(run);
+              if (md == Format::bf16) fp8ref::test::for_test_targets(run);
               else run();
             }
           }
@@ -773,7 +774,7 @@ TEST_SUITE("attention") {
           std::vector<uint8_t> kc(static_cast<size_t>(s.cache.numel()), 0xAA), vc(kc.size(), 0xAA);
           attn::KvWriteArgs a = kv_args(T, k, v, slots, 1, qsl, ks, vs, kc, vc);
           attn::ref::kv_cache_write(s, a);
-          seen = fp8ref::cpu::for_each_simd_target([&] {
+          seen = fp8ref::test::for_test_targets([&] {
             std::vector<uint8_t> kc2(kc.size(), 0xAA), vc2(kc.size(), 0xAA);
             std::vector<float> ks2 = {3e-5f, 0.37f}, vs2 = {1e-3f, 2.5f};
             attn::KvWriteArgs b = kv_args(T, k, v, slots, 1, qsl, ks2, vs2, kc2, vc2);

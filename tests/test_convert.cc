@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fp8ref/convert.h"
+#include "support/simd_targets.h"
 
 using namespace fp8ref;
 
@@ -284,7 +285,7 @@ TEST_SUITE("convert") {
           for (size_t i = 0; i < xs.size(); ++i) want[i] = ref::encode_f32(xs[i], s, 1000 + i);
           INFO(c.name, " -> ", format_name(to), " ", s.describe());
           // on every SIMD target this build dispatches to (a CPU without AVX-512 runs the others)
-          const auto targets = cpu::for_each_simd_target([&] {
+          const auto targets = fp8ref::test::for_test_targets([&] {
             std::vector<uint8_t> out(xs.size());
             cpu::encode_f32(xs.data(), out.data(), xs.size(), s, 1000);
             size_t bad = 0;

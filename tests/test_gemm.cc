@@ -15,6 +15,7 @@
 #include "fp8ref/gemm.h"
 #include "fp8ref/golden.h"
 #include "fp8ref/mma.h"
+#include "support/simd_targets.h"
 
 using namespace fp8ref;
 
@@ -113,7 +114,7 @@ TEST_CASE("scaled_mm: cpu is bit-identical to the reference for exact, f32-kbloc
         CAPTURE(rep);
         const auto r = run(p, false);
         // on every SIMD target this build dispatches to (a CPU without AVX-512 runs the others)
-        const auto targets = fp8ref::cpu::for_each_simd_target([&] {
+        const auto targets = fp8ref::test::for_test_targets([&] {
           INFO("SIMD target " << fp8ref::cpu::simd_target());
           CHECK(r == run(p, true));
         });

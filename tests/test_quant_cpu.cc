@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "fp8ref/attention.h"  // fp8ref::cpu::for_each_simd_target
 #include "fp8ref/convert.h"
 #include "fp8ref/error.h"
 #include "fp8ref/quant.h"
+#include "support/simd_targets.h"
 
 using namespace fp8ref;
 
@@ -189,7 +189,7 @@ TEST_SUITE("quant_cpu") {
               int64_t n = 1;
               for (int64_t d : shape) n *= d;
               const Input in = make_source(from, adversarial(rng, n / shape.back(), shape.back(), to));
-              cpu::for_each_simd_target([&] {  // every SIMD target this build dispatches to
+              fp8ref::test::for_test_targets([&] {  // every SIMD target this build dispatches to
                 elems += check_both(*spec, from, in, shape,
                                     std::string(ci.name) + " " + format_name(to) + " " + to_string(spec->scale_dtype) +
                                         " " + g + " from " + format_name(from) + " (" + cpu::simd_target() + ")");
@@ -218,7 +218,7 @@ TEST_SUITE("quant_cpu") {
           if (!spec) continue;
           const std::vector<int64_t> shape = {12, 40};
           const Input in = make_source(from, adversarial(rng, 12, 40, to));
-          seen = fp8ref::cpu::for_each_simd_target([&] {
+          seen = fp8ref::test::for_test_targets([&] {
             checked += check_both(*spec, from, in, shape, std::string(conv) + " " + format_name(to) + " from " + format_name(from));
           });
         }
@@ -260,7 +260,7 @@ TEST_SUITE("quant_cpu") {
             for (Format from : {Format::f32, Format::bf16, Format::f16}) {
               const std::vector<int64_t> shape = {8, 45};
               const Input in = make_source(from, adversarial(rng, 8, 45, Format::e4m3fn));
-              cpu::for_each_simd_target([&] {  // every SIMD target this build dispatches to
+              fp8ref::test::for_test_targets([&] {  // every SIMD target this build dispatches to
                 check_both(*spec, from, in, shape,
                            std::string(conv) + " " + spec->describe() + " from " + format_name(from) + " (" + cpu::simd_target() + ")");
               });
@@ -554,7 +554,7 @@ TEST_SUITE("quant_cpu") {
             std::vector<uint8_t> xr(q.size() * os, 0x11), xc(q.size() * os, 0x22);
             ref::dequantize(spec, q.data(), shape, s.data(), out, xr.data());
             // on every SIMD target this build dispatches to (a CPU without AVX-512 runs the others)
-            cpu::for_each_simd_target([&] {
+            fp8ref::test::for_test_targets([&] {
               std::fill(xc.begin(), xc.end(), 0x22);
               cpu::dequantize(spec, q.data(), shape, s.data(), out, xc.data());
               const std::string d = first_diff(xc, xr);

@@ -15,6 +15,7 @@
 #include "fp8ref/error.h"
 #include "fp8ref/io.h"
 #include "fp8ref/rmsnorm.h"
+#include "support/simd_targets.h"
 
 using namespace fp8ref;
 
@@ -264,7 +265,7 @@ TEST_CASE("rmsnorm_quant: cpu backend bit-identical to the reference, every SIMD
           INFO("convention " << c.convention << " " << spec.describe() << " from " << format_name(from)
                              << " residual " << with_res << " normed " << normed);
           // on every SIMD target this build dispatches to (a CPU without AVX-512 runs the others)
-          const auto targets = fp8ref::cpu::for_each_simd_target([&] {
+          const auto targets = fp8ref::test::for_test_targets([&] {
             const Outputs b = run(true, spec, from, x, w, rp, shape, normed);
             INFO("SIMD target " << fp8ref::cpu::simd_target());
             CHECK(a.q == b.q);
