@@ -14,6 +14,7 @@
 //   f64        64  11  52 1023   IEEE binary64
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -32,6 +33,17 @@ inline uint32_t bits_of_f32(float f) {
   uint32_t b;
   std::memcpy(&b, &f, 4);
   return b;
+}
+// An f64 rounded to f32 *to odd*: the neighbour toward zero with the last bit set when inexact (finite values past
+// the f32 range -> ±FLT_MAX, odd); NaN and ±Inf as they are. A later RNE of the result to a format with at most 22
+// significand bits whose quantum stays above 2^-149 (bf16, f16, every FP8) equals one RNE of the f64 (Boldo &
+// Melquiond, "Emulation of FMA and correctly rounded sums: proved algorithms using rounding to odd", IEEE TC 2008).
+inline float f32_round_to_odd(double v) {
+  const float f = static_cast<float>(v);  // RNE
+  if (!std::isfinite(v) || static_cast<double>(f) == v) return f;  // NaN, ±Inf, exact
+  uint32_t b = bits_of_f32(f);
+  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) --b;  // rounded away from zero: one step back (Inf -> FLT_MAX)
+  return f32_from_bits(b | 1u);
 }
 
 

@@ -342,7 +342,6 @@ HWY_INLINE VF LoadMd(int md, const void* p, size_t i) {
 // bf16: RNE with ref::narrow's NaN rule (sign and top payload kept, quieted); f16: the hardware conversion (RNE).
 void KvMdQuotRows(int md, const void* x, size_t rows, size_t D, const float* sc, void* out) {
   const DF df;
-  const DU du;
   const hn::Rebind<uint16_t, DF> d16;
   const hn::Rebind<int32_t, DF> di;
   const hn::Rebind<hwy::float16_t, DF> dh;
@@ -360,11 +359,7 @@ void KvMdQuotRows(int md, const void* x, size_t rows, size_t D, const float* sc,
       if (md == 0) {
         hn::StoreU(v, df, static_cast<float*>(out) + base + d);
       } else if (md == 1) {
-        const VU b = hn::BitCast(du, v);
-        const VU lsb = hn::And(hn::ShiftRight<16>(b), hn::Set(du, 1u));
-        const VU rounded = hn::ShiftRight<16>(hn::Add(hn::Add(b, hn::Set(du, 0x7FFFu)), lsb));
-        const VU nan = hn::Or(hn::ShiftRight<16>(b), hn::Set(du, 0x40u));
-        const VU h = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), nan, rounded);
+        const VU h = fp8_lanes::RoundBf16Bits(v);
         hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, h)), d16, static_cast<uint16_t*>(out) + base + d);
       } else {
         hn::StoreU(hn::DemoteTo(dh, v), dh, static_cast<hwy::float16_t*>(out) + base + d);
@@ -881,15 +876,6 @@ namespace {
 
 int md_kind(Format md) { return md == Format::f32 ? 0 : md == Format::bf16 ? 1 : 2; }
 
-// q rounded to f32 to odd: truncated toward zero, the last bit set when inexact (NaN and ±Inf as they are).
-float f32_round_to_odd(double q) {
-  const float f = static_cast<float>(q);  // RNE
-  if (!std::isfinite(q) || static_cast<double>(f) == q) return f;
-  uint32_t b = bits_of_f32(f);
-  if (std::fabs(static_cast<double>(f)) > std::fabs(q)) --b;  // rounded away from zero: one step back (Inf -> FLT_MAX)
-  return f32_from_bits(b | 1u);
-}
-
 // Dynamic scales (the Spyre rule, ref::kv_dynamic_scale) of x: the row maxima (vector lanes, OpenMP over tokens),
 // then per scale group in token order.
 void dynamic_scales(const KvWriteSpec& spec, const KvWriteArgs& a, const void* x, float range, float* out) {
@@ -927,12 +913,10 @@ void dynamic_scales(const KvWriteSpec& spec, const KvWriteArgs& a, const void* x
 //   sglang, spyre  RN_md(RN32(f32(x)/s)) by vector lanes (KvMdQuotRows), then the torch-2.11 cast md -> fp8 of the
 //              vector converter (cpu::encode_bits16 / encode_f32);
 //   exact      the f64 quotient f64(x)/f64(s) (one rounding of the exact quotient at the FP8 position, see the
-//              reference), rounded to odd in f32 (f32_round_to_odd), then the exact cast of the vector converter from
-//              f32 (cpu::encode_f32): rounding to odd with >= 2 more bits than the target, then RNE to the target, is
-//              one RNE rounding (Boldo & Melquiond, "Emulation of FMA and correctly rounded sums: proved algorithms
-//              using rounding to odd", IEEE TC 2008) — f32 keeps 24 bits against FP8's <= 4, and its subnormal
-//              quantum 2^-149 is far below FP8's smallest (2^-16); beyond the f32 range the odd value FLT_MAX
-//              overflows every FP8 format as the quotient does.
+//              reference), rounded to odd in f32 (fp8ref::f32_round_to_odd, include/fp8ref/format.h), then the exact
+//              cast of the vector converter from f32 (cpu::encode_f32): the two roundings are one RNE of the quotient
+//              (f32 keeps 24 bits against FP8's <= 4, its quantum 2^-149 far below FP8's 2^-16; beyond the f32 range
+//              the odd FLT_MAX overflows every FP8 format as the quotient does).
 // Scratch per call: 2·512·Hkv·D code bytes, 512·Hkv·D intermediates (md or f64), 2·512·Hkv scales.
 void kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& a) {
   check_kv_cache_write(spec, a);

@@ -97,6 +97,16 @@ HWY_INLINE void StoreCodes4(VU c0, VU c1, VU c2, VU c3, uint8_t* dst) {
 #endif
 }
 
+// RNE f32 -> bf16 bits in u32 lanes, with ref::narrow's NaN rule (sign and top payload kept, quieted).
+HWY_INLINE VU RoundBf16Bits(VF v) {
+  const DU du;
+  const VU b = hn::BitCast(du, v);
+  const VU lsb = hn::And(hn::ShiftRight<16>(b), hn::Set(du, 1u));
+  const VU rounded = hn::ShiftRight<16>(hn::Add(hn::Add(b, hn::Set(du, 0x7FFFu)), lsb));
+  const VU nan = hn::Or(hn::ShiftRight<16>(b), hn::Set(du, 0x40u));
+  return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), nan, rounded);
+}
+
 // f16 -> f32 (exact). x86 targets with F16C convert in hardware; elsewhere Highway 1.0.3's emulated PromoteTo is
 // exact for zeros, subnormals and normals but turns Inf/NaN (exponent 31) into finite values, so those lanes are
 // rebuilt: sign, all-ones exponent, the payload shifted up, NaNs quieted (as vcvtph2ps and ref::narrow do).

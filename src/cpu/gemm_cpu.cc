@@ -99,14 +99,8 @@ uint64_t narrow_f64(double v, Format out) {
     std::memcpy(&vb, &v, 8);
     return ref::narrow(Format::f64, vb, out);
   }
-  float f = static_cast<float>(v);
-  if (out == Format::f32) return bits_of(f);
-  if (static_cast<double>(f) != v) {  // inexact: the neighbour toward zero, last bit set (round to odd)
-    uint32_t b = bits_of(f);
-    if (!std::isfinite(f) || std::fabs(static_cast<double>(f)) > std::fabs(v)) b -= 1;  // Inf - 1 = ±FLT_MAX
-    f = f32_of(b | 1u);
-  }
-  return bf16_rne(bits_of(f));
+  if (out == Format::f32) return bits_of(static_cast<float>(v));
+  return bf16_rne(bits_of(f32_round_to_odd(v)));
 }
 float widen(uint64_t bits, Format out) {
   if (out == Format::f32) return f32_of(static_cast<uint32_t>(bits));

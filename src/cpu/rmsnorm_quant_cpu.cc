@@ -111,15 +111,7 @@ HWY_INLINE hn::Vec<DF> LoadBf16(const uint16_t* p) {
   return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(du16, p))));
 }
 
-// RNE f32 -> bf16 bits in u32 lanes (ref::narrow: NaN keeps sign and top payload, quieted).
-HWY_INLINE hn::Vec<DU> RoundBf16Bits(hn::Vec<DF> v) {
-  const DU du;
-  const auto b = hn::BitCast(du, v);
-  const auto lsb = hn::And(hn::ShiftRight<16>(b), hn::Set(du, 1));
-  const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(b, hn::Set(du, 0x7FFF)), lsb));
-  const auto nan = hn::Or(hn::ShiftRight<16>(b), hn::Set(du, 0x40));
-  return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), nan, rounded);
-}
+using fp8_lanes::RoundBf16Bits;  // (src/cpu/fp8_lanes-inl.h)
 HWY_INLINE hn::Vec<DF> RoundBf16(hn::Vec<DF> v) {
   const DF df;
   return hn::BitCast(df, hn::ShiftLeft<16>(RoundBf16Bits(v)));
