@@ -11,7 +11,7 @@
 // derived bound of exact); --conv fast runs only it (with the anchor).
 // --huge 1: the cache and the anchor's buffer on transparent huge pages (2 MiB-aligned, madvise MADV_HUGEPAGE; both,
 // so the comparison stays like for like); default 0 (4 KiB pages, as before).
-// Usage: bench_attention [--threads 2] [--reps 5] [--conv NAME|all] [--ctx 4096] [--batch 32] [--huge 0|1]
+// Usage: bench_attention [--threads 2] [--reps 5] [--conv NAME|all] [--ctx 4096] [--batch 32] [--huge 0|1] [--hkv 8] [--hq 64] [--softcap 0]
 // Run with OMP_WAIT_POLICY=passive on this 2-core VM.
 #include <omp.h>
 #include <sys/mman.h>
@@ -69,6 +69,8 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   int threads = 2, reps = 5;
   int64_t ctx = 4096, B = 32;
+  int64_t Hkv = 8, Hq = 64;
+  double softcap = 0;
   bool huge = false;
   std::string conv = "all";
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -79,14 +81,18 @@ int main(int argc, char** argv) {
     else if (a == "--ctx") ctx = std::atoll(argv[i + 1]);
     else if (a == "--batch") B = std::atoll(argv[i + 1]);
     else if (a == "--huge") huge = std::atoi(argv[i + 1]) != 0;
+    else if (a == "--hkv") Hkv = std::atoll(argv[i + 1]);
+    else if (a == "--hq") Hq = std::atoll(argv[i + 1]);
+    else if (a == "--softcap") softcap = std::atof(argv[i + 1]);
   }
   omp_set_num_threads(threads);
-  const int64_t Hkv = 8, Hq = 64, D = 128, bs = 16;
+  const int64_t D = 128, bs = 16;
   attn::AttnSpec spec;
   spec.cache.block_size = bs;
   spec.cache.num_kv_heads = Hkv;
   spec.cache.head_dim = D;
   spec.num_q_heads = Hq;
+  spec.softcap = softcap;
   const int64_t blocks_per_seq = (ctx + bs - 1) / bs;
   spec.cache.num_blocks = B * blocks_per_seq;
   const size_t cache_bytes = static_cast<size_t>(spec.cache.numel());
@@ -142,6 +148,7 @@ int main(int argc, char** argv) {
   if (conv == "all") {
     convs = {attn::AttnConvention::vllm_triton_unified, attn::AttnConvention::vllm_paged_v1,
              attn::AttnConvention::flashinfer, attn::AttnConvention::torch_sdpa_math, attn::AttnConvention::fast};
+    if (softcap > 0) convs = {attn::AttnConvention::vllm_triton_unified, attn::AttnConvention::fast};  // those with one
   } else {
     attn::AttnConvention c;
     if (!attn::parse_attn_convention(conv, &c)) {
@@ -166,8 +173,9 @@ int main(int argc, char** argv) {
   }
   const double gib = static_cast<double>(2 * cache_bytes) / (1u << 30);
   const double anchor = *std::min_element(t[0].begin(), t[0].end());
-  std::printf("| kernel (decode B=%lld ctx=%lld Hkv=8 Hq=64 D=128 e4m3fn bs=16) | threads | cache read | best of %d (median) | GB/s | / read pass |\n",
-              static_cast<long long>(B), static_cast<long long>(ctx), reps);
+  std::printf("| kernel (decode B=%lld ctx=%lld Hkv=%lld Hq=%lld D=128 e4m3fn bs=16%s) | threads | cache read | best of %d (median) | GB/s | / read pass |\n",
+              static_cast<long long>(B), static_cast<long long>(ctx), static_cast<long long>(Hkv), static_cast<long long>(Hq),
+              softcap > 0 ? (" softcap=" + std::to_string(softcap)).c_str() : "", reps);
   std::printf("|---|---:|---:|---:|---:|---:|\n");
   std::printf("| anchor: read pass over %.0f MiB | %d | %.2f GiB | %.1f ms (%.1f) | %.2f | 1.00 |\n", gib * 1024, threads, gib,
               anchor * 1e3, median(t[0]) * 1e3, static_cast<double>(2 * cache_bytes) / anchor / 1e9);

@@ -6,7 +6,9 @@
 // std::exp2; what fast refuses.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <random>
 #include <string>
@@ -82,6 +84,26 @@ std::vector<Case> cases() {
   {
     Case m{"large-logit-spread", spec_of(16, 2, 4, 64), {80, 33}, {1, 4}};
     m.spec.sm_scale = 6.0;  // logits spread over hundreds: most weights flushed, ties at the maximum likely
+    c.push_back(m);
+  }
+  // soft-cap: a cap the logits exceed (tanh saturating: many weights near-equal), Gemma-2's 50 on a wide spread,
+  // a mild one on a GQA 8:1 decode batch with a window and a prefill chunk
+  for (double cap : {0.5, 4.0}) {
+    Case m{"softcap-" + std::to_string(cap), spec_of(16, 2, 16, 128), {300, 33, 17, 90}, {1, 1, 1, 6}, false, true};
+    m.spec.softcap = cap;
+    c.push_back(m);
+  }
+  {
+    Case m{"softcap-50-large-spread", spec_of(16, 2, 4, 64), {80, 33}, {1, 4}};
+    m.spec.sm_scale = 6.0;
+    m.spec.softcap = 50.0;
+    c.push_back(m);
+  }
+  {
+    Case m{"softcap-window-many-seqs", spec_of(16, 4, 32, 64), {70, 1, 33, 0, 16, 17, 90, 5, 48, 2, 31, 64},
+           {1, 1, 1, 0, 1, 3, 1, 1, 1, 1, 1, 1}, false, true};
+    m.spec.softcap = 2.0;
+    m.spec.window_left = 24;
     c.push_back(m);
   }
   return c;
@@ -177,7 +199,7 @@ TEST_SUITE("attention-fast") {
     }
   }
 
-  TEST_CASE("fast: the cpu backend dispatches to it; the reference refuses it; soft-cap and unquantized chunks refused") {
+  TEST_CASE("fast: the cpu backend dispatches to it; the reference refuses it; unquantized chunks refused") {
     PagedProblem p = test::random_problem(spec_of(16, 2, 8, 64), {40, 9}, {1, 2}, 3);
     const AttnSpec s = p.spec;
     attn::AttnArgs a = p.args();
@@ -186,8 +208,10 @@ TEST_SUITE("attention-fast") {
     attn::cpu::paged_attention_fast(s, a);
     CHECK(via_cpu == p.out);
     CHECK_THROWS_AS(attn::ref::paged_attention(s, a), InputError);
-    AttnSpec cap = s;
+    AttnSpec cap = s;  // soft-cap: accepted (checked against exact in the cases above); a negative one refused
     cap.softcap = 5;
+    CHECK_NOTHROW(attn::cpu::paged_attention(cap, a));
+    cap.softcap = -1;
     CHECK_THROWS_AS(attn::cpu::paged_attention(cap, a), InputError);
     AttnSpec chunk = s;
     chunk.chunk_unquantized = true;
@@ -196,6 +220,39 @@ TEST_SUITE("attention-fast") {
     CHECK(attn::parse_attn_convention("fast", &c));
     CHECK(c == attn::AttnConvention::fast);
     CHECK(std::string(attn::to_string(attn::AttnConvention::fast)) == "fast");
+  }
+
+  TEST_CASE("fast: the soft-cap's tanh is within kFastTanhErr of tanh, both paths; odd; NaN stays NaN") {
+    // every 61st positive f32 up to 64 (tanh = 1 in f32 from ~9; exp2's argument passes −126 at ~43.7) and
+    // hand-picked values around the branch and the cancellation region
+    std::vector<float> u;
+    for (uint32_t b = 0; b <= 0x42800000u; b += 61) u.push_back(fp8ref::f32_from_bits(b));
+    for (float v : {0.0f, 1e-30f, 1e-7f, 0.5f, 0.549306f, 1.0f, 9.0f, 43.6682f, 43.6683f, 43.7f, 1e30f, 3e38f})
+      u.push_back(v);
+    const size_t n = u.size();
+    for (size_t i = 0; i < n; ++i) u.push_back(-u[i]);
+    u.push_back(std::numeric_limits<float>::infinity());
+    u.push_back(-std::numeric_limits<float>::infinity());
+    for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::portable}) {
+      CAPTURE(static_cast<int>(path));
+      std::vector<float> y(u.size());
+      attn::cpu::fast_tanh(u.data(), y.data(), u.size(), path);
+      int bad = 0, odd = 0;
+      double worst = 0;
+      for (size_t i = 0; i < u.size(); ++i) {
+        const double e = std::fabs(static_cast<double>(y[i]) - std::tanh(static_cast<double>(u[i])));
+        worst = std::max(worst, e);
+        if (!(e <= attn::cpu::kFastTanhErr) && bad++ < 3) MESSAGE("tanh(" << u[i] << ") = " << y[i]);
+        if (i < n && !(y[i] == -y[i + n] && std::signbit(y[i]) != std::signbit(y[i + n]))) ++odd;
+      }
+      MESSAGE("max |tanh_fast − tanh| = 2^" << std::log2(worst));
+      CHECK(bad == 0);
+      CHECK(odd == 0);
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      float ny = 0;
+      attn::cpu::fast_tanh(&nan, &ny, 1, path);
+      CHECK(std::isnan(ny));
+    }
   }
 
   TEST_CASE("fast: exp2 on [-126, 0] equals ref::exp2_sleef and is within 2^-22 of exp2") {

@@ -44,7 +44,7 @@
 // Mask (pac b.1.4, c.4, c.5): with qpos = ctx + i (bottom-right, every paged kernel) or i (top-left, torch
 // is_causal=True) key j is visible iff j <= qpos (none: every key of the sequence) and, with a sliding window
 // window_left >= 0, j >= qpos − window_left (FlashInfer's window_left; vLLM's sliding_window = window_left + 1).
-// Soft-cap (cap > 0): logit -> cap·tanh(logit / cap), after sm_scale (exact and vllm-triton-unified only).
+// Soft-cap (cap > 0): logit -> cap·tanh(logit / cap), after sm_scale (exact, vllm-triton-unified and fast).
 // Keys outside [0, seq_len) are never read: a cache may hold NaN in every unused slot.
 // A NaN output element is stored as the canonical quiet NaN (+; f32 0x7FC00000, bf16 0x7FC0, f16 0x7E00) by every
 // bit-exact convention and backend: which NaN operand propagates (sign, payload) is an operand-order artefact.
@@ -102,13 +102,21 @@
 // fast (the CPU fallback; src/cpu/attention_fast.{h,cc}): not bit-exact — any summation order, within a derived
 //   per-element bound of `exact` (cpu::paged_attention_fast_bound). Mirrors GemmModel fast: the cpu backend runs it;
 //   ref::paged_attention refuses it (InputError); the golden output of fast is the exact convention's, with a
-//   bound.out tensor (contract "bound", `fp8ref diff --tol bound`). No soft-cap, no unquantized chunk (InputError).
+//   bound.out tensor (contract "bound", `fp8ref diff --tol bound`). No unquantized chunk (InputError).
 //   Steps: Q̃ = RN_bf16(q) once (|Q̃| < 2^-126 -> ±0); k, v = the code values (exact in bf16; scales folded);
 //   acc_j = Σ_d Q̃_d·k_jd (f32, any order, flush-to-zero allowed); t_j = RN32(c2·acc_j),
 //   c2 = RN32(RN32(sm_scale·sk)·RN32(log2 e)); online base-2 softmax with an integer running max m2 = ceil(max t)
 //   (rescales by 2^(m2 − m2') are exact); P̃_j = RN_bf16(exp2(RN32(t_j − m2))) (Sleef exp2, <= 2^-22 relative), 0
 //   where t_j − m2 < −126; L = Σ P̃_j, N_d = Σ P̃_j·v_jd (f32, any order); out = RN_out(RN32(N_d · RN32(sv / L))),
 //   0 for a row without visible keys.
+//   Soft-cap (cap > 0): t_j = RN32(c_l·τ(RN32(c1'·acc_j))), c1' = RN32(sm_scale·sk / cap) (f64, rounded once),
+//   c_l = RN32(cap·log2 e), τ(x) = sign(x)·RN32(RN32(1 − e) / RN32(1 + e)), e = exp2(−RN32(c_t·|x|)) (Sleef exp2; 0
+//   below −126), c_t = RN32(2·log2 e); NaN stays NaN. |τ(x) − tanh x| <= ε_τ = 2^-20 (absolute): with E = e^(−2|x|),
+//   |e − E| <= 2^-22 + u (exp2's 2^-22, plus the argument's two roundings: E·w·ln 2·2u' with w·2^-w <= 0.531),
+//   |(1−e)/(1+e) − (1−E)/(1+E)| <= 2|e − E|, and the three f32 operations add <= 4.01u of a value <= 1: 2^-21 + 6.1u
+//   (tests/test_attention_fast.cc measures 2^-23.2 over every 61st f32 in [0, 64], both paths). tanh is 1-Lipschitz,
+//   so E_l below becomes E_l + cap·(ε_τ + (2u + u²)(1 + ε_τ)) (c_l's and t_j's roundings of a value <= cap·log2 e),
+//   and bound_exact_f64 takes the soft-cap term.
 //   Bound (u = 2^-24, u' = 2^-23, u_b = 2^-8, u_q = 0 for bf16 q else 2^-8, η = 2^-126, γ'_n = n·u'/(1 − n·u'),
 //   per row: n visible keys, A = max_j Σ_d |q_d k_jd|, K1 = max_j Σ_d |k_jd| (code units), κ = (1+u)^4(1+2^-52) − 1):
 //     Δacc = u_q·A + η·K1 + γ'_Dk·((1+u_q)·A + η·K1) + Dk·η            (Q̃ rounding/flush, f32 accumulation, FTZ)

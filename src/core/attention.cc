@@ -139,9 +139,9 @@ void check_paged_attention(const AttnSpec& spec, const AttnArgs& a) {
   if (!(spec.scale() > 0) || !std::isfinite(spec.scale()))
     throw InputError(std::string(what) + ": sm_scale must be positive and finite");
   if (spec.softcap > 0 && spec.convention != AttnConvention::exact &&
-      spec.convention != AttnConvention::vllm_triton_unified)
+      spec.convention != AttnConvention::vllm_triton_unified && spec.convention != AttnConvention::fast)
     throw InputError(std::string(what) + ": convention " + to_string(spec.convention) +
-                     " has no logit soft-cap (exact and vllm-triton-unified have)");
+                     " has no logit soft-cap (exact, vllm-triton-unified and fast have)");
   if (!(spec.softcap >= 0) || std::isinf(spec.softcap))
     throw InputError(std::string(what) + ": soft-cap must be >= 0 and finite");
   if (spec.chunk_unquantized) {

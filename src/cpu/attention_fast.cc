@@ -165,13 +165,32 @@ float logit_scale(const Ctx& c, float sk) {
   return c1 * c.c_log2e;
 }
 
+// Soft-cap (cap > 0): t = RN32(cl·tanh_fast(RN32(c1'·acc))), c1' = RN32(sm_scale·sk / cap) (f64, rounded once),
+// cl = RN32(cap·log2 e): the base-2 logit of cap·tanh(l / cap). The per-lane multiplier of the AMX path is c1' then.
+float capped_scale(const Ctx& c, float sk) {
+  return static_cast<float>(c.s.scale() * static_cast<double>(sk) / c.s.softcap);
+}
+float cap_log2e(const Ctx& c) { return static_cast<float>(c.s.softcap * 1.44269504088896340736); }
+
+// tanh for the soft-cap, absolute error <= kTanhErr (derivation: include/fp8ref/attention.h, convention fast):
+// sign(u)·RN32(RN32(1 − e) / RN32(1 + e)), e = exp2(−RN32(c_t·|u|)) by Sleef's exp2 (0 where that argument is below
+// −126), c_t = RN32(2·log2 e); a NaN u stays NaN.
+constexpr float kTwoLog2e = 2.88539008177792681472f;
+float tanh_fast(float u) {
+  if (std::isnan(u)) return u;
+  const float z = kTwoLog2e * std::fabs(u);
+  const float e = z <= 126.0f ? ref::exp2_sleef(-z) : 0.0f;
+  return std::copysign((1.0f - e) / (1.0f + e), u);
+}
+
 // ---- portable path ------------------------------------------------------------------------------------------------
 
 void unit_portable(const Ctx& c, const Unit& u) {
   const SeqPages sp = seq_pages(c.s, c.a, u.b);
   const int64_t si = scale_index(c.s.scale_kind, u.b, u.g0);
   const float sk = c.a.k_scale[si], sv = c.s.v_from_k ? sk : c.a.v_scale[si];
-  const float c2 = logit_scale(c, sk);
+  const bool capped = c.s.softcap > 0;
+  const float c2 = capped ? capped_scale(c, sk) : logit_scale(c, sk), cl = capped ? cap_log2e(c) : 0.0f;
   const Format f = c.s.cache.format;
   std::vector<float> q(static_cast<size_t>(c.Dk)), k(static_cast<size_t>(c.Dk)), o(static_cast<size_t>(c.Dv));
   for (int64_t r = u.r0; r < u.r1; ++r) {
@@ -184,7 +203,7 @@ void unit_portable(const Ctx& c, const Unit& u) {
       const uint8_t* kr = k_row(c, sp, u.g0, j);
       float acc = 0.0f;
       for (int64_t d = 0; d < c.Dk; ++d) acc = std::fma(q[static_cast<size_t>(d)], fp8ref::ref::decode_f32(f, kr[d]), acc);
-      const float x = acc * c2;
+      const float x = capped ? cl * tanh_fast(acc * c2) : acc * c2;
       const float mn = std::max(m2, std::ceil(x));
       if (mn > m2) {  // exact power-of-two rescale (0 from −inf)
         const float alpha = m2 == -std::numeric_limits<float>::infinity()
@@ -347,6 +366,16 @@ FP8REF_AMX_TARGET inline __m512 exp2_vec(__m512 z) {
   return _mm512_maskz_mov_ps(ok, _mm512_scalef_ps(p, u));
 }
 
+// tanh_fast in lanes (the same steps; a NaN lane stays NaN).
+FP8REF_AMX_TARGET inline __m512 tanh_vec(__m512 u) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 e = exp2_vec(_mm512_mul_ps(_mm512_abs_ps(u), _mm512_set1_ps(-kTwoLog2e)));  // 0 below −126
+  const __m512 t = _mm512_div_ps(_mm512_sub_ps(one, e), _mm512_add_ps(one, e));
+  const __m512i sign = _mm512_and_si512(_mm512_castps_si512(u), _mm512_set1_epi32(static_cast<int>(0x80000000u)));
+  const __m512 r = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(t), sign));
+  return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(u, u, _CMP_UNORD_Q), u);
+}
+
 // 16×16 dword transpose in place (bit-swap stages: rows i / i+s exchange their off-diagonal s-blocks).
 FP8REF_AMX_TARGET inline void transpose16(const AmxKernels& K, __m512i* r) {
   int st = 0;
@@ -412,6 +441,8 @@ FP8REF_AMX_TARGET void unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
   // per head: Q̃ packed as the B operand [Dks/32][16 pairs][R] (dwords = two consecutive positions of the decoded K
   // order: position p holds d = perm64), scales; per slot: state
   float sv[kMaxHeads];
+  const bool capped = c.s.softcap > 0;
+  const __m512 clv = _mm512_set1_ps(capped ? cap_log2e(c) : 0.0f);
   alignas(64) float c2a[kMaxHeads][16];
   __m512 m2[kMaxHeads], L[kMaxHeads];
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -421,7 +452,8 @@ FP8REF_AMX_TARGET void unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
     const int64_t kvh = u.g0 + gi, si = scale_index(c.s.scale_kind, u.b, kvh);
     const float sk = c.a.k_scale[si];
     sv[gi] = c.s.v_from_k ? sk : c.a.v_scale[si];
-    for (int64_t l = 0; l < LW; ++l) c2a[gi / PH][(gi % PH) * LW + l] = logit_scale(c, sk);
+    const float mult = capped ? capped_scale(c, sk) : logit_scale(c, sk);  // soft-cap: c1' (cl after the tanh)
+    for (int64_t l = 0; l < LW; ++l) c2a[gi / PH][(gi % PH) * LW + l] = mult;
     m2[gi] = ninf;
     L[gi] = _mm512_setzero_ps();
     uint32_t* qb = w.qb + gi * qbs;
@@ -509,7 +541,9 @@ FP8REF_AMX_TARGET void unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
         const __mmask16 vis = k < nk ? static_cast<__mmask16>(_mm512_cmp_epi32_mask(jv, lo_v, _MM_CMPINT_NLT) &
                                                                _mm512_cmp_epi32_mask(jv, hi_v, _MM_CMPINT_LE))
                                      : __mmask16{0};
-        x[k] = _mm512_mask_mul_ps(ninf, vis, _mm512_load_ps(w.sbuf + k * 16), c2v);
+        const __m512 sk = _mm512_load_ps(w.sbuf + k * 16);
+        x[k] = capped ? _mm512_mask_mul_ps(ninf, vis, tanh_vec(_mm512_mul_ps(sk, c2v)), clv)
+                      : _mm512_mask_mul_ps(ninf, vis, sk, c2v);
         cmax = _mm512_max_ps(cmax, x[k]);
       }
       const __m512 mn = _mm512_max_ps(m2[slot], _mm512_roundscale_ps(cmax, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC));
@@ -595,6 +629,15 @@ FP8REF_AMX_TARGET void exp2_amx(const float* z, float* out, size_t n) {
   }
 }
 
+FP8REF_AMX_TARGET void tanh_amx(const float* u, float* out, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, tanh_vec(_mm512_loadu_ps(u + i)));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(out + i, m, tanh_vec(_mm512_maskz_loadu_ps(m, u + i)));
+  }
+}
+
 bool amx_usable() {
   static const bool ok = [] {
     // CPUID (GCC's and clang's __builtin_cpu_supports know different feature names): leaf 7.0 EBX AVX512F (16),
@@ -631,7 +674,6 @@ AmxKernels make_kernels(Format f) {
 
 void check_fast(const AttnSpec& spec, const AttnArgs& args) {
   check_paged_attention(spec, args);
-  if (spec.softcap > 0) throw InputError("paged_attention: convention fast has no logit soft-cap");
   if (spec.chunk_unquantized)
     throw InputError("paged_attention: convention fast does not support the unquantized-chunk variant (chunk=unquantized)");
 }
@@ -643,6 +685,11 @@ bool fast_attention_has_amx() { return amx_usable(); }
 void fast_exp2(const float* z, float* out, size_t n) {
   if (amx_usable()) return exp2_amx(z, out, n);
   for (size_t i = 0; i < n; ++i) out[i] = z[i] >= -126.0f ? ref::exp2_sleef(z[i]) : 0.0f;
+}
+
+void fast_tanh(const float* u, float* out, size_t n, FastPath path) {
+  if (path != FastPath::portable && amx_usable()) return tanh_amx(u, out, n);
+  for (size_t i = 0; i < n; ++i) out[i] = tanh_fast(u[i]);
 }
 
 void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath path) {
@@ -710,7 +757,7 @@ void paged_attention_fast_bound(const AttnSpec& spec, const AttnArgs& args, doub
                          : spec.out_format == Format::bf16 ? std::ldexp(1.0, -126) : std::ldexp(1.0, -25);
   const double max_out = spec.out_format == Format::f16 ? 65504.0 : 3.3895313892515355e38;
   const auto gamma = [](double n, double uu) { return n * uu / (1 - n * uu); };
-  const double sm = spec.scale();
+  const double sm = spec.scale(), cap = spec.softcap;
   const double kappa = std::pow(1 + u, 4) * (1 + std::ldexp(1.0, -52)) - 1;  // c2's three roundings and t' = RN32(c2·acc)
 #pragma omp parallel for schedule(dynamic)
   for (int64_t bg = 0; bg < args.num_seqs * Hkv; ++bg) {
@@ -771,8 +818,9 @@ void paged_attention_fast_bound(const AttnSpec& spec, const AttnArgs& args, doub
         }
         Aq = std::max(Aq, aq);
         K1 = std::max(K1, k1);
-        l[static_cast<size_t>(j - ri.lo)] = sm * sk * acc;
-        lmax = std::max(lmax, sm * sk * acc);
+        const double lj = cap > 0 ? cap * std::tanh(sm * sk * acc / cap) : sm * sk * acc;
+        l[static_cast<size_t>(j - ri.lo)] = lj;
+        lmax = std::max(lmax, lj);
       }
       double S = 0;
       for (int64_t j = ri.lo; j <= ri.hi; ++j) {
@@ -789,7 +837,9 @@ void paged_attention_fast_bound(const AttnSpec& spec, const AttnArgs& args, doub
       const double dn = static_cast<double>(n), dk = static_cast<double>(Dk);
       // logit error (natural units): q -> Q̃, the f32 accumulation (any order, FTZ), c2 and the product's roundings
       const double dacc = uq * Aq + eta * K1 + gamma(dk, up) * ((1 + uq) * Aq + eta * K1) + dk * eta;
-      const double El = sm * sk * (dacc * (1 + kappa) + kappa * Aq) + std::ldexp(1.0, -149);
+      // soft-cap: tanh is 1-Lipschitz (the error above passes through), plus tanh_fast's error and cl, t's roundings
+      const double El = sm * sk * (dacc * (1 + kappa) + kappa * Aq) + std::ldexp(1.0, -149) +
+                        (cap > 0 ? cap * (kFastTanhErr + (2 * u + u * u) * (1 + kFastTanhErr)) : 0.0);
       // per-key relative weight error: logits, z = RN32(t' − m2) (|z| <= 126), exp2, P̃'s bf16 rounding
       const double theta = std::exp(El + 126 * u * std::log(2.0)) * (1 + eps_e) * (1 + ub) - 1;
       const double acc_g = gamma(dn, up);
@@ -800,7 +850,7 @@ void paged_attention_fast_bound(const AttnSpec& spec, const AttnArgs& args, doub
       double vabs_row = 0;
       for (int64_t d = 0; d < Dv; ++d)
         vabs_row = std::max({vabs_row, std::fabs(vmax[static_cast<size_t>(d)]), std::fabs(vmin[static_cast<size_t>(d)])});
-      const double bex = bound_exact_f64(Dk, n, sm, Aq * sk, vabs_row * sv, 0.0);
+      const double bex = bound_exact_f64(Dk, n, sm, Aq * sk, vabs_row * sv, cap);
       for (int64_t d = 0; d < Dv; ++d) {
         const double range = (vmax[static_cast<size_t>(d)] - vmin[static_cast<size_t>(d)]) * sv;
         const double V = std::max(std::fabs(vmax[static_cast<size_t>(d)]), std::fabs(vmin[static_cast<size_t>(d)]));

@@ -14,8 +14,8 @@ enum class FastPath : uint8_t { automatic, amx, portable };
 
 // The fast convention over every sequence (spec.convention is not consulted). automatic: AMX-BF16 + AVX-512 VBMI/BF16
 // when the CPU has them (and the OS grants the AMX tile state), else the portable C++ path; amx on a CPU without it
-// falls back to portable. Throws InputError for what check_paged_attention refuses and for soft-cap / unquantized
-// chunks (not supported by fast).
+// falls back to portable. Throws InputError for what check_paged_attention refuses and for unquantized chunks (not
+// supported by fast).
 void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath path = FastPath::automatic);
 
 // Whether automatic picks the AMX path on this machine.
@@ -29,5 +29,10 @@ void paged_attention_fast_bound(const AttnSpec& spec, const AttnArgs& args, doub
 // The exp2 the kernel evaluates for z in [-126, 0] (the AMX path's AVX-512 twin of ref::exp2_sleef, or that), n
 // values; for the tests of its accuracy (the bound assumes relative error <= 2^-22).
 void fast_exp2(const float* z, float* out, size_t n);
+
+// The soft-cap's tanh as the given path evaluates it (automatic / amx: the AVX-512 lanes where the CPU has AMX, else
+// the scalar steps), n values; for the tests of its accuracy (the bound assumes |error| <= kFastTanhErr).
+constexpr double kFastTanhErr = 0x1p-20;
+void fast_tanh(const float* u, float* out, size_t n, FastPath path = FastPath::automatic);
 
 }  // namespace fp8ref::attn::cpu

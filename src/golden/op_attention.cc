@@ -450,7 +450,7 @@ OpInfo paged_attention_op() {
       {"sm-scale", "0", "softmax scale (0: 1/sqrt(Dk))"},
       {"causal", "bottom-right", "bottom-right, top-left, none"},
       {"window-left", "-1", "sliding window (keys >= qpos - window-left); -1: none"},
-      {"softcap", "0", "logit soft-cap (exact, vllm-triton-unified); 0: none"},
+      {"softcap", "0", "logit soft-cap (exact, vllm-triton-unified, fast); 0: none"},
       {"scale-kind", "tensor", "tensor [1], head [Hkv], seq [B]"},
       {"torch-lanes", "16", "torch-sdpa-math/spyre: Vectorized<float> lanes (16 AVX512, 8 AVX2)"},
       {"seed", "1", "case seed"},
