@@ -29,14 +29,13 @@ inline std::vector<std::string> for_test_targets(const std::function<void()>& fn
   const size_t n = cpu::for_each_simd_target([] {}).size();
   std::vector<std::string> ran;
   size_t i = 0;
-  const std::vector<std::string> names = cpu::for_each_simd_target([&] {
+  cpu::for_each_simd_target([&] {
     if (i == 0 || i + 1 == n) {
       ran.push_back(cpu::simd_target());
       fn();
     }
     ++i;
   });
-  (void)names;
   return ran;
 }
 
