@@ -269,7 +269,8 @@ TEST_SUITE("convert") {
 
   TEST_CASE("cpu == reference on random f32 inputs over all magnitudes, every spec and rounding, every SIMD target") {
     std::mt19937_64 rng(7);
-    std::vector<float> xs(100003);
+    // a quarter of the inputs under AddressSanitizer (it checks memory, not values; the Release run has them all)
+    std::vector<float> xs(FP8REF_TEST_ASAN ? 25013 : 100003);
     for (auto& x : xs) x = b2f(static_cast<uint32_t>(rng()));
     for (Format to : all_formats()) {
       if (!is_fp8(to)) continue;

@@ -9,17 +9,8 @@
 #include <vector>
 
 #include "fp8ref/convert.h"
+#include "support/sanitizer.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define FP8REF_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define FP8REF_TEST_ASAN 1
-#endif
-#endif
-#ifndef FP8REF_TEST_ASAN
-#define FP8REF_TEST_ASAN 0
-#endif
 
 namespace fp8ref::test {
 
