@@ -11,6 +11,8 @@
 // derived bound of exact); --conv fast runs only it (with the anchor).
 // --huge 1: the cache and the anchor's buffer on transparent huge pages (2 MiB-aligned, madvise MADV_HUGEPAGE; both,
 // so the comparison stays like for like); default 0 (4 KiB pages, as before).
+// --hkv/--hq: other head counts (GQA Hq/Hkv); --softcap X: the logit soft-cap's cost — fast runs with and without it
+// in the same interleaved rounds (and, with --conv all, vllm-triton-unified with it).
 // Usage: bench_attention [--threads 2] [--reps 5] [--conv NAME|all] [--ctx 4096] [--batch 32] [--huge 0|1] [--hkv 8] [--hq 64] [--softcap 0]
 // Run with OMP_WAIT_POLICY=passive on this 2-core VM.
 #include <omp.h>
@@ -92,7 +94,6 @@ int main(int argc, char** argv) {
   spec.cache.num_kv_heads = Hkv;
   spec.cache.head_dim = D;
   spec.num_q_heads = Hq;
-  spec.softcap = softcap;
   const int64_t blocks_per_seq = (ctx + bs - 1) / bs;
   spec.cache.num_blocks = B * blocks_per_seq;
   const size_t cache_bytes = static_cast<size_t>(spec.cache.numel());
@@ -144,28 +145,42 @@ int main(int argc, char** argv) {
     return s;
   };
 
-  std::vector<attn::AttnConvention> convs;
+  // the rows: a convention and the soft-cap it runs with (--softcap X: fast with and without it, interleaved, so the
+  // cap's cost is measured in the same rounds; and the bit-exact convention that has one)
+  struct Row {
+    attn::AttnConvention conv;
+    double softcap;
+  };
+  std::vector<Row> rows;
   if (conv == "all") {
-    convs = {attn::AttnConvention::vllm_triton_unified, attn::AttnConvention::vllm_paged_v1,
-             attn::AttnConvention::flashinfer, attn::AttnConvention::torch_sdpa_math, attn::AttnConvention::fast};
-    if (softcap > 0) convs = {attn::AttnConvention::vllm_triton_unified, attn::AttnConvention::fast};  // those with one
+    if (softcap > 0) {
+      rows.push_back({attn::AttnConvention::vllm_triton_unified, softcap});
+      rows.push_back({attn::AttnConvention::fast, 0.0});
+      rows.push_back({attn::AttnConvention::fast, softcap});
+    } else {
+      for (auto c : {attn::AttnConvention::vllm_triton_unified, attn::AttnConvention::vllm_paged_v1,
+                     attn::AttnConvention::flashinfer, attn::AttnConvention::torch_sdpa_math, attn::AttnConvention::fast})
+        rows.push_back({c, 0.0});
+    }
   } else {
     attn::AttnConvention c;
     if (!attn::parse_attn_convention(conv, &c)) {
       std::fprintf(stderr, "unknown convention %s\n", conv.c_str());
       return 2;
     }
-    convs = {c};
+    if (softcap <= 0 || c == attn::AttnConvention::fast) rows.push_back({c, 0.0});
+    if (softcap > 0) rows.push_back({c, softcap});
   }
-  std::vector<std::vector<double>> t(convs.size() + 1);
+  std::vector<std::vector<double>> t(rows.size() + 1);
   volatile uint64_t sink = 0;
   read_pass();
   for (int r = 0; r < reps; ++r) {  // interleaved rounds
     double t0 = now_s();
     sink = sink + read_pass();
     t[0].push_back(now_s() - t0);
-    for (size_t c = 0; c < convs.size(); ++c) {
-      spec.convention = convs[c];
+    for (size_t c = 0; c < rows.size(); ++c) {
+      spec.convention = rows[c].conv;
+      spec.softcap = rows[c].softcap;
       t0 = now_s();
       attn::cpu::paged_attention(spec, a);
       t[c + 1].push_back(now_s() - t0);
@@ -173,16 +188,16 @@ int main(int argc, char** argv) {
   }
   const double gib = static_cast<double>(2 * cache_bytes) / (1u << 30);
   const double anchor = *std::min_element(t[0].begin(), t[0].end());
-  std::printf("| kernel (decode B=%lld ctx=%lld Hkv=%lld Hq=%lld D=128 e4m3fn bs=16%s) | threads | cache read | best of %d (median) | GB/s | / read pass |\n",
-              static_cast<long long>(B), static_cast<long long>(ctx), static_cast<long long>(Hkv), static_cast<long long>(Hq),
-              softcap > 0 ? (" softcap=" + std::to_string(softcap)).c_str() : "", reps);
+  std::printf("| kernel (decode B=%lld ctx=%lld Hkv=%lld Hq=%lld D=128 e4m3fn bs=16) | threads | cache read | best of %d (median) | GB/s | / read pass |\n",
+              static_cast<long long>(B), static_cast<long long>(ctx), static_cast<long long>(Hkv), static_cast<long long>(Hq), reps);
   std::printf("|---|---:|---:|---:|---:|---:|\n");
   std::printf("| anchor: read pass over %.0f MiB | %d | %.2f GiB | %.1f ms (%.1f) | %.2f | 1.00 |\n", gib * 1024, threads, gib,
               anchor * 1e3, median(t[0]) * 1e3, static_cast<double>(2 * cache_bytes) / anchor / 1e9);
-  for (size_t c = 0; c < convs.size(); ++c) {
+  for (size_t c = 0; c < rows.size(); ++c) {
     const double best = *std::min_element(t[c + 1].begin(), t[c + 1].end());
-    std::printf("| cpu::paged_attention %s | %d | %.2f GiB | %.1f ms (%.1f) | %.2f | %.3f |\n", attn::to_string(convs[c]),
-                threads, gib, best * 1e3, median(t[c + 1]) * 1e3, static_cast<double>(2 * cache_bytes) / best / 1e9,
+    const std::string cap = rows[c].softcap > 0 ? " softcap=" + std::to_string(rows[c].softcap).substr(0, 5) : "";
+    std::printf("| cpu::paged_attention %s%s | %d | %.2f GiB | %.1f ms (%.1f) | %.2f | %.3f |\n", attn::to_string(rows[c].conv),
+                cap.c_str(), threads, gib, best * 1e3, median(t[c + 1]) * 1e3, static_cast<double>(2 * cache_bytes) / best / 1e9,
                 anchor / best);
   }
   return 0;
