@@ -624,21 +624,14 @@ FP8REF_AMX_TARGET void unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
 
 FP8REF_AMX_TARGET void tile_release() { _tile_release(); }
 
-FP8REF_AMX_TARGET void exp2_amx(const float* z, float* out, size_t n) {
+// F over n values in lanes (fast_exp2 and fast_tanh, for the tests of their accuracy).
+template <__m512 (*F)(__m512)>
+FP8REF_AMX_TARGET void map_lanes(const float* x, float* out, size_t n) {
   size_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, exp2_vec(_mm512_loadu_ps(z + i)));
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, F(_mm512_loadu_ps(x + i)));
   if (i < n) {
     const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(out + i, m, exp2_vec(_mm512_maskz_loadu_ps(m, z + i)));
-  }
-}
-
-FP8REF_AMX_TARGET void tanh_amx(const float* u, float* out, size_t n) {
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, tanh_vec(_mm512_loadu_ps(u + i)));
-  if (i < n) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(out + i, m, tanh_vec(_mm512_maskz_loadu_ps(m, u + i)));
+    _mm512_mask_storeu_ps(out + i, m, F(_mm512_maskz_loadu_ps(m, x + i)));
   }
 }
 
@@ -687,12 +680,12 @@ void check_fast(const AttnSpec& spec, const AttnArgs& args) {
 bool fast_attention_has_amx() { return amx_usable(); }
 
 void fast_exp2(const float* z, float* out, size_t n) {
-  if (amx_usable()) return exp2_amx(z, out, n);
+  if (amx_usable()) return map_lanes<exp2_vec>(z, out, n);
   for (size_t i = 0; i < n; ++i) out[i] = z[i] >= -126.0f ? ref::exp2_sleef(z[i]) : 0.0f;
 }
 
 void fast_tanh(const float* u, float* out, size_t n, FastPath path) {
-  if (path != FastPath::portable && amx_usable()) return tanh_amx(u, out, n);
+  if (path != FastPath::portable && amx_usable()) return map_lanes<tanh_vec>(u, out, n);
   for (size_t i = 0; i < n; ++i) out[i] = tanh_fast(u[i]);
 }
 
