@@ -22,6 +22,8 @@
 //   else 0; P̃ = RN_bf16(p); L += P̃ (f32); the P̃ tile is transposed to rows (16×16 dword transpose) and
 //   O[row][d] += P̃ · V with _tile_dpbf16ps (O in memory, f32; two 16-d blocks per step).
 //   out = RN_out(RN32(O · RN32(sv / L))); a row with no visible key gets 0.
+//   Soft-cap (cap > 0): the lanes' multiplier is c1' = RN32(sm_scale·sk / cap) and t' = RN32(c_l·tanh_vec(RN32(S·c1'))),
+//   c_l = RN32(cap·log2 e) (tanh_vec: exp2_vec, then (1 − e)/(1 + e) by rcp14 and one Newton step; ~6–12 % slower).
 // Portable path: the same steps per row in scalar C++ (f32 fma dot products, ref::exp2_sleef), one key at a time.
 // Scratch per thread (AMX): K chunk 32·Dk bf16, V chunk 32·Dv bf16, and per KV head of the unit Q̃ 16·Dk bf16 and
 // O 16·Dv f32, S 32·16 f32, the row pointers of two chunks.
