@@ -2,14 +2,14 @@
 // both paths (AMX where the CPU has it, portable C++) against the exact convention's f64 result, elementwise within
 // the derived bound, on random and adversarial problems (GQA, MLA, windows, block sizes 1/16/64, shuffled and CSR
 // tables, HND, empty sequences, kv_len % block_size != 0, NaN in every unused cache slot, large logit spreads,
-// near-ties); the bound is not vacuous (< 1 % of max|v̂| on random data with bf16 queries); its exp2 against
-// std::exp2; what fast refuses.
+// near-ties, logit soft-caps); the bound is not vacuous (< 1 % of max|v̂| on random data with bf16 queries); its exp2
+// against std::exp2 and its soft-cap tanh against std::tanh; what fast refuses.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -86,8 +86,8 @@ std::vector<Case> cases() {
     m.spec.sm_scale = 6.0;  // logits spread over hundreds: most weights flushed, ties at the maximum likely
     c.push_back(m);
   }
-  // soft-cap: a cap the logits exceed (tanh saturating: many weights near-equal), Gemma-2's 50 on a wide spread,
-  // a mild one on a GQA 8:1 decode batch with a window and a prefill chunk
+  // soft-cap: caps the logits exceed (tanh saturating: many weights near-equal) on a GQA 8:1 batch with a prefill
+  // chunk, Gemma-2's 50 on a wide spread, and a cap with a sliding window over many sequences (grouped-head units)
   for (double cap : {0.5, 4.0}) {
     Case m{"softcap-" + std::to_string(cap), spec_of(16, 2, 16, 128), {300, 33, 17, 90}, {1, 1, 1, 6}, false, true};
     m.spec.softcap = cap;

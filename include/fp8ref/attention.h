@@ -112,7 +112,8 @@
 //   Soft-cap (cap > 0): t_j = RN32(c_l·τ(RN32(c1'·acc_j))), c1' = RN32(sm_scale·sk / cap) (f64, rounded once),
 //   c_l = RN32(cap·log2 e), τ(x) = sign(x)·RN32(RN32(1 − e) / RN32(1 + e)), e = exp2(−RN32(c_t·|x|)) (Sleef exp2; 0
 //   below −126), c_t = RN32(2·log2 e); NaN stays NaN. |τ(x) − tanh x| <= ε_τ = 2^-20 (absolute): with E = e^(−2|x|),
-//   |e − E| <= 2^-22 + u (exp2's 2^-22, plus the argument's two roundings: E·w·ln 2·2u' with w·2^-w <= 0.531),
+//   |e − E| <= 2^-22 + u (exp2's 2^-22, plus the argument's two roundings: E·w·ln 2·(2u + u²) with E·w <= 0.531,
+//   w = 2|x|·log2 e),
 //   |(1−e)/(1+e) − (1−E)/(1+E)| <= 2|e − E|, and the three f32 operations add <= 4.01u of a value <= 1 (the AVX-512
 //   path divides by rcp14 and one Newton step: + 2^-27): 2^-21 + 6.1u + 2^-27 (tests/test_attention_fast.cc measures
 //   every 61st f32 in [0, 64], both paths, against the claim). tanh is 1-Lipschitz,

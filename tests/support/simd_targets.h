@@ -11,7 +11,6 @@
 #include "fp8ref/convert.h"
 #include "support/sanitizer.h"
 
-
 namespace fp8ref::test {
 
 // Runs fn on each test target (above) and returns the names of those it ran on.
