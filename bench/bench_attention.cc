@@ -87,6 +87,10 @@ int main(int argc, char** argv) {
     else if (a == "--hq") Hq = std::atoll(argv[i + 1]);
     else if (a == "--softcap") softcap = std::atof(argv[i + 1]);
   }
+  if (Hkv < 1 || Hq < Hkv || Hq % Hkv != 0 || !(softcap >= 0)) {
+    std::fprintf(stderr, "bench_attention: --hq must be a positive multiple of --hkv, --softcap >= 0\n");
+    return 2;
+  }
   omp_set_num_threads(threads);
   const int64_t D = 128, bs = 16;
   attn::AttnSpec spec;
