@@ -686,7 +686,7 @@ void RunLoop(const K k, const SrcT<kSrc>* src, uint8_t* dst, size_t n, uint64_t 
         i = head;
       }
       const size_t q = (n - i) / (4 * U) * U;
-      auto put = [&](size_t at) {
+      auto put = [&](size_t at) __attribute__((always_inline)) {
         // software prefetch of every source line kPrefetchBytes ahead of each stream (on this VM the hardware
         // prefetchers alone leave the four read streams latency-bound)
         const uint8_t* ahead = reinterpret_cast<const uint8_t*>(src + at) + kPrefetchBytes;

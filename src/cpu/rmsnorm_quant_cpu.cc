@@ -696,7 +696,7 @@ HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, siz
     bool fast;
   };
   // y of the group at k0 into yv; returns the u32 max of |y| bits
-  auto group_y = [&](size_t k0, hn::Vec<DF>* yv) HWY_ATTR {
+  auto group_y = [&](size_t k0, hn::Vec<DF>* yv) HWY_ATTR __attribute__((always_inline)) {
     auto m = hn::Zero(du);
     for (size_t j = 0; j < nv; ++j) {
       next.At(k0 + j * N);
@@ -711,7 +711,7 @@ HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, siz
     }
     return m;
   };
-  auto group_scale = [&](hn::Vec<DU> m, size_t g, const hn::Vec<DF>* yv) HWY_ATTR {
+  auto group_scale = [&](hn::Vec<DU> m, size_t g, const hn::Vec<DF>* yv) HWY_ATTR __attribute__((always_inline)) {
     const uint32_t mb = hn::GetLane(hn::MaxOfLanes(du, m));
     float amax;
     bool nan = false;
@@ -733,7 +733,7 @@ HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, siz
                                         : rmsnorm_cpu_detail::bits_of(sc.A) < 0x7F800000u);
     return sc;
   };
-  auto group_codes = [&](size_t k0, const hn::Vec<DF>* yv, const Scale& sc) HWY_ATTR {
+  auto group_codes = [&](size_t k0, const hn::Vec<DF>* yv, const Scale& sc) HWY_ATTR __attribute__((always_inline)) {
     hn::Vec<DU> cv[kMaxV];
     const auto VA = hn::Set(df, sc.A);
     if (sc.fast) {
@@ -754,6 +754,7 @@ HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, siz
   const size_t ng = K / G;
   if (ng == 0) return;
   hn::Vec<DF> ya[kMaxV], yb[kMaxV];
+  for (size_t j = 0; j < kMaxV; ++j) ya[j] = yb[j] = hn::Zero(df);  // (dead stores: quiets -Wmaybe-uninitialized)
   auto ma = group_y(0, ya);
   for (size_t g = 0; g < ng; g += 2) {
     const Scale sa = group_scale(ma, g, ya);
