@@ -201,6 +201,22 @@ struct ZBf16 {
     return f;
   }
   HWY_INLINE void Load4(size_t k, hn::Vec<DF>& v0, hn::Vec<DF>& v1, hn::Vec<DF>& v2, hn::Vec<DF>& v3) const {
+#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+    // AVX-512: the 64 values as two vectors of bf16 pairs (dword l of a = p[k + 2l], p[k + 2l + 1]); the even dwords
+    // of a:b hold (z[4l], z[4l+1]) for lane l, the odd ones (z[4l+2], z[4l+3]) — two dword permutations, then each
+    // half widened in place (low half << 16, high half masked): 10 instructions where LoadInterleaved4 takes ~22.
+    const __m512i a = _mm512_loadu_si512(reinterpret_cast<const void*>(p + k));
+    const __m512i b = _mm512_loadu_si512(reinterpret_cast<const void*>(p + k + 32));
+    const __m512i e = _mm512_permutex2var_epi32(
+        a, _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), b);
+    const __m512i o = _mm512_permutex2var_epi32(
+        a, _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31), b);
+    const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    v0 = hn::Vec<DF>{_mm512_castsi512_ps(_mm512_slli_epi32(e, 16))};
+    v1 = hn::Vec<DF>{_mm512_castsi512_ps(_mm512_and_si512(e, hi))};
+    v2 = hn::Vec<DF>{_mm512_castsi512_ps(_mm512_slli_epi32(o, 16))};
+    v3 = hn::Vec<DF>{_mm512_castsi512_ps(_mm512_and_si512(o, hi))};
+#else
     const DF df;
     const DU du;
     const DU16 d16;
@@ -210,6 +226,7 @@ struct ZBf16 {
     v1 = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, h1)));
     v2 = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, h2)));
     v3 = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, h3)));
+#endif
   }
 };
 
