@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
       if (r >= 0) row.times.push_back(now_s() - t0);
     }
   for (const Row& row : rows)
-    std::fprintf(stderr, "  %-40s %dT  best %8.2f ms  median %8.2f ms  %7.2f GB/s\n", row.name.c_str(), row.threads,
+    std::fprintf(stderr, "  %-40s %dT  best %9.3f ms  median %9.3f ms  %7.2f GB/s\n", row.name.c_str(), row.threads,
                  row.best() * 1e3, row.median() * 1e3, row.gbs());
 
   auto memcpy_gbs = [&](int t) {

@@ -14,7 +14,8 @@
 //               summation tree), the f64 division adds one more u. If RN32 of the lower and the upper end of the
 //               interval q·(1 ± (n+4)·2^-52) agree, that is RN32(Σ/n) (RN32 is monotone); otherwise (a quotient
 //               within ~n·2^-52 of an f32 midpoint, rare) and for NaN/Inf rows: ref::mean_square_exact.
-//      cub:T    the per-thread fma chains in f32 lanes, lane = thread (LoadInterleaved4 splits the vec4s), then the
+//      cub:T    the per-thread fma chains in f32 lanes, lane = thread (the vec4s split by LoadInterleaved4; bf16 rows
+//               on AVX-512 by two dword permutations of bf16 pairs, ZBf16::Load4), then the
 //               warp trees (full warps on AVX-512 in lanes, CubFullWarps: the same additions) and the warp sum as
 //               the reference; on targets without native FMA the chains run in scalar std::fma.
 //      f32-seq  a scalar std::fma chain (inherently sequential).
@@ -34,7 +35,8 @@
 //      allows it take no per-element range or NaN test (RowQuantFast: x/s by fp8_lanes::MarksteinDiv for s in
 //      [2^-60, 2^60] with amax <= s·2^60, x*(1/s) with a finite RN(1/s); the clamp as a u32 min of |v|, the code by
 //      fp8_lanes::CastE4m3Mag, the sign from y), and on bf16 fast rows steps 5–9 run fused per group
-//      in registers (NormQuantBf16: no f32 y row). Every other
+//      in registers (NormQuantBf16: no f32 y row; pipelined by one group, the scale chain of a group overlapping the
+//      next group's y). Every other
 //      quant spec (exact formulas, div=triton-nv, bf16/f16/ue8m0 scales) runs cpu::quantize (src/cpu/quant_cpu.cc)
 //      on the normed rows after the loop.
 #undef HWY_TARGET_INCLUDE

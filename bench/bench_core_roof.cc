@@ -1,0 +1,109 @@
+// bench_core_roof — the vector-instruction roof of this CPU's cores: how many 512-bit instructions a core retires
+// per nanosecond and per cycle, on 1 thread and on every thread at once (issue 4: the compute floor of a bit-exact
+// kernel is its vector-instruction count divided by this rate; bench/RESULTS.md, session 7).
+//
+// Compares, never asserts. Three streams of 12 independent 512-bit instructions (no memory operands, no
+// dependencies between them beyond each register's own chain): vfmadd231ps (ports 0 and 5 on Intel cores with two
+// 512-bit units), vpaddd (the same ports), vpermd (port 5 only: the shuffle roof). The core clock is measured in the
+// same run by a chain of dependent vfmadd231ps (4 cycles each on Intel Ice Lake / Sapphire Rapids; an assumption,
+// printed). Best of --reps rounds of --iters loop iterations (12 instructions each).
+// Usage: bench_core_roof [--reps 5] [--iters 50000000]
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define FP8REF_ROOF_X86 1
+#define FP8REF_ROOF_12(OP)                                                                                          \
+  OP " %%zmm14,%%zmm15,%%zmm0\n" OP " %%zmm14,%%zmm15,%%zmm1\n" OP " %%zmm14,%%zmm15,%%zmm2\n" OP                  \
+     " %%zmm14,%%zmm15,%%zmm3\n" OP " %%zmm14,%%zmm15,%%zmm4\n" OP " %%zmm14,%%zmm15,%%zmm5\n" OP                   \
+     " %%zmm14,%%zmm15,%%zmm6\n" OP " %%zmm14,%%zmm15,%%zmm7\n" OP " %%zmm14,%%zmm15,%%zmm8\n" OP                   \
+     " %%zmm14,%%zmm15,%%zmm9\n" OP " %%zmm14,%%zmm15,%%zmm10\n" OP " %%zmm14,%%zmm15,%%zmm11\n"
+#define FP8REF_ROOF_CLOBBER \
+  "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm14", "xmm15", "cc"
+
+// Seconds for n iterations of 12 independent instructions of kind k (0 fma, 1 vpaddd, 2 vpermd), or of one
+// dependent FMA chain (k = 3: n·12 dependent instructions).
+__attribute__((target("avx512f"))) double run(int k, long n) {
+  const double t0 = now_s();
+  __asm__ volatile("vxorps %%xmm14,%%xmm14,%%xmm14\n vxorps %%xmm15,%%xmm15,%%xmm15\n" ::: "xmm14", "xmm15");
+  if (k == 0) __asm__ volatile("1:\n" FP8REF_ROOF_12("vfmadd231ps") "dec %0\n jnz 1b\n" : "+r"(n)::FP8REF_ROOF_CLOBBER);
+  if (k == 1) __asm__ volatile("1:\n" FP8REF_ROOF_12("vpaddd") "dec %0\n jnz 1b\n" : "+r"(n)::FP8REF_ROOF_CLOBBER);
+  if (k == 2) __asm__ volatile("1:\n" FP8REF_ROOF_12("vpermd") "dec %0\n jnz 1b\n" : "+r"(n)::FP8REF_ROOF_CLOBBER);
+  if (k == 3)
+    __asm__ volatile(
+        "1:\n"
+        "vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n"
+        "vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n"
+        "vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n"
+        "vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n"
+        "dec %0\n jnz 1b\n"
+        : "+r"(n)::FP8REF_ROOF_CLOBBER);
+  return now_s() - t0;
+}
+#else
+#define FP8REF_ROOF_X86 0
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 5;
+  long iters = 50000000;
+  for (int i = 1; i < argc; ++i) {
+    const std::string s = argv[i];
+    if ((s == "--reps" || s == "--iters") && i + 1 < argc) {
+      const long v = std::atol(argv[++i]);
+      if (v <= 0) {
+        std::fprintf(stderr, "bench_core_roof: %s needs a positive integer\n", s.c_str());
+        return 2;
+      }
+      if (s == "--reps") reps = static_cast<int>(v);
+      else iters = v;
+    } else {
+      std::fprintf(stderr, "usage: bench_core_roof [--reps 5] [--iters 50000000]\n");
+      return 2;
+    }
+  }
+#if FP8REF_ROOF_X86
+  if (!__builtin_cpu_supports("avx512f")) {
+    std::printf("bench_core_roof: this CPU has no AVX-512 (nothing measured)\n");
+    return 0;
+  }
+  const char* names[] = {"vfmadd231ps zmm (12 independent)", "vpaddd zmm (12 independent)",
+                         "vpermd zmm (12 independent)", "vfmadd231ps zmm, one dependent chain"};
+  const int max_threads = omp_get_max_threads();
+  std::printf("| instruction stream | threads | best of %d: per core, instructions / ns | per cycle at the clock "
+              "measured (4-cycle FMA chain) |\n|---|---:|---:|---:|\n",
+              reps);
+  for (int t : {1, max_threads}) {
+    std::vector<double> best(4, 1e30);
+    for (int r = 0; r < reps; ++r)
+      for (int k = 0; k < 4; ++k) {
+        std::vector<double> sec(static_cast<size_t>(t));
+#pragma omp parallel num_threads(t)
+        sec[static_cast<size_t>(omp_get_thread_num())] = run(k, iters);
+        best[static_cast<size_t>(k)] = std::min(best[static_cast<size_t>(k)], *std::max_element(sec.begin(), sec.end()));
+      }
+    const double ghz = 12.0 * static_cast<double>(iters) * 4.0 / best[3] / 1e9;
+    for (int k = 0; k < 3; ++k) {
+      const double per_ns = 12.0 * static_cast<double>(iters) / best[static_cast<size_t>(k)] / 1e9;
+      std::printf("| %s | %d | %.2f | %.2f |\n", names[k], t, per_ns, per_ns / ghz);
+    }
+    std::printf("| core clock from the dependent FMA chain | %d | %.2f GHz | — |\n", t, ghz);
+    if (max_threads == 1) break;
+  }
+#else
+  std::printf("bench_core_roof: x86-64 only (nothing measured)\n");
+#endif
+  return 0;
+}
