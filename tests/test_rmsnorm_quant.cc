@@ -5,9 +5,11 @@
 // value. The numpy + ml_dtypes + fractions oracle is tests/python/test_rmsnorm_quant_oracle.py.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,7 +52,7 @@ std::vector<uint8_t> encode_as(Format from, const std::vector<float>& v) {
 
 struct Outputs {
   std::vector<uint8_t> q, scales, res;
-  std::vector<float> normed;
+  std::vector<float> normed, rms;  // rms: each row's r = rsqrt(var + eps) (order-sensitive: the cub partial chains)
 };
 
 Outputs run(bool cpu, const RmsNormQuantSpec& spec, Format from, const std::vector<uint8_t>& x,
@@ -76,6 +78,10 @@ Outputs run(bool cpu, const RmsNormQuantSpec& spec, Format from, const std::vect
     o.normed.assign(static_cast<size_t>(L.quant.n_elems), -1.0f);
     a.normed = o.normed.data();
   }
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
+  o.rms.assign(static_cast<size_t>(rows), -1.0f);
+  a.rms = o.rms.data();
   if (cpu) cpu::rmsnorm_quant(spec, a);
   else ref::rmsnorm_quant(spec, a);
   return o;
@@ -221,6 +227,33 @@ TEST_CASE("rmsnorm_quant: the vLLM cub order differs from a sequential sum and i
   CHECK(a.normed[1] != b.normed[1]);
 }
 
+TEST_CASE("rmsnorm_quant: cpu cub partials keep each thread's element order (bf16 rows, every SIMD target)") {
+  // Each vec4 is a permutation of (1, 2^-12, 1.25·2^-12, 0): a chain 0 + 1 + 2^-24 + 1.5625·2^-24 gives 1 + 2^-23
+  // (the tie 1 + 2^-24 goes to 1), the order 1, 1.5625·2^-24, 2^-24 gives 1 + 2^-22 (the tie goes up to even) — so
+  // the sum depends on the order within a thread's vec4. Row m uses the m-th of the 24 permutations in every vec4;
+  // the rows' r (rsqrt of the variance) are compared bit for bit: any lane reordering of the vectorised chains shows.
+  const int64_t K = 512, M = 24;
+  const float vals[4] = {1.0f, std::ldexp(1.0f, -12), 1.25f * std::ldexp(1.0f, -12), 0.0f};
+  int perm[4] = {0, 1, 2, 3};
+  std::vector<float> xv(static_cast<size_t>(M * K));
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t k = 0; k < K; ++k) xv[static_cast<size_t>(m * K + k)] = vals[perm[k % 4]];
+    std::next_permutation(perm, perm + 4);
+  }
+  const auto x = encode_as(Format::bf16, xv), w = encode_as(Format::bf16, std::vector<float>(K, 1.0f));
+  for (const char* variance : {"cub:1024", "cub:32", "cub:20"}) {
+    const RmsNormQuantSpec spec = spec_for("vllm-rmsnorm-quant", Format::e4m3fn, {{"variance", variance}});
+    const Outputs a = run(false, spec, Format::bf16, x, w, nullptr, {M, K}, false);
+    CHECK(std::set<float>(a.rms.begin(), a.rms.end()).size() > 1);  // the data is order-sensitive
+    fp8ref::test::for_test_targets([&] {
+      const Outputs b = run(true, spec, Format::bf16, x, w, nullptr, {M, K}, false);
+      INFO(variance << " SIMD target " << fp8ref::cpu::simd_target());
+      CHECK(std::memcmp(a.rms.data(), b.rms.data(), a.rms.size() * 4) == 0);
+      CHECK(a.q == b.q);
+    });
+  }
+}
+
 TEST_CASE("rmsnorm_quant: cpu backend bit-identical to the reference, every SIMD target") {
   struct Case {
     const char* convention;
@@ -271,6 +304,7 @@ TEST_CASE("rmsnorm_quant: cpu backend bit-identical to the reference, every SIMD
             CHECK(a.q == b.q);
             CHECK(a.scales == b.scales);
             CHECK(a.res == b.res);
+            CHECK(std::memcmp(a.rms.data(), b.rms.data(), a.rms.size() * 4) == 0);
             if (normed) CHECK(std::memcmp(a.normed.data(), b.normed.data(), a.normed.size() * 4) == 0);
           });
           CHECK(!targets.empty());
@@ -450,6 +484,7 @@ TEST_CASE("rmsnorm_quant: cpu fast group quant (fused x*(1/s), Markstein x/s) at
         CHECK(a.q == b.q);
         CHECK(a.scales == b.scales);
         CHECK(a.res == b.res);
+        CHECK(std::memcmp(a.rms.data(), b.rms.data(), a.rms.size() * 4) == 0);
         ++compared;
       }
     }
