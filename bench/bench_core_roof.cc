@@ -23,11 +23,23 @@ double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock:
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define FP8REF_ROOF_X86 1
+// OP into zmmD from zmm14, zmm15; twelve of them into zmm0..11 (independent) or all into zmm0 (one chain)
+#define FP8REF_ROOF_1(OP, D) OP " %%zmm14,%%zmm15,%%zmm" #D "\n"
 #define FP8REF_ROOF_12(OP)                                                                                          \
-  OP " %%zmm14,%%zmm15,%%zmm0\n" OP " %%zmm14,%%zmm15,%%zmm1\n" OP " %%zmm14,%%zmm15,%%zmm2\n" OP                  \
-     " %%zmm14,%%zmm15,%%zmm3\n" OP " %%zmm14,%%zmm15,%%zmm4\n" OP " %%zmm14,%%zmm15,%%zmm5\n" OP                   \
-     " %%zmm14,%%zmm15,%%zmm6\n" OP " %%zmm14,%%zmm15,%%zmm7\n" OP " %%zmm14,%%zmm15,%%zmm8\n" OP                   \
-     " %%zmm14,%%zmm15,%%zmm9\n" OP " %%zmm14,%%zmm15,%%zmm10\n" OP " %%zmm14,%%zmm15,%%zmm11\n"
+  FP8REF_ROOF_1(OP, 0) FP8REF_ROOF_1(OP, 1) FP8REF_ROOF_1(OP, 2) FP8REF_ROOF_1(OP, 3) FP8REF_ROOF_1(OP, 4)           \
+  FP8REF_ROOF_1(OP, 5) FP8REF_ROOF_1(OP, 6) FP8REF_ROOF_1(OP, 7) FP8REF_ROOF_1(OP, 8) FP8REF_ROOF_1(OP, 9)           \
+  FP8REF_ROOF_1(OP, 10) FP8REF_ROOF_1(OP, 11)
+#define FP8REF_ROOF_CHAIN12(OP)                                                                                     \
+  FP8REF_ROOF_1(OP, 0) FP8REF_ROOF_1(OP, 0) FP8REF_ROOF_1(OP, 0) FP8REF_ROOF_1(OP, 0) FP8REF_ROOF_1(OP, 0)           \
+  FP8REF_ROOF_1(OP, 0) FP8REF_ROOF_1(OP, 0) FP8REF_ROOF_1(OP, 0) FP8REF_ROOF_1(OP, 0) FP8REF_ROOF_1(OP, 0)           \
+  FP8REF_ROOF_1(OP, 0) FP8REF_ROOF_1(OP, 0)
+// every register used zeroed first, in the same asm statement (no denormal or garbage operand can slow a stream)
+#define FP8REF_ROOF_ZERO                                                                                            \
+  "vpxord %%zmm0,%%zmm0,%%zmm0\n vmovdqa64 %%zmm0,%%zmm1\n vmovdqa64 %%zmm0,%%zmm2\n vmovdqa64 %%zmm0,%%zmm3\n"      \
+  "vmovdqa64 %%zmm0,%%zmm4\n vmovdqa64 %%zmm0,%%zmm5\n vmovdqa64 %%zmm0,%%zmm6\n vmovdqa64 %%zmm0,%%zmm7\n"         \
+  "vmovdqa64 %%zmm0,%%zmm8\n vmovdqa64 %%zmm0,%%zmm9\n vmovdqa64 %%zmm0,%%zmm10\n vmovdqa64 %%zmm0,%%zmm11\n"       \
+  "vmovdqa64 %%zmm0,%%zmm14\n vmovdqa64 %%zmm0,%%zmm15\n"
+#define FP8REF_ROOF_LOOP(BODY) FP8REF_ROOF_ZERO "1:\n" BODY "dec %0\n jnz 1b\n"
 #define FP8REF_ROOF_CLOBBER \
   "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm14", "xmm15", "cc"
 
@@ -35,19 +47,10 @@ double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock:
 // dependent FMA chain (k = 3: n·12 dependent instructions).
 __attribute__((target("avx512f"))) double run(int k, long n) {
   const double t0 = now_s();
-  __asm__ volatile("vxorps %%xmm14,%%xmm14,%%xmm14\n vxorps %%xmm15,%%xmm15,%%xmm15\n" ::: "xmm14", "xmm15");
-  if (k == 0) __asm__ volatile("1:\n" FP8REF_ROOF_12("vfmadd231ps") "dec %0\n jnz 1b\n" : "+r"(n)::FP8REF_ROOF_CLOBBER);
-  if (k == 1) __asm__ volatile("1:\n" FP8REF_ROOF_12("vpaddd") "dec %0\n jnz 1b\n" : "+r"(n)::FP8REF_ROOF_CLOBBER);
-  if (k == 2) __asm__ volatile("1:\n" FP8REF_ROOF_12("vpermd") "dec %0\n jnz 1b\n" : "+r"(n)::FP8REF_ROOF_CLOBBER);
-  if (k == 3)
-    __asm__ volatile(
-        "1:\n"
-        "vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n"
-        "vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n"
-        "vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n"
-        "vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n vfmadd231ps %%zmm14,%%zmm15,%%zmm0\n"
-        "dec %0\n jnz 1b\n"
-        : "+r"(n)::FP8REF_ROOF_CLOBBER);
+  if (k == 0) __asm__ volatile(FP8REF_ROOF_LOOP(FP8REF_ROOF_12("vfmadd231ps")) : "+r"(n)::FP8REF_ROOF_CLOBBER);
+  if (k == 1) __asm__ volatile(FP8REF_ROOF_LOOP(FP8REF_ROOF_12("vpaddd")) : "+r"(n)::FP8REF_ROOF_CLOBBER);
+  if (k == 2) __asm__ volatile(FP8REF_ROOF_LOOP(FP8REF_ROOF_12("vpermd")) : "+r"(n)::FP8REF_ROOF_CLOBBER);
+  if (k == 3) __asm__ volatile(FP8REF_ROOF_LOOP(FP8REF_ROOF_CHAIN12("vfmadd231ps")) : "+r"(n)::FP8REF_ROOF_CLOBBER);
   return now_s() - t0;
 }
 #else
