@@ -775,6 +775,8 @@ HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, siz
   hn::Vec<DF> ya[kMaxV], yb[kMaxV];
   for (size_t j = 0; j < kMaxV; ++j) ya[j] = yb[j] = hn::Zero(df);  // (dead stores: quiets -Wmaybe-uninitialized)
   auto ma = group_y(0, ya);
+  // two groups a step, the arrays' roles alternating by name (not by a swapped pointer: with compile-time indices
+  // both arrays stay in registers when kNv is known)
   for (size_t g = 0; g < ng; g += 2) {
     const Scale sa = group_scale(ma, g, ya);
     const bool has_b = g + 1 < ng;
