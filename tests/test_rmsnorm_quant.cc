@@ -509,3 +509,74 @@ TEST_CASE("rmsnorm_quant: cpu exact variance read from bf16 rows (no f32 row) ne
     CHECK(a.scales == b.scales);
   }
 }
+
+TEST_CASE("rmsnorm_quant: cpu residual rows (z = x + residual recomputed, no f32 row) next to f32 midpoints, NaN/Inf") {
+  // bf16 rows with a residual whose sum stays f32 are not stored as an f32 row on the fast paths: the passes
+  // recompute z = x + residual (ZSum), and for variance=exact the residual pass sums z² itself. Its verified f64 sum
+  // must fall back like the others (z as in the test above, split between x and the residual so every sum is exact),
+  // and a NaN sum (a NaN input, Inf + -Inf) leaves the fast path. Rows of 64: two 32-element steps of the AVX-512
+  // residual pass. Oracle: the reference.
+  for (const char* conv : {"aiter-rmsnorm-quant", "vllm-rmsnorm-quant"}) {
+    const RmsNormQuantSpec spec = spec_for(conv, Format::e4m3fn, {{"group", "32"}, {"eps", "0"}});
+    for (int k = 13; k <= 100; ++k) {
+      const float pat[8] = {4096.0f, 1.0f, std::ldexp(1.0f, -k), 0.0f, -4096.0f, 1.0f, std::ldexp(1.0f, -k), 0.0f};
+      std::vector<float> xv(128), rv(128), wv(64, 1.0f);
+      for (size_t j = 0; j < 128; ++j) {
+        const float z = pat[j % 8];
+        xv[j] = j % 3 == 0 ? z : 0.0f;
+        rv[j] = j % 3 == 0 ? 0.0f : z;
+      }
+      if (k % 3 == 0) xv[70] = std::nanf("");
+      if (k % 3 == 1) rv[75] = HUGE_VALF;
+      if (k % 3 == 2) {
+        xv[100] = HUGE_VALF;
+        rv[100] = -HUGE_VALF;
+      }
+      const auto x = encode_as(Format::bf16, xv), w = encode_as(Format::bf16, wv), r = encode_as(Format::bf16, rv);
+      const Outputs a = run(false, spec, Format::bf16, x, w, &r, {2, 64}, false);
+      fp8ref::test::for_test_targets([&] {
+        const Outputs b = run(true, spec, Format::bf16, x, w, &r, {2, 64}, false);
+        INFO(conv << " k = " << k << " SIMD target " << fp8ref::cpu::simd_target());
+        CHECK(a.q == b.q);
+        CHECK(a.scales == b.scales);
+        CHECK(a.res == b.res);
+        CHECK(std::memcmp(a.rms.data(), b.rms.data(), a.rms.size() * 4) == 0);
+      });
+    }
+  }
+}
+
+TEST_CASE("rmsnorm_quant: residual_out may be the residual or x itself (in place, as vLLM's fused_add_rms_norm)") {
+  std::mt19937_64 rng(11);
+  const int64_t M = 8, K = 256;
+  for (const char* conv : {"aiter-rmsnorm-quant", "vllm-rmsnorm-quant", "deepseek-rmsnorm", "exact"}) {
+    const RmsNormQuantSpec spec = spec_for(conv, Format::e4m3fn);
+    const std::vector<float> xv = make_rows(rng, M, K, Format::bf16, false), rv = make_rows(rng, M, K, Format::bf16, false);
+    std::vector<float> wv(static_cast<size_t>(K));
+    std::normal_distribution<float> nd(1.0f, 0.5f);
+    for (float& v : wv) v = nd(rng);
+    const auto x = encode_as(Format::bf16, xv), w = encode_as(Format::bf16, wv), r = encode_as(Format::bf16, rv);
+    const Outputs want = run(false, spec, Format::bf16, x, w, &r, {M, K}, false);
+    for (bool cpu : {false, true})
+      for (bool into_x : {false, true}) {
+        std::vector<uint8_t> xb = x, rb = r;
+        std::vector<uint8_t> q(static_cast<size_t>(M * K)), s(want.scales.size());
+        RmsNormQuantArgs a;
+        a.from = Format::bf16;
+        a.shape = {M, K};
+        a.weight_shape = {K};
+        a.x = xb.data();
+        a.weight = w.data();
+        a.residual = rb.data();
+        a.residual_out = into_x ? xb.data() : rb.data();
+        a.q = q.data();
+        a.scales = s.data();
+        if (cpu) cpu::rmsnorm_quant(spec, a);
+        else ref::rmsnorm_quant(spec, a);
+        INFO(conv << (cpu ? " cpu" : " reference") << (into_x ? " into x" : " into the residual"));
+        CHECK(q == want.q);
+        CHECK(s == want.scales);
+        CHECK((into_x ? xb : rb) == want.res);
+      }
+  }
+}

@@ -133,7 +133,8 @@ RmsNormLayout rmsnorm_layout(const RmsNormQuantSpec& spec, Format from, const st
                              const std::vector<int64_t>& weight_shape, const std::vector<int64_t>* residual_shape);
 
 // Arguments of one call. x, weight, residual: little-endian elements of `from` (bf16 as bit patterns), C order.
-// residual may be null (no residual add); residual_out (n elements of `from`) is written when residual is given.
+// residual may be null (no residual add); residual_out (n elements of `from`) is written when residual is given,
+// and may be the residual or x itself (updated in place, as vLLM's fused_add_rms_norm does).
 // q: n codes; scales: n_scales elements of scale_storage(spec.quant). normed (optional): y, n f32 values.
 // exact_q (optional): y / s as f64 (the golden file's exact tensor). rms (optional): each row's r (step 4).
 struct RmsNormQuantArgs {

@@ -4,10 +4,13 @@
 // (tests/test_rmsnorm_quant.cc compares them over random and adversarial rows, every convention and field).
 // Per row, in one thread, with the row held in three thread-local f32 buffers (L2-resident for K <= ~16k):
 //   1. z = the (residual-added) row; bf16 loads/rounding in u32 lanes (RNE by integer code: b + 0x7FFF + lsb,
-//      NaN quieted), f16 element-wise through ref::narrow (exact, not vectorised). bf16 rows without a residual on
-//      the vectorised group quant with variance exact or cub write no f32 row: steps 2 and 5–6 read x itself and
-//      widen it in registers (ZBf16; z is exactly the widened x), the f32 row is written only when a rarer path
-//      needs it (the reference's exact sum, a NaN row).
+//      NaN quieted; with a residual on AVX-512 32 elements a step on bf16 pairs, LoadRowBf16), f16 element-wise
+//      through ref::narrow (exact, not vectorised). bf16 rows on the vectorised group quant with variance exact or
+//      cub write no f32 row: without a residual steps 2 and 5–6 read x itself and widen it in registers (ZBf16; z
+//      is exactly the widened x); with a residual summed in f32 (residual-sum=f32) they recompute z = x + residual
+//      from both rows (ZSum; the residual pass writes only residual_out, and for variance=exact sums z² on the
+//      way) — unless residual_out overlaps x or the residual (in place). The f32 row is written only when a rarer
+//      path needs it (the reference's exact sum, a NaN row).
 //   2. the mean of squares:
 //      exact    Σ z² in f64 lanes (z² is exact in f64; any order). For n non-negative terms the computed sum is
 //               within γ_(n-1) = (n-1)u/(1-(n-1)u) of Σ (u = 2^-53; Higham, Accuracy and Stability, §4.2, any
@@ -86,6 +89,13 @@ inline float group_scale(const QuantSpec& qs, float amax, bool nan, float rcp_ma
 inline bool div_fast(float s, float amax) {
   return bits_of(s) - 0x21800000u <= 0x5D800000u - 0x21800000u && amax <= s * 0x1p60f;
 }
+// Where the variance and normalize passes read z (see ZF32, ZBf16, ZSum): kind 0 the f32 row p, 1 the bf16 row p,
+// 2 the f32 sums of the bf16 rows p and p2.
+struct ZRow {
+  const void* p;
+  const uint16_t* p2;
+  int kind;
+};
 }  // namespace fp8ref::rmsnorm_cpu_detail
 #endif
 
@@ -114,6 +124,7 @@ HWY_INLINE hn::Vec<DF> LoadBf16(const uint16_t* p) {
 }
 
 using fp8_lanes::RoundBf16Bits;  // (src/cpu/fp8_lanes-inl.h)
+using rmsnorm_cpu_detail::ZRow;
 HWY_INLINE hn::Vec<DF> RoundBf16(hn::Vec<DF> v) {
   const DF df;
   return hn::BitCast(df, hn::ShiftLeft<16>(RoundBf16Bits(v)));
@@ -133,12 +144,67 @@ struct NextRow {
   }
 };
 
-// Step 1 for bf16 rows. z[k] (f32); residual_out bits when a residual is given.
-void LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_sum, float* z, uint16_t* res_out) {
+// Step 1 for bf16 rows. z[k] (f32; z null: not written); residual_out bits when a residual is given.
+void LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_sum, float* z, uint16_t* res_out,
+                 double* sumsq) {
+  if (sumsq) *sumsq = -1.0;
   const DF df;
   const DU16 du16;
   const size_t N = hn::Lanes(df);
   size_t k = 0;
+#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+  // AVX-512 with a residual, 32 elements a step, on the bf16 pairs in 32-bit lanes (no widening permutations): the even
+  // elements are the dwords << 16, the odd ones the dwords with the low half cleared; z = x + res per half (f32); a
+  // step whose sum holds a NaN (a NaN input, Inf − Inf) goes to the generic loop below, before anything of it is
+  // written (so res_out may alias res or x). Else no NaN to canonicalise, and the bf16 RNE of either half is
+  // (b + 0x7FFF + lsb) >> 16 as in RoundBf16Bits (an overflow to ±Inf included); the two halves' results are joined
+  // into the pairs of res_out by one shift and one ternary logic op, and z (rounded first for dtype_sum) is put back
+  // in element order by two dword permutations. sumsq (not null): Σ z² in f64 lanes as SumSquaresF64 (any order),
+  // set when this loop covered the whole row (else left at -1: the caller sums z itself).
+  if (res) {
+    __m512d s0 = _mm512_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
+    const __m512i hi16 = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)), bias = _mm512_set1_epi32(0x7FFF),
+                  one = _mm512_set1_epi32(1);
+    const __m512i i_lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i i_hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    auto rne = [&](__m512i b) {  // (b + 0x7FFF + lsb), the bf16 result in the high half
+      return _mm512_add_epi32(_mm512_add_epi32(b, bias), _mm512_and_si512(_mm512_srli_epi32(b, 16), one));
+    };
+    for (; k + 32 <= K; k += 32) {
+      const __m512i xb = _mm512_loadu_si512(reinterpret_cast<const void*>(x + k));
+      const __m512i rb = _mm512_loadu_si512(reinterpret_cast<const void*>(res + k));
+      __m512 ze = _mm512_add_ps(_mm512_castsi512_ps(_mm512_slli_epi32(xb, 16)),
+                                _mm512_castsi512_ps(_mm512_slli_epi32(rb, 16)));
+      __m512 zo = _mm512_add_ps(_mm512_castsi512_ps(_mm512_and_si512(xb, hi16)),
+                                _mm512_castsi512_ps(_mm512_and_si512(rb, hi16)));
+      if (_mm512_cmp_ps_mask(ze, zo, _CMP_UNORD_Q)) break;
+      if (res_out || dtype_sum) {
+        const __m512i te = rne(_mm512_castps_si512(ze)), to = rne(_mm512_castps_si512(zo));
+        if (res_out)  // the pair (even, odd) = (te >> 16, to & 0xFFFF0000)
+          _mm512_storeu_si512(reinterpret_cast<void*>(res_out + k),
+                              _mm512_ternarylogic_epi32(hi16, to, _mm512_srli_epi32(te, 16), 0xCA));
+        if (dtype_sum) {
+          ze = _mm512_castsi512_ps(_mm512_and_si512(te, hi16));
+          zo = _mm512_castsi512_ps(_mm512_and_si512(to, hi16));
+        }
+      }
+      if (z) {
+        _mm512_storeu_ps(z + k, _mm512_permutex2var_ps(ze, i_lo, zo));
+        _mm512_storeu_ps(z + k + 16, _mm512_permutex2var_ps(ze, i_hi, zo));
+      }
+      if (sumsq) {
+        const __m512d e0 = _mm512_cvtps_pd(_mm512_castps512_ps256(ze)), e1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(ze, 1));
+        const __m512d o0 = _mm512_cvtps_pd(_mm512_castps512_ps256(zo)), o1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(zo, 1));
+        s0 = _mm512_fmadd_pd(e0, e0, s0);
+        s1 = _mm512_fmadd_pd(e1, e1, s1);
+        s2 = _mm512_fmadd_pd(o0, o0, s2);
+        s3 = _mm512_fmadd_pd(o1, o1, s3);
+      }
+    }
+    if (sumsq && k == K) *sumsq = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(s0, s1), _mm512_add_pd(s2, s3)));
+  }
+  // (a step that broke out above, the steps after it and the tail: the generic loops)
+#endif
   for (; k + N <= K; k += N) {
     auto v = LoadBf16(x + k);
     if (res) {
@@ -147,7 +213,7 @@ void LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
       if (dtype_sum) v = hn::BitCast(df, hn::ShiftLeft<16>(bits));
       if (res_out) hn::StoreU(hn::DemoteTo(du16, hn::BitCast(hn::RebindToSigned<DF>(), bits)), du16, res_out + k);
     }
-    hn::StoreU(v, df, z + k);
+    if (z) hn::StoreU(v, df, z + k);
   }
   for (; k < K; ++k) {
     uint32_t b = static_cast<uint32_t>(x[k]) << 16;
@@ -171,7 +237,7 @@ void LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
       }
       if (res_out) res_out[k] = h;
     }
-    z[k] = v;
+    if (z) z[k] = v;
   }
 }
 
@@ -232,6 +298,37 @@ struct ZBf16 {
   }
 };
 
+// bf16 rows with a residual whose sum stays f32 (residual-sum=f32), on the fast paths: z = RN32(x + res) recomputed
+// from the two bf16 rows in registers wherever a pass reads it (no f32 row written: its stores cost ~20 % of such a
+// row, measured). The same values as LoadRowBf16's z except a NaN's payload (it canonicalises); a row with a NaN
+// sum has a NaN mean of squares and leaves the fast paths for the f32 row (the caller's z_row).
+struct ZSum {
+  const uint16_t* p;
+  const uint16_t* p2;
+  HWY_INLINE hn::Vec<DF> Load(size_t k) const { return hn::Add(LoadBf16(p + k), LoadBf16(p2 + k)); }
+  template <class D>
+  HWY_INLINE hn::Vec<D> LoadF(D d, size_t k) const {
+    return hn::Add(ZBf16{p}.LoadF(d, k), ZBf16{p2}.LoadF(d, k));
+  }
+  HWY_INLINE float At(size_t k) const { return ZBf16{p}.At(k) + ZBf16{p2}.At(k); }
+  HWY_INLINE void Load4(size_t k, hn::Vec<DF>& v0, hn::Vec<DF>& v1, hn::Vec<DF>& v2, hn::Vec<DF>& v3) const {
+    hn::Vec<DF> u0, u1, u2, u3;  // (the same lane permutation for both rows, then element-wise sums)
+    ZBf16{p}.Load4(k, v0, v1, v2, v3);
+    ZBf16{p2}.Load4(k, u0, u1, u2, u3);
+    v0 = hn::Add(v0, u0);
+    v1 = hn::Add(v1, u1);
+    v2 = hn::Add(v2, u2);
+    v3 = hn::Add(v3, u3);
+  }
+};
+// f(the Z reader of zr)
+template <class F>
+HWY_INLINE auto VisitZ(const ZRow& zr, F&& f) {
+  if (zr.kind == 1) return f(ZBf16{static_cast<const uint16_t*>(zr.p)});
+  if (zr.kind == 2) return f(ZSum{static_cast<const uint16_t*>(zr.p), zr.p2});
+  return f(ZF32{static_cast<const float*>(zr.p)});
+}
+
 // Σ z² in f64 lanes, any order. NaN/Inf in z give a non-finite result.
 template <class Z>
 double SumSquaresF64T(const Z z, size_t K) {
@@ -257,9 +354,8 @@ double SumSquaresF64T(const Z z, size_t K) {
   for (; k < K; ++k) s += static_cast<double>(z.At(k)) * z.At(k);
   return s;
 }
-double SumSquaresF64(const void* z, bool bf16, size_t K) {
-  if (bf16) return SumSquaresF64T(ZBf16{static_cast<const uint16_t*>(z)}, K);
-  return SumSquaresF64T(ZF32{static_cast<const float*>(z)}, K);
+double SumSquaresF64(ZRow zr, size_t K) {
+  return VisitZ(zr, [&](auto z) HWY_ATTR { return SumSquaresF64T(z, K); });
 }
 
 // The per-thread partial sums of vLLM's compute_rms (variance=cub:T): part[t] for t < T.
@@ -269,6 +365,56 @@ void CubPartialsT(const Z z, size_t nvec, size_t T, float* part) {
 #if HWY_NATIVE_FMA
   const DF df;
   const size_t N = hn::Lanes(df);
+  // one chain of N lanes (threads t0 .. t0 + N - 1) from vec4 index i on, accumulator acc
+  auto finish = [&](size_t t0, size_t i, hn::Vec<DF> acc) HWY_ATTR {
+    for (; i + N <= nvec; i += T) {
+      hn::Vec<DF> v0, v1, v2, v3;
+      z.Load4(4 * i, v0, v1, v2, v3);  // v_j[lane] = z[4(i + lane) + j]
+      acc = hn::MulAdd(v0, v0, acc);
+      acc = hn::MulAdd(v1, v1, acc);
+      acc = hn::MulAdd(v2, v2, acc);
+      acc = hn::MulAdd(v3, v3, acc);
+    }
+    hn::StoreU(acc, df, part + t0);
+    // the last, partial step: only lanes whose vec4 index is < nvec (i >= nvec - N + 1 here)
+    for (size_t l = 0; l < N && i + l < nvec; ++l)
+      for (size_t j = 0; j < 4; ++j) {
+        const float v = z.At(4 * (i + l) + j);
+        part[t0 + l] = std::fma(v, v, part[t0 + l]);
+      }
+  };
+  // four chains at a time (threads t0 .. t0 + 4N - 1): four independent FMA dependencies in flight instead of one
+  for (; t0 + 4 * N <= T; t0 += 4 * N) {
+    hn::Vec<DF> a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = t0;
+    for (; i + 4 * N <= nvec; i += T) {
+      hn::Vec<DF> v0, v1, v2, v3;
+      z.Load4(4 * i, v0, v1, v2, v3);
+      a0 = hn::MulAdd(v0, v0, a0);
+      a0 = hn::MulAdd(v1, v1, a0);
+      a0 = hn::MulAdd(v2, v2, a0);
+      a0 = hn::MulAdd(v3, v3, a0);
+      z.Load4(4 * (i + N), v0, v1, v2, v3);
+      a1 = hn::MulAdd(v0, v0, a1);
+      a1 = hn::MulAdd(v1, v1, a1);
+      a1 = hn::MulAdd(v2, v2, a1);
+      a1 = hn::MulAdd(v3, v3, a1);
+      z.Load4(4 * (i + 2 * N), v0, v1, v2, v3);
+      a2 = hn::MulAdd(v0, v0, a2);
+      a2 = hn::MulAdd(v1, v1, a2);
+      a2 = hn::MulAdd(v2, v2, a2);
+      a2 = hn::MulAdd(v3, v3, a2);
+      z.Load4(4 * (i + 3 * N), v0, v1, v2, v3);
+      a3 = hn::MulAdd(v0, v0, a3);
+      a3 = hn::MulAdd(v1, v1, a3);
+      a3 = hn::MulAdd(v2, v2, a3);
+      a3 = hn::MulAdd(v3, v3, a3);
+    }
+    finish(t0, i, a0);
+    finish(t0 + N, i + N, a1);
+    finish(t0 + 2 * N, i + 2 * N, a2);
+    finish(t0 + 3 * N, i + 3 * N, a3);
+  }
   for (; t0 + N <= T; t0 += N) {
     auto acc = hn::Zero(df);
     size_t i = t0;  // the vec4 index of lane 0
@@ -299,9 +445,8 @@ void CubPartialsT(const Z z, size_t nvec, size_t T, float* part) {
     part[t] = a;
   }
 }
-void CubPartials(const void* z, bool bf16, size_t nvec, size_t T, float* part) {
-  if (bf16) return CubPartialsT(ZBf16{static_cast<const uint16_t*>(z)}, nvec, T, part);
-  CubPartialsT(ZF32{static_cast<const float*>(z)}, nvec, T, part);
+void CubPartials(ZRow zr, size_t nvec, size_t T, float* part) {
+  VisitZ(zr, [&](auto z) HWY_ATTR { CubPartialsT(z, nvec, T, part); });
 }
 
 // vLLM's cub warp trees (mean_square_cub): lane[l] += lane[l + o] for o = 1, 2, 4, 8, 16 and l + o < 32 (every lane
@@ -509,22 +654,16 @@ void NormWeightBf16FastT(const Z z, const float* w, size_t K, float r, float* y,
     }
   }
 }
-void NormWeightBf16Fast(const void* z, bool bf16, const float* w, size_t K, float r, NormWeight mode, float* y,
-                        size_t G, float* amax, uint8_t* nan, const uint16_t* next_x, const uint16_t* next_r) {
-  const ZF32 zf{static_cast<const float*>(z)};
-  const ZBf16 zh{static_cast<const uint16_t*>(z)};
+void NormWeightBf16Fast(ZRow zr, const float* w, size_t K, float r, NormWeight mode, float* y, size_t G,
+                        float* amax, uint8_t* nan, const uint16_t* next_x, const uint16_t* next_r) {
   const NextRow nx{next_x, next_r};
-  switch (mode) {
-    case NormWeight::f32:
-      return bf16 ? NormWeightBf16FastT<0>(zh, w, K, r, y, G, amax, nan, nx)
-                  : NormWeightBf16FastT<0>(zf, w, K, r, y, G, amax, nan, nx);
-    case NormWeight::dtype_twice:
-      return bf16 ? NormWeightBf16FastT<1>(zh, w, K, r, y, G, amax, nan, nx)
-                  : NormWeightBf16FastT<1>(zf, w, K, r, y, G, amax, nan, nx);
-    default:
-      return bf16 ? NormWeightBf16FastT<2>(zh, w, K, r, y, G, amax, nan, nx)
-                  : NormWeightBf16FastT<2>(zf, w, K, r, y, G, amax, nan, nx);
-  }
+  VisitZ(zr, [&](auto z) HWY_ATTR {
+    switch (mode) {
+      case NormWeight::f32: return NormWeightBf16FastT<0>(z, w, K, r, y, G, amax, nan, nx);
+      case NormWeight::dtype_twice: return NormWeightBf16FastT<1>(z, w, K, r, y, G, amax, nan, nx);
+      default: return NormWeightBf16FastT<2>(z, w, K, r, y, G, amax, nan, nx);
+    }
+  });
 }
 
 // f32 rows: steps 5–6 with weight modes that do not round (f32 input: RN_dt is the identity).
@@ -790,22 +929,17 @@ HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, siz
   }
 }
 template <int kMode, Clamp kClamp, bool kDiv>
-bool NormQuantBf16T(const void* z, bool bf16, const float* w, size_t K, float r, size_t G, const QuantSpec& qs,
-                    float rcp_max, float* spill, float* scales, uint8_t* q, NextRow nx) {
+bool NormQuantBf16T(ZRow zr, const float* w, size_t K, float r, size_t G, const QuantSpec& qs, float rcp_max,
+                    float* spill, float* scales, uint8_t* q, NextRow nx) {
   const size_t N = hn::Lanes(DF());
   if (G % N != 0 || G > 8 * N || K % G != 0) return false;
-  const ZF32 zf{static_cast<const float*>(z)};
-  const ZBf16 zh{static_cast<const uint16_t*>(z)};
-  if (G == 8 * N) {
-    if (bf16) NormQuantBf16G<kMode, kClamp, kDiv, 8>(zh, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
-    else NormQuantBf16G<kMode, kClamp, kDiv, 8>(zf, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
-  } else {
-    if (bf16) NormQuantBf16G<kMode, kClamp, kDiv, 0>(zh, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
-    else NormQuantBf16G<kMode, kClamp, kDiv, 0>(zf, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
-  }
+  VisitZ(zr, [&](auto z) HWY_ATTR {
+    if (G == 8 * N) NormQuantBf16G<kMode, kClamp, kDiv, 8>(z, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
+    else NormQuantBf16G<kMode, kClamp, kDiv, 0>(z, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
+  });
   return true;
 }
-bool NormQuantBf16(const void* z, bool bf16, const float* w, size_t K, float r, NormWeight mode, size_t G,
+bool NormQuantBf16(ZRow zr, const float* w, size_t K, float r, NormWeight mode, size_t G,
                    const QuantSpec& qs, float rcp_max, float* spill, float* scales, uint8_t* q, const uint16_t* next_x,
                    const uint16_t* next_r) {
   const NextRow nx{next_x, next_r};
@@ -813,10 +947,10 @@ bool NormQuantBf16(const void* z, bool bf16, const float* w, size_t K, float r, 
   const bool div = qs.formula == QuantFormula::div;
 #define FP8REF_NQ(M)                                                                                                 \
   if (div)                                                                                                           \
-    return nan_max ? NormQuantBf16T<M, Clamp::nan_to_max, true>(z, bf16, w, K, r, G, qs, rcp_max, spill, scales, q, nx) \
-                   : NormQuantBf16T<M, Clamp::nan_to_min, true>(z, bf16, w, K, r, G, qs, rcp_max, spill, scales, q, nx); \
-  return nan_max ? NormQuantBf16T<M, Clamp::nan_to_max, false>(z, bf16, w, K, r, G, qs, rcp_max, spill, scales, q, nx) \
-                 : NormQuantBf16T<M, Clamp::nan_to_min, false>(z, bf16, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
+    return nan_max ? NormQuantBf16T<M, Clamp::nan_to_max, true>(zr, w, K, r, G, qs, rcp_max, spill, scales, q, nx) \
+                   : NormQuantBf16T<M, Clamp::nan_to_min, true>(zr, w, K, r, G, qs, rcp_max, spill, scales, q, nx); \
+  return nan_max ? NormQuantBf16T<M, Clamp::nan_to_max, false>(zr, w, K, r, G, qs, rcp_max, spill, scales, q, nx) \
+                 : NormQuantBf16T<M, Clamp::nan_to_min, false>(zr, w, K, r, G, qs, rcp_max, spill, scales, q, nx);
   switch (mode) {
     case NormWeight::f32: FP8REF_NQ(0)
     case NormWeight::dtype_twice: FP8REF_NQ(1)
@@ -870,10 +1004,11 @@ bool fast_quant(const QuantSpec& q) {
 }
 
 // Step 2 `exact`: the verified f64 sum, else the reference's superaccumulator.
-// z: the f32 row, or (zbf16) the bf16 row itself; f32_row() gives the f32 row for the reference's fallback.
+// z: the f32 row, the bf16 row itself or the sums of two (ZRow); pre >= 0: their Σ z² (f64, any order) computed
+// already; f32_row() gives the f32 row for the reference's fallback.
 template <typename F32Row>
-float mean_square_exact(const void* z, bool zbf16, int64_t n, F32Row f32_row) {
-  const double s = HWY_DYNAMIC_DISPATCH(SumSquaresF64)(z, zbf16, static_cast<size_t>(n));
+float mean_square_exact(ZRow z, int64_t n, F32Row f32_row, double pre) {
+  const double s = pre >= 0 ? pre : HWY_DYNAMIC_DISPATCH(SumSquaresF64)(z, static_cast<size_t>(n));
   if (!std::isfinite(s)) return ref::mean_square_exact(f32_row(), n);
   if (s == 0) return 0.0f;  // non-negative terms: every z is ±0
   const double q = s / static_cast<double>(n);
@@ -884,8 +1019,8 @@ float mean_square_exact(const void* z, bool zbf16, int64_t n, F32Row f32_row) {
   return ref::mean_square_exact(f32_row(), n);
 }
 
-float mean_square_cub(const void* z, bool zbf16, int64_t n, int threads, float* part, float* lane0) {
-  HWY_DYNAMIC_DISPATCH(CubPartials)(z, zbf16, static_cast<size_t>(n / 4), static_cast<size_t>(threads), part);
+float mean_square_cub(ZRow z, int64_t n, int threads, float* part, float* lane0) {
+  HWY_DYNAMIC_DISPATCH(CubPartials)(z, static_cast<size_t>(n / 4), static_cast<size_t>(threads), part);
   // The partials are sums of squares: >= 0, +Inf or NaN. A NaN reaches warp 0's lane 0 through the trees and the
   // block sum, so the reference's result is then the canonical NaN; without one, no sum of the trees can be NaN
   // (no -Inf), so they run without the NaN canonicalisation. Full warps' trees in lanes (CubFullWarps), the rest
@@ -929,6 +1064,13 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
   const float rcp_max = gpu(1.0f / max);
   const size_t esz = a.from == Format::f32 ? 4 : 2;
   // The cast in lanes (RowQuant): an RNE cast to e4m3fn of values a NaN-replacing clamp leaves in [-448, 448].
+  // residual_out overlapping x or the residual (e.g. updated in place, as vLLM's fused_add_rms_norm does)
+  auto overlaps = [&](const void* p) {
+    const auto b = reinterpret_cast<uintptr_t>(p), o = reinterpret_cast<uintptr_t>(a.residual_out);
+    const uintptr_t n = static_cast<uintptr_t>(M * K) * esz;
+    return p && o && n > 0 && b < o + n && o < b + n;
+  };
+  const bool out_overlaps = a.residual && (overlaps(a.x) || overlaps(a.residual));
   const bool cast_in_lanes = fast && qs.to == Format::e4m3fn && qs.cast.rounding == Rounding::rne &&
                              (qs.clamp == Clamp::nan_to_max || qs.clamp == Clamp::nan_to_min) && max > 0.0f &&
                              max <= 448.0f;
@@ -948,7 +1090,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
       wf = hwy::AllocateAligned<float>(Ka);
       if (a.from == Format::bf16)  // (bf16 widened in lanes: LoadRowBf16 without a residual)
         HWY_DYNAMIC_DISPATCH(LoadRowBf16)(static_cast<const uint16_t*>(a.weight), nullptr, static_cast<size_t>(K), false,
-                                          wf.get(), nullptr);
+                                          wf.get(), nullptr, nullptr);
       for (int64_t k = 0; k < K && a.from != Format::bf16; ++k) {
         if (a.from == Format::f32) {
           std::memcpy(&wf[k], static_cast<const uint8_t*>(a.weight) + 4 * k, 4);
@@ -970,24 +1112,36 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
       const uint8_t* rr = a.residual ? static_cast<const uint8_t*>(a.residual) + off * esz : nullptr;
       uint8_t* ro = a.residual && a.residual_out ? static_cast<uint8_t*>(a.residual_out) + off * esz : nullptr;
       const bool dtype_sum = spec.residual_sum == ResidualSum::dtype;
-      // 1. the residual sum. bf16 rows without a residual on the fast quant with variance exact or cub: z is the
-      // widened x, read in registers from x itself (zbf16; the f32 row only if a rarer path needs it, z_row()).
-      const bool zbf16 = a.from == Format::bf16 && !rr && fast && !a.normed &&
+      // 1. the residual sum. bf16 rows on the fast quant with variance exact or cub write no f32 row: without a
+      // residual z is the widened x, read in registers from x itself (ZBf16); with one whose sum stays f32 it is
+      // recomputed from x and the residual (ZSum) — unless residual_out overlaps them (in place: the passes after
+      // this one would read the updated residual). The f32 row only if a rarer path needs it (z_row()).
+      const bool zfast = a.from == Format::bf16 && fast && !a.normed &&
                          (spec.variance == Variance::exact || spec.variance == Variance::cub);
-      bool have_z = !zbf16;  // (every other path writes z below)
+      const bool zbf16 = zfast && !rr;
+      const bool zsum = zfast && rr && !dtype_sum && !out_overlaps;
+      bool have_z = !zbf16 && !zsum;  // (every other path writes z below)
+      double sumsq = -1.0;            // Σ z² when the residual pass computed it (variance=exact)
       auto z_row = [&]() {
         if (!have_z)
-          HWY_DYNAMIC_DISPATCH(LoadRowBf16)(reinterpret_cast<const uint16_t*>(xr), nullptr, static_cast<size_t>(K), false,
-                                            z.get(), nullptr);
+          HWY_DYNAMIC_DISPATCH(LoadRowBf16)(reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr),
+                                            static_cast<size_t>(K), false, z.get(), nullptr, nullptr);
         have_z = true;
         return z.get();
       };
-      const void* zp = zbf16 ? static_cast<const void*>(xr) : static_cast<const void*>(z.get());
+      const ZRow zp = zbf16  ? ZRow{xr, nullptr, 1}
+                      : zsum ? ZRow{xr, reinterpret_cast<const uint16_t*>(rr), 2}
+                             : ZRow{z.get(), nullptr, 0};
       if (zbf16) {
         // (nothing to write)
+      } else if (zsum) {  // residual_out only (and for variance=exact Σ z² on the way)
+        if (ro || spec.variance == Variance::exact)
+          HWY_DYNAMIC_DISPATCH(LoadRowBf16)(reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr),
+                                            static_cast<size_t>(K), false, nullptr, reinterpret_cast<uint16_t*>(ro),
+                                            spec.variance == Variance::exact ? &sumsq : nullptr);
       } else if (a.from == Format::bf16) {
         HWY_DYNAMIC_DISPATCH(LoadRowBf16)(reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr),
-                                          static_cast<size_t>(K), dtype_sum, z.get(), reinterpret_cast<uint16_t*>(ro));
+                                          static_cast<size_t>(K), dtype_sum, z.get(), reinterpret_cast<uint16_t*>(ro), nullptr);
       } else {
         for (int64_t k = 0; k < K; ++k) {
           auto ld = [&](const uint8_t* p) {
@@ -1020,14 +1174,14 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
       // 2. the mean of squares
       float var = 0;
       switch (spec.variance) {
-        case Variance::exact: var = mean_square_exact(zp, zbf16, K, z_row); break;
+        case Variance::exact: var = mean_square_exact(zp, K, z_row, sumsq); break;
         case Variance::f32_seq: {
           float acc = 0.0f;
           for (int64_t k = 0; k < K; ++k) acc = gpu(std::fma(z[k], z[k], acc));
           var = gpu(acc / static_cast<float>(K));
           break;
         }
-        case Variance::cub: var = mean_square_cub(zp, zbf16, K, L.cub_threads, part.data(), lane0.data()); break;
+        case Variance::cub: var = mean_square_cub(zp, K, L.cub_threads, part.data(), lane0.data()); break;
       }
       // 3.–4.
       const float u = gpu(var + spec.eps);
@@ -1044,12 +1198,12 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
       const auto* next_r = has_next && rr ? reinterpret_cast<const uint16_t*>(rr + K * esz) : nullptr;
       // steps 5–9 fused per group in registers (the cast in lanes; false: G or K does not fit it)
       if (bf16_fast && cast_in_lanes &&
-          HWY_DYNAMIC_DISPATCH(NormQuantBf16)(zp, zbf16, wf.get(), static_cast<size_t>(K), r, spec.weight,
+          HWY_DYNAMIC_DISPATCH(NormQuantBf16)(zp, wf.get(), static_cast<size_t>(K), r, spec.weight,
                                               static_cast<size_t>(G), qs, rcp_max, ybuf.get(),
                                               static_cast<float*>(a.scales) + m * ngroups, a.q + off, next_x, next_r))
         continue;
       if (bf16_fast) {
-        HWY_DYNAMIC_DISPATCH(NormWeightBf16Fast)(zp, zbf16, wf.get(), static_cast<size_t>(K), r, spec.weight, y,
+        HWY_DYNAMIC_DISPATCH(NormWeightBf16Fast)(zp, wf.get(), static_cast<size_t>(K), r, spec.weight, y,
                                                  static_cast<size_t>(G), gamax.data(), gnan.data(), next_x, next_r);
       } else if (a.from == Format::bf16) {
         HWY_DYNAMIC_DISPATCH(NormWeightBf16)(z_row(), static_cast<const uint16_t*>(a.weight), static_cast<size_t>(K), r,
