@@ -9,7 +9,8 @@
 //      cub write no f32 row: without a residual steps 2 and 5–6 read x itself and widen it in registers (ZBf16; z
 //      is exactly the widened x); with a residual summed in f32 (residual-sum=f32) they recompute z = x + residual
 //      from both rows (ZSum; the residual pass writes only residual_out, and for variance=exact sums z² on the
-//      way) — unless residual_out overlaps x or the residual (in place). The f32 row is written only when a rarer
+//      way, for variance=cub with T % 16 == 0 and K % 64 == 0 the cub partials) — unless residual_out overlaps x or
+//      the residual (in place). The f32 row is written only when a rarer
 //      path needs it (the reference's exact sum, a NaN row).
 //   2. the mean of squares:
 //      exact    Σ z² in f64 lanes (z² is exact in f64; any order). For n non-negative terms the computed sum is
@@ -145,10 +146,13 @@ struct NextRow {
 };
 
 // Step 1 for bf16 rows. z[k] (f32; z null: not written); residual_out bits when a residual is given.
-void LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_sum, float* z, uint16_t* res_out,
-                 double* sumsq, bool stream) {
+bool LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_sum, float* z, uint16_t* res_out,
+                 double* sumsq, bool stream, float* part, size_t T) {
   if (sumsq) *sumsq = -1.0;
   (void)stream;  // (AVX-512 only)
+  (void)part;
+  (void)T;
+  bool done = false;
   const DF df;
   const DU16 du16;
   const size_t N = hn::Lanes(df);
@@ -164,8 +168,16 @@ void LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
   // set when this loop covered the whole row (else left at -1: the caller sums z itself). stream: residual_out by
   // non-temporal stores where it is 64-byte aligned (the caller asks for it on large tensors: no read for ownership
   // of lines that the next op would not find in cache anyway; bf16 [4096, 7168] with a residual on 2 threads, the
-  // same process alternating: 5–8 % faster in 5 of 6 rounds), fenced before returning.
+  // same process alternating: 5–8 % faster in 5 of 6 rounds), fenced before returning. part (not null; T % 16 == 0,
+  // K % 64 == 0): vLLM's cub partials part[t], t < T, as CubPartialsT computes them — every 64 elements are the 16
+  // vec4s of threads t0 .. t0 + 15 (t0 = (k / 4) mod T), their lanes' v_j[l] = z[k + 4l + j] taken from the two steps'
+  // halves by four dword permutations (j even: the even halves, j odd: the odd ones), each thread's chain in vec4
+  // order. Returns whether this loop covered the whole row (then sumsq and part are set).
+  if (part) std::memset(part, 0, T * sizeof(float));
   if (res) {
+    const __m512i c_ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i c_od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    __m512 pe = _mm512_setzero_ps(), po = pe;  // the previous step's halves (the first 32 of a 64-element block)
     __m512d s0 = _mm512_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
     stream = stream && res_out && (reinterpret_cast<uintptr_t>(res_out) & 63) == 0;
     const __m512i hi16 = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)), bias = _mm512_set1_epi32(0x7FFF),
@@ -199,6 +211,22 @@ void LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
         _mm512_storeu_ps(z + k, _mm512_permutex2var_ps(ze, i_lo, zo));
         _mm512_storeu_ps(z + k + 16, _mm512_permutex2var_ps(ze, i_hi, zo));
       }
+      if (part) {
+        if (k & 32) {
+          float* acc_p = part + ((k - 32) / 4) % T;  // (this step is the second half of a 64-element block)
+          const __m512 v0 = _mm512_permutex2var_ps(pe, c_ev, ze), v2 = _mm512_permutex2var_ps(pe, c_od, ze);
+          const __m512 v1 = _mm512_permutex2var_ps(po, c_ev, zo), v3 = _mm512_permutex2var_ps(po, c_od, zo);
+          __m512 acc = _mm512_loadu_ps(acc_p);
+          acc = _mm512_fmadd_ps(v0, v0, acc);
+          acc = _mm512_fmadd_ps(v1, v1, acc);
+          acc = _mm512_fmadd_ps(v2, v2, acc);
+          acc = _mm512_fmadd_ps(v3, v3, acc);
+          _mm512_storeu_ps(acc_p, acc);
+        } else {
+          pe = ze;
+          po = zo;
+        }
+      }
       if (sumsq) {
         const __m512d e0 = _mm512_cvtps_pd(_mm512_castps512_ps256(ze)), e1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(ze, 1));
         const __m512d o0 = _mm512_cvtps_pd(_mm512_castps512_ps256(zo)), o1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(zo, 1));
@@ -209,7 +237,8 @@ void LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
       }
     }
     if (stream) _mm_sfence();
-    if (sumsq && k == K) *sumsq = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(s0, s1), _mm512_add_pd(s2, s3)));
+    done = k == K;
+    if (sumsq && done) *sumsq = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(s0, s1), _mm512_add_pd(s2, s3)));
   }
   // (a step that broke out above, the steps after it and the tail: the generic loops)
 #endif
@@ -247,6 +276,7 @@ void LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
     }
     if (z) z[k] = v;
   }
+  return done;
 }
 
 // z as the variance and normalize passes read it: the f32 row LoadRowBf16 wrote (ZF32), or — bf16 rows without a
@@ -1027,8 +1057,9 @@ float mean_square_exact(ZRow z, int64_t n, F32Row f32_row, double pre) {
   return ref::mean_square_exact(f32_row(), n);
 }
 
-float mean_square_cub(ZRow z, int64_t n, int threads, float* part, float* lane0) {
-  HWY_DYNAMIC_DISPATCH(CubPartials)(z, static_cast<size_t>(n / 4), static_cast<size_t>(threads), part);
+float mean_square_cub(ZRow z, int64_t n, int threads, float* part, float* lane0, bool parts_done) {
+  if (!parts_done)  // (else part[] holds them already)
+    HWY_DYNAMIC_DISPATCH(CubPartials)(z, static_cast<size_t>(n / 4), static_cast<size_t>(threads), part);
   // The partials are sums of squares: >= 0, +Inf or NaN. A NaN reaches warp 0's lane 0 through the trees and the
   // block sum, so the reference's result is then the canonical NaN; without one, no sum of the trees can be NaN
   // (no -Inf), so they run without the NaN canonicalisation. Full warps' trees in lanes (CubFullWarps), the rest
@@ -1100,7 +1131,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
       wf = hwy::AllocateAligned<float>(Ka);
       if (a.from == Format::bf16)  // (bf16 widened in lanes: LoadRowBf16 without a residual)
         HWY_DYNAMIC_DISPATCH(LoadRowBf16)(static_cast<const uint16_t*>(a.weight), nullptr, static_cast<size_t>(K), false,
-                                          wf.get(), nullptr, nullptr, false);
+                                          wf.get(), nullptr, nullptr, false, nullptr, 0);
       for (int64_t k = 0; k < K && a.from != Format::bf16; ++k) {
         if (a.from == Format::f32) {
           std::memcpy(&wf[k], static_cast<const uint8_t*>(a.weight) + 4 * k, 4);
@@ -1132,10 +1163,11 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
       const bool zsum = zfast && rr && !dtype_sum && !out_overlaps;
       bool have_z = !zbf16 && !zsum;  // (every other path writes z below)
       double sumsq = -1.0;            // Σ z² when the residual pass computed it (variance=exact)
+      bool parts_done = false;        // the cub partials, when the residual pass computed them
       auto z_row = [&]() {
         if (!have_z)
           HWY_DYNAMIC_DISPATCH(LoadRowBf16)(reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr),
-                                            static_cast<size_t>(K), false, z.get(), nullptr, nullptr, false);
+                                            static_cast<size_t>(K), false, z.get(), nullptr, nullptr, false, nullptr, 0);
         have_z = true;
         return z.get();
       };
@@ -1144,15 +1176,19 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
                              : ZRow{z.get(), nullptr, 0};
       if (zbf16) {
         // (nothing to write)
-      } else if (zsum) {  // residual_out only (and for variance=exact Σ z² on the way)
-        if (ro || spec.variance == Variance::exact)
-          HWY_DYNAMIC_DISPATCH(LoadRowBf16)(reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr),
-                                            static_cast<size_t>(K), false, nullptr, reinterpret_cast<uint16_t*>(ro),
-                                            spec.variance == Variance::exact ? &sumsq : nullptr, stream_out);
+      } else if (zsum) {  // residual_out only (and Σ z² or the cub partials on the way)
+        const bool cub_here = spec.variance == Variance::cub && L.cub_threads % 16 == 0 && K % 64 == 0;
+        if (ro || spec.variance == Variance::exact || cub_here)
+          parts_done = HWY_DYNAMIC_DISPATCH(LoadRowBf16)(
+                           reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr),
+                           static_cast<size_t>(K), false, nullptr, reinterpret_cast<uint16_t*>(ro),
+                           spec.variance == Variance::exact ? &sumsq : nullptr, stream_out, cub_here ? part.data() : nullptr,
+                           static_cast<size_t>(L.cub_threads)) &&
+                       cub_here;
       } else if (a.from == Format::bf16) {
         HWY_DYNAMIC_DISPATCH(LoadRowBf16)(reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr),
                                           static_cast<size_t>(K), dtype_sum, z.get(), reinterpret_cast<uint16_t*>(ro), nullptr,
-                                          stream_out);
+                                          stream_out, nullptr, 0);
       } else {
         for (int64_t k = 0; k < K; ++k) {
           auto ld = [&](const uint8_t* p) {
@@ -1192,7 +1228,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
           var = gpu(acc / static_cast<float>(K));
           break;
         }
-        case Variance::cub: var = mean_square_cub(zp, K, L.cub_threads, part.data(), lane0.data()); break;
+        case Variance::cub: var = mean_square_cub(zp, K, L.cub_threads, part.data(), lane0.data(), parts_done); break;
       }
       // 3.–4.
       const float u = gpu(var + spec.eps);
