@@ -547,6 +547,22 @@ TEST_CASE("rmsnorm_quant: cpu residual rows (z = x + residual recomputed, no f32
   }
 }
 
+// The arguments of a bf16 [M, K] call with a residual (weights [K]).
+static RmsNormQuantArgs bf16_residual_args(int64_t M, int64_t K, const void* x, const void* w, const void* r,
+                                           void* r_out, uint8_t* q, void* scales) {
+  RmsNormQuantArgs a;
+  a.from = Format::bf16;
+  a.shape = {M, K};
+  a.weight_shape = {K};
+  a.x = x;
+  a.weight = w;
+  a.residual = r;
+  a.residual_out = r_out;
+  a.q = q;
+  a.scales = scales;
+  return a;
+}
+
 TEST_CASE("rmsnorm_quant: residual_out may be the residual or x itself (in place, as vLLM's fused_add_rms_norm)") {
   std::mt19937_64 rng(11);
   const int64_t M = 8, K = 256;
@@ -562,16 +578,8 @@ TEST_CASE("rmsnorm_quant: residual_out may be the residual or x itself (in place
       for (bool into_x : {false, true}) {
         std::vector<uint8_t> xb = x, rb = r;
         std::vector<uint8_t> q(static_cast<size_t>(M * K)), s(want.scales.size());
-        RmsNormQuantArgs a;
-        a.from = Format::bf16;
-        a.shape = {M, K};
-        a.weight_shape = {K};
-        a.x = xb.data();
-        a.weight = w.data();
-        a.residual = rb.data();
-        a.residual_out = into_x ? xb.data() : rb.data();
-        a.q = q.data();
-        a.scales = s.data();
+        const RmsNormQuantArgs a =
+            bf16_residual_args(M, K, xb.data(), w.data(), rb.data(), into_x ? xb.data() : rb.data(), q.data(), s.data());
         if (cpu) cpu::rmsnorm_quant(spec, a);
         else ref::rmsnorm_quant(spec, a);
         INFO(conv << (cpu ? " cpu" : " reference") << (into_x ? " into x" : " into the residual"));
@@ -598,16 +606,7 @@ TEST_CASE("rmsnorm_quant: a residual_out of 16 MiB (non-temporal stores on AVX-5
     const Outputs want = run(false, spec, Format::bf16, x, w, &r, {M, K}, false);
     auto out = hwy::AllocateAligned<uint16_t>(n);  // 64-byte aligned
     std::vector<uint8_t> q(n), s(want.scales.size());
-    RmsNormQuantArgs a;
-    a.from = Format::bf16;
-    a.shape = {M, K};
-    a.weight_shape = {K};
-    a.x = x.data();
-    a.weight = w.data();
-    a.residual = r.data();
-    a.residual_out = out.get();
-    a.q = q.data();
-    a.scales = s.data();
+    const RmsNormQuantArgs a = bf16_residual_args(M, K, x.data(), w.data(), r.data(), out.get(), q.data(), s.data());
     cpu::rmsnorm_quant(spec, a);
     INFO(conv);
     CHECK(q == want.q);

@@ -403,16 +403,18 @@ void CubPartialsT(const Z z, size_t nvec, size_t T, float* part) {
 #if HWY_NATIVE_FMA
   const DF df;
   const size_t N = hn::Lanes(df);
-  // one chain of N lanes (threads t0 .. t0 + N - 1) from vec4 index i on, accumulator acc
+  // one step of a chain of N lanes: the vec4s i .. i + N - 1 (v_j[lane] = z[4(i + lane) + j]) into acc, in order
+  auto step = [&](size_t i, hn::Vec<DF> acc) HWY_ATTR {
+    hn::Vec<DF> v0, v1, v2, v3;
+    z.Load4(4 * i, v0, v1, v2, v3);
+    acc = hn::MulAdd(v0, v0, acc);
+    acc = hn::MulAdd(v1, v1, acc);
+    acc = hn::MulAdd(v2, v2, acc);
+    return hn::MulAdd(v3, v3, acc);
+  };
+  // the chain of threads t0 .. t0 + N - 1 from vec4 index i on, accumulator acc
   auto finish = [&](size_t t0, size_t i, hn::Vec<DF> acc) HWY_ATTR {
-    for (; i + N <= nvec; i += T) {
-      hn::Vec<DF> v0, v1, v2, v3;
-      z.Load4(4 * i, v0, v1, v2, v3);  // v_j[lane] = z[4(i + lane) + j]
-      acc = hn::MulAdd(v0, v0, acc);
-      acc = hn::MulAdd(v1, v1, acc);
-      acc = hn::MulAdd(v2, v2, acc);
-      acc = hn::MulAdd(v3, v3, acc);
-    }
+    for (; i + N <= nvec; i += T) acc = step(i, acc);
     hn::StoreU(acc, df, part + t0);
     // the last, partial step: only lanes whose vec4 index is < nvec (i >= nvec - N + 1 here)
     for (size_t l = 0; l < N && i + l < nvec; ++l)
@@ -426,52 +428,17 @@ void CubPartialsT(const Z z, size_t nvec, size_t T, float* part) {
     hn::Vec<DF> a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0;
     size_t i = t0;
     for (; i + 4 * N <= nvec; i += T) {
-      hn::Vec<DF> v0, v1, v2, v3;
-      z.Load4(4 * i, v0, v1, v2, v3);
-      a0 = hn::MulAdd(v0, v0, a0);
-      a0 = hn::MulAdd(v1, v1, a0);
-      a0 = hn::MulAdd(v2, v2, a0);
-      a0 = hn::MulAdd(v3, v3, a0);
-      z.Load4(4 * (i + N), v0, v1, v2, v3);
-      a1 = hn::MulAdd(v0, v0, a1);
-      a1 = hn::MulAdd(v1, v1, a1);
-      a1 = hn::MulAdd(v2, v2, a1);
-      a1 = hn::MulAdd(v3, v3, a1);
-      z.Load4(4 * (i + 2 * N), v0, v1, v2, v3);
-      a2 = hn::MulAdd(v0, v0, a2);
-      a2 = hn::MulAdd(v1, v1, a2);
-      a2 = hn::MulAdd(v2, v2, a2);
-      a2 = hn::MulAdd(v3, v3, a2);
-      z.Load4(4 * (i + 3 * N), v0, v1, v2, v3);
-      a3 = hn::MulAdd(v0, v0, a3);
-      a3 = hn::MulAdd(v1, v1, a3);
-      a3 = hn::MulAdd(v2, v2, a3);
-      a3 = hn::MulAdd(v3, v3, a3);
+      a0 = step(i, a0);
+      a1 = step(i + N, a1);
+      a2 = step(i + 2 * N, a2);
+      a3 = step(i + 3 * N, a3);
     }
     finish(t0, i, a0);
     finish(t0 + N, i + N, a1);
     finish(t0 + 2 * N, i + 2 * N, a2);
     finish(t0 + 3 * N, i + 3 * N, a3);
   }
-  for (; t0 + N <= T; t0 += N) {
-    auto acc = hn::Zero(df);
-    size_t i = t0;  // the vec4 index of lane 0
-    for (; i + N <= nvec; i += T) {
-      hn::Vec<DF> v0, v1, v2, v3;
-      z.Load4(4 * i, v0, v1, v2, v3);  // v_j[lane] = z[4(i + lane) + j]
-      acc = hn::MulAdd(v0, v0, acc);
-      acc = hn::MulAdd(v1, v1, acc);
-      acc = hn::MulAdd(v2, v2, acc);
-      acc = hn::MulAdd(v3, v3, acc);
-    }
-    hn::StoreU(acc, df, part + t0);
-    // the last, partial step: only lanes whose vec4 index is < nvec (i >= nvec - N + 1 here)
-    for (size_t l = 0; l < N && i + l < nvec; ++l)
-      for (size_t j = 0; j < 4; ++j) {
-        const float v = z.At(4 * (i + l) + j);
-        part[t0 + l] = std::fma(v, v, part[t0 + l]);
-      }
-  }
+  for (; t0 + N <= T; t0 += N) finish(t0, t0, hn::Zero(df));
 #endif
   for (size_t t = t0; t < T; ++t) {
     float a = 0.0f;
