@@ -145,6 +145,25 @@ struct NextRow {
   }
 };
 
+// bf16 RNE of f32 lanes as f32 (low 16 bits cleared), for the fast paths where every NaN has zero low 16 bits (so
+// that it stays a NaN): (b + 0x7FFF + lsb) & 0xFFFF0000, lsb = bit 16 of b. AVX-512: the lsb as a mask (vptestmd)
+// and a masked add, one instruction fewer.
+HWY_INLINE hn::Vec<DF> RoundBf16NoNan(hn::Vec<DF> v) {
+#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+  const __m512i b = _mm512_castps_si512(v.raw);
+  const __m512i t = _mm512_add_epi32(b, _mm512_set1_epi32(0x7FFF));
+  const __mmask16 odd = _mm512_test_epi32_mask(b, _mm512_set1_epi32(0x10000));
+  const __m512i r = _mm512_mask_add_epi32(t, odd, t, _mm512_set1_epi32(1));
+  return hn::Vec<DF>{_mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))))};
+#else
+  const DF df;
+  const DU du;
+  const auto b = hn::BitCast(du, v);
+  return hn::BitCast(df, hn::And(hn::Add(hn::Add(b, hn::Set(du, 0x7FFFu)), hn::And(hn::ShiftRight<16>(b), hn::Set(du, 1u))),
+                                 hn::Set(du, 0xFFFF0000u)));
+#endif
+}
+
 // Step 1 for bf16 rows. z[k] (f32; z null: not written); residual_out bits when a residual is given.
 bool LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_sum, float* z, uint16_t* res_out,
                  double* sumsq, bool stream, float* part, size_t T) {
@@ -162,8 +181,8 @@ bool LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
   // elements are the dwords << 16, the odd ones the dwords with the low half cleared; z = x + res per half (f32); a
   // step whose sum holds a NaN (a NaN input, Inf − Inf) goes to the generic loop below, before anything of it is
   // written (so res_out may alias res or x). Else no NaN to canonicalise, and the bf16 RNE of either half is
-  // (b + 0x7FFF + lsb) >> 16 as in RoundBf16Bits (an overflow to ±Inf included); the two halves' results are joined
-  // into the pairs of res_out by one shift and one ternary logic op, and z (rounded first for dtype_sum) is put back
+  // RoundBf16NoNan's (an overflow to ±Inf included); the two halves' results are joined into the pairs of res_out
+  // by one shift and one or, and z (rounded first for dtype_sum) is put back
   // in element order by two dword permutations. sumsq (not null): Σ z² in f64 lanes as SumSquaresF64 (any order),
   // set when this loop covered the whole row (else left at -1: the caller sums z itself). stream: residual_out by
   // non-temporal stores where it is 64-byte aligned (the caller asks for it on large tensors: no read for ownership
@@ -180,13 +199,9 @@ bool LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
     __m512 pe = _mm512_setzero_ps(), po = pe;  // the previous step's halves (the first 32 of a 64-element block)
     __m512d s0 = _mm512_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
     stream = stream && res_out && (reinterpret_cast<uintptr_t>(res_out) & 63) == 0;
-    const __m512i hi16 = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)), bias = _mm512_set1_epi32(0x7FFF),
-                  one = _mm512_set1_epi32(1);
+    const __m512i hi16 = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
     const __m512i i_lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i i_hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-    auto rne = [&](__m512i b) {  // (b + 0x7FFF + lsb), the bf16 result in the high half
-      return _mm512_add_epi32(_mm512_add_epi32(b, bias), _mm512_and_si512(_mm512_srli_epi32(b, 16), one));
-    };
     for (; k + 32 <= K; k += 32) {
       const __m512i xb = _mm512_loadu_si512(reinterpret_cast<const void*>(x + k));
       const __m512i rb = _mm512_loadu_si512(reinterpret_cast<const void*>(res + k));
@@ -196,15 +211,15 @@ bool LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
                                 _mm512_castsi512_ps(_mm512_and_si512(rb, hi16)));
       if (_mm512_cmp_ps_mask(ze, zo, _CMP_UNORD_Q)) break;
       if (res_out || dtype_sum) {
-        const __m512i te = rne(_mm512_castps_si512(ze)), to = rne(_mm512_castps_si512(zo));
-        if (res_out) {  // the pair (even, odd) = (te >> 16, to & 0xFFFF0000)
-          const __m512i pr = _mm512_ternarylogic_epi32(hi16, to, _mm512_srli_epi32(te, 16), 0xCA);
+        const __m512 be = RoundBf16NoNan(hn::Vec<DF>{ze}).raw, bo = RoundBf16NoNan(hn::Vec<DF>{zo}).raw;
+        if (res_out) {  // the pair (even, odd) = (be >> 16, bo)
+          const __m512i pr = _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(be), 16), _mm512_castps_si512(bo));
           if (stream) _mm512_stream_si512(reinterpret_cast<__m512i*>(res_out + k), pr);
           else _mm512_storeu_si512(reinterpret_cast<void*>(res_out + k), pr);
         }
         if (dtype_sum) {
-          ze = _mm512_castsi512_ps(_mm512_and_si512(te, hi16));
-          zo = _mm512_castsi512_ps(_mm512_and_si512(to, hi16));
+          ze = be;
+          zo = bo;
         }
       }
       if (z) {
@@ -582,24 +597,6 @@ void NormWeightBf16(const float* z, const uint16_t* w, size_t K, float r, NormWe
   }
 }
 
-// bf16 RNE of f32 lanes as f32 (low 16 bits cleared), for the fast paths where every NaN has zero low 16 bits (so
-// that it stays a NaN): (b + 0x7FFF + lsb) & 0xFFFF0000, lsb = bit 16 of b. AVX-512: the lsb as a mask (vptestmd)
-// and a masked add, one instruction fewer.
-HWY_INLINE hn::Vec<DF> RoundBf16NoNan(hn::Vec<DF> v) {
-#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
-  const __m512i b = _mm512_castps_si512(v.raw);
-  const __m512i t = _mm512_add_epi32(b, _mm512_set1_epi32(0x7FFF));
-  const __mmask16 odd = _mm512_test_epi32_mask(b, _mm512_set1_epi32(0x10000));
-  const __m512i r = _mm512_mask_add_epi32(t, odd, t, _mm512_set1_epi32(1));
-  return hn::Vec<DF>{_mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))))};
-#else
-  const DF df;
-  const DU du;
-  const auto b = hn::BitCast(du, v);
-  return hn::BitCast(df, hn::And(hn::Add(hn::Add(b, hn::Set(du, 0x7FFFu)), hn::And(hn::ShiftRight<16>(b), hn::Set(du, 1u))),
-                                 hn::Set(du, 0xFFFF0000u)));
-#endif
-}
 
 // Steps 5–6 for bf16 rows on the fast path: the row has no NaN z (its mean of squares is not NaN) and r is not NaN,
 // and y only feeds the vectorised group quant (not exported). Weights pre-widened to f32 (wf). Then every NaN that
