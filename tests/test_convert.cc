@@ -149,6 +149,11 @@ TEST_SUITE("convert") {
     const double y = std::ldexp(1.0, -10) * (1 + std::ldexp(1.0, -52));
     CHECK(ref::encode_f64(y, conv("torch-2.11", Format::e4m3fn, Format::f64)) == 0x00);
     CHECK(ref::encode_f64(y, conv("cuda-nosat", Format::e4m3fn, Format::f64)) == 0x01);
+    // ml_dtypes 0.7 arrays round once, 0.5/0.6 via f32 (f64 0x3ff1000000000001: 0x39 vs 0x38, read off both)
+    const double z = 1.0625 + std::ldexp(1.0, -52);
+    CHECK(ref::encode_f64(z, conv("ml_dtypes", Format::e4m3fn, Format::f64)) == 0x39);
+    CHECK(ref::encode_f64(z, conv("ml_dtypes-0.6", Format::e4m3fn, Format::f64)) == 0x38);
+    CHECK(ref::encode_f64(y, conv("ml_dtypes", Format::e4m3fn, Format::f64)) == 0x01);
     // CUDA's double path keeps the NaN sign and the e5m2 payload bits.
     double nneg;
     const uint64_t nb = 0xFFF8000000000000ull;
@@ -214,6 +219,17 @@ TEST_SUITE("convert") {
     CHECK(e("torch-2.11", std::ldexp(1.0f, -127) * (1 + std::ldexp(1.0f, -22))) == 0x01);
     CHECK(e("ml_dtypes", 0.0f) == 0xFF);
     CHECK(e("ml_dtypes", -4.0f) == 0xFF);
+    // ml_dtypes 0.7 rounds f32 subnormals by value, 0.6 by the bit trick (both outputs read off the releases)
+    for (const char* c : {"ml_dtypes", "ml_dtypes-0.6"}) {
+      INFO(c);
+      CHECK(e(c, -0.0f) == 0xFF);
+      CHECK(e(c, 1.5f) == 128);
+      CHECK(e(c, 1.4999999f) == 127);
+      CHECK(e(c, 1.5f * std::ldexp(1.0f, -127)) == 0x01);  // f32 0x00600000: tie, up
+      CHECK(e(c, std::ldexp(1.0f, -128)) == 0x00);
+    }
+    CHECK(e("ml_dtypes", std::ldexp(1.0f, -127) * (1 + std::ldexp(1.0f, -22))) == 0x00);     // f32 0x00400001
+    CHECK(e("ml_dtypes-0.6", std::ldexp(1.0f, -127) * (1 + std::ldexp(1.0f, -22))) == 0x01);
     CHECK(e("cuda-satfinite", -4.0f) == 129);
     CHECK(e("cuda-satfinite", INFINITY) == 0xFE);
     CHECK(e("cuda-nosat", INFINITY) == 0xFF);

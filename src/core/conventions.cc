@@ -77,7 +77,11 @@ const std::vector<ConventionInfo> kConventions = {
                        "__nv_cvt_*_to_e8m0(x, __NV_SATFINITE, cudaRoundZero|cudaRoundPosInf)",
      true, true},
     {"cuda-nosat", "CUDA 13 __nv_cvt_*_to_fp8(x, __NV_NOSAT, …) (software path); ue8m0: __NV_NOSAT", true, true},
-    {"ml_dtypes", "ml_dtypes 0.5/0.6 numpy astype (f64 arrays round via f32)", true, true},
+    {"ml_dtypes", "ml_dtypes 0.7 numpy astype (f64 arrays round once; e8m0: nearest, ties up, subnormals too)", true,
+     true},
+    {"ml_dtypes-0.6", "ml_dtypes 0.5/0.6 numpy astype (f64 arrays round via f32; e8m0: f32 subnormals above 2^-127 "
+                      "-> 0x01)",
+     true, true},
     {"ocp-sat", "OCP OFP8 v1.0 §5.2.1, saturating mode (overflow and ±Inf to ±max)", true, false},
     {"ocp-nosat", "OCP OFP8 v1.0 §5.2.1, non-saturating mode (e4m3: NaN, e5m2: ±Inf)", true, false},
     {"mx", "OCP MX v1.0 shared scale: 2^floor(log2 |x|) (round toward zero), NaN/Inf -> 0xFF", false, true},
@@ -161,13 +165,18 @@ std::optional<ConversionSpec> resolve_convention(std::string_view name, Format f
       s.rounding = Rounding::rna;
       s.ue8m0_method = Ue8m0Method::bit_round;
       s.f64_path = F64Path::via_f32;
-    } else if (n == "ml_dtypes") {
-      // Same bit rounding as torch (ties up; f32 subnormals above 2^-127 -> 0x01; pytest against ml_dtypes),
+    } else if (n == "ml_dtypes-0.6") {
+      // Same bit rounding as torch (ties up; f32 subnormals above 2^-127 -> 0x01; pytest against ml_dtypes 0.6),
       // but x <= 0 -> NaN.
       s.rounding = Rounding::rna;
       s.ue8m0_method = Ue8m0Method::bit_round;
       s.ue8m0_sign = Ue8m0Sign::nonpositive_to_nan;
       s.f64_path = F64Path::via_f32;
+    } else if (n == "ml_dtypes") {
+      // ml_dtypes 0.7: the value rounded to the nearest power of two, ties up (f32 subnormals included: 2^-127 + 1
+      // ulp -> 0x00), x <= 0 -> NaN; f64 rounded once (pytest against ml_dtypes 0.7).
+      s.rounding = Rounding::rna;
+      s.ue8m0_sign = Ue8m0Sign::nonpositive_to_nan;
     } else if (n == "cuda-satfinite") {
       s.overflow = Overflow::satfinite;  // rounding: rz by default; --rounding ru (CUDA allows only these)
     } else if (n == "cuda-nosat") {
@@ -206,8 +215,10 @@ std::optional<ConversionSpec> resolve_convention(std::string_view name, Format f
     const NanOut nan = from == Format::f64 ? NanOut::payload : NanOut::canonical;
     return base(to, Rounding::rne, o, nan, F64Path::direct);
   }
-  if (n == "ml_dtypes") {
-    ConversionSpec s = base(to, Rounding::rne, Overflow::nonsat, NanOut::keep_sign, F64Path::via_f32);
+  if (n == "ml_dtypes" || n == "ml_dtypes-0.6") {
+    // f64 arrays: 0.7 rounds once; 0.5/0.6 round via f32 (their scalar constructors rounded once)
+    ConversionSpec s = base(to, Rounding::rne, Overflow::nonsat, NanOut::keep_sign,
+                            n == "ml_dtypes" ? F64Path::direct : F64Path::via_f32);
     if (to == Format::e5m2) s.nan_code = 0x7E;  // quiet_NaN() of float8_e5m2, for every source (f16 included)
     return s;
   }

@@ -150,6 +150,7 @@ HWY_AFTER_NAMESPACE();
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -271,20 +272,33 @@ void run_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, co
   using dnnl::memory;
   const int64_t KC = std::max<int64_t>(1, std::min<int64_t>(KB, kPartialBytes / (Mt * Nt * 4)));
   dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  // Operands in bf16; on CPUs where oneDNN has no bf16 matmul (oneDNN 2.x without AVX-512, e.g. AMD Zen 3) in f32:
+  // each chunk's bf16 operands widened (exact) right before its call. The same arithmetic either way: the products
+  // of bf16 values are exact in f32, the sums f32 (the bound in src/cpu/gemm_fast.h holds for both).
+  bool widen = false;
+  auto descs = [&](int64_t kc) {
+    const memory::data_type t = widen ? memory::data_type::f32 : memory::data_type::bf16;
+    return std::array<memory::desc, 3>{memory::desc({kc, Mt, G}, t, memory::format_tag::abc),
+                                       memory::desc({kc, G, Nt}, t, memory::format_tag::acb),  // [kc][Nt][G] in memory
+                                       memory::desc({kc, Mt, Nt}, memory::data_type::f32, memory::format_tag::abc)};
+  };
   auto make = [&](int64_t kc) {
-    const memory::desc src({kc, Mt, G}, memory::data_type::bf16, memory::format_tag::abc);
-    const memory::desc wei({kc, G, Nt}, memory::data_type::bf16, memory::format_tag::acb);  // [kc][Nt][G] in memory
-    const memory::desc dst({kc, Mt, Nt}, memory::data_type::f32, memory::format_tag::abc);
+    const auto d = descs(kc);
     // User scratchpads: oneDNN's own (global) scratchpad is not safe for concurrent executes from our threads.
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, dst), attr, eng);
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(d[0], d[1], d[2]), attr, eng);
   };
   dnnl::matmul::primitive_desc pd_full, pd_tail;
   dnnl::matmul mm_full, mm_tail;
   size_t scratch_bytes = 0;
   if (KB > 0) {
-    pd_full = make(KC);
+    try {
+      pd_full = make(KC);
+    } catch (const dnnl::error&) {
+      widen = true;
+      pd_full = make(KC);
+    }
     mm_full = dnnl::matmul(pd_full);
     scratch_bytes = pd_full.scratchpad_desc().get_size();
   }
@@ -307,17 +321,21 @@ void run_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, co
     std::vector<float> sbv(static_cast<size_t>(KC * Nt)), sav(static_cast<size_t>(KC));
     std::vector<uint8_t> scratch(scratch_bytes + 64);
     std::vector<uint16_t> btile(b_packed ? 0 : static_cast<size_t>(KB * Nt * G));
+    std::vector<float> a32(widen ? static_cast<size_t>(KC * Mt * G) : 0), b32(widen ? static_cast<size_t>(KC * Nt * G) : 0);
+    auto operand = [&](const uint16_t* p, std::vector<float>& w, size_t n) -> void* {
+      if (!widen) return const_cast<uint16_t*>(p);
+      for (size_t i = 0; i < n; ++i) w[i] = f32_from_bits(static_cast<uint32_t>(p[i]) << 16);
+      return w.data();
+    };
     auto compute_tile = [&](int64_t tm, int64_t tn, const uint16_t* bp) {
       const int64_t m0 = tm * Mt, n0 = tn * Nt, rows = std::min(Mt, M - m0), cols = std::min(Nt, N - n0);
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t c0 = 0; c0 < KB; c0 += KC) {
         const int64_t kc = std::min(KC, KB - c0);
-        memory::desc src({kc, Mt, G}, memory::data_type::bf16, memory::format_tag::abc);
-        memory::desc wei({kc, G, Nt}, memory::data_type::bf16, memory::format_tag::acb);
-        memory::desc dst({kc, Mt, Nt}, memory::data_type::f32, memory::format_tag::abc);
-        memory ms(src, eng, const_cast<uint16_t*>(ap.data() + (tm * KB + c0) * Mt * G));
-        memory mw(wei, eng, const_cast<uint16_t*>(bp + c0 * Nt * G));
-        memory md(dst, eng, part.data());
+        const auto d = descs(kc);
+        memory ms(d[0], eng, operand(ap.data() + (tm * KB + c0) * Mt * G, a32, static_cast<size_t>(kc * Mt * G)));
+        memory mw(d[1], eng, operand(bp + c0 * Nt * G, b32, static_cast<size_t>(kc * Nt * G)));
+        memory md(d[2], eng, part.data());
         const dnnl::matmul::primitive_desc& pd = kc == KC ? pd_full : pd_tail;
         memory mscr(pd.scratchpad_desc(), eng, scratch.data());
         (kc == KC ? mm_full : mm_tail)

@@ -1,12 +1,16 @@
 """The independent oracle: `fp8ref convert --convention ml_dtypes` against ml_dtypes (numpy astype), bit for bit.
 
+The convention follows the installed ml_dtypes: `ml_dtypes` models 0.7 (f64 arrays rounded once; e8m0 from f32
+subnormals by value), `ml_dtypes-0.6` models 0.5 and 0.6 (f64 arrays via f32; e8m0 rounds f32 subnormals above
+2^-127 up to 0x01). Each was checked against its own release with this file.
+
 Encode, for e4m3fn, e5m2, e4m3fnuz, e5m2fnuz and ue8m0 (ml_dtypes.float8_e8m0fnu):
   * all 65536 f16 inputs and all 65536 bf16 inputs (bit patterns),
   * >= 10^7 f32 inputs: every representable value and every midpoint between neighbours of every target
     (0 and the smallest subnormal, max and the first value past it included), both signs, each with its
     f32 neighbours +-1 and +-2 ulps; the specials (zeros, infinities, NaNs with payloads); 4M uniformly random
     bit patterns (NaNs and Infs included) and 6M random values spread over the FP8 exponent ranges,
-  * f64 inputs (ml_dtypes rounds them via f32): midpoints and values +- 1, 2 f64 ulps, the f32 ties around the
+  * f64 inputs (ml_dtypes <= 0.6 rounds them via f32, 0.7 once): midpoints and values +- 1, 2 f64 ulps, the f32 ties around the
     midpoints (double-rounding cases), widened f32 inputs and random f64 patterns.
 Decode: all 256 codes of each format to f32 and to f64.
 NaN outputs are compared bitwise too. A mismatch lists the inputs, what ml_dtypes gives and what fp8ref gives.
@@ -17,6 +21,9 @@ import pytest
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+_VERSION = tuple(int(p) for p in ml_dtypes.__version__.split(".")[:2] if p.isdigit())
+CONVENTION = "ml_dtypes" if _VERSION >= (0, 7) else "ml_dtypes-0.6"
 
 TARGETS = {
     "e4m3fn": ml_dtypes.float8_e4m3fn,
@@ -37,7 +44,7 @@ def run_convert(fp8ref, tmp_path, src, arr, to, backend="cpu", tag=""):
     out = tmp_path / f"out_{src}_{to}_{backend}{tag}.npy"
     if not inp.exists():
         np.save(inp, arr)
-    fp8ref("convert", "--from", src, "--to", to, "--convention", "ml_dtypes", "--backend", backend, inp, out,
+    fp8ref("convert", "--from", src, "--to", to, "--convention", CONVENTION, "--backend", backend, inp, out,
            check=True)
     codes = np.load(out)
     assert codes.dtype == np.uint8 and codes.shape == arr.shape
@@ -236,7 +243,7 @@ def test_decode_all_codes(fp8ref, tmp_path, fmt, backend, container):
     codes = np.arange(256, dtype=np.uint32).astype(np.uint8)
     inp, out = tmp_path / "codes.npy", tmp_path / "decoded.npy"
     np.save(inp, codes)
-    fp8ref("convert", "--decode", "--from", fmt, "--convention", "ml_dtypes", "--to-container", container,
+    fp8ref("convert", "--decode", "--from", fmt, "--convention", CONVENTION, "--to-container", container,
            "--backend", backend, inp, out, check=True)
     dt = np.float32 if container == "f32" else np.float64
     ours = np.load(out)
