@@ -50,6 +50,8 @@ std::vector<Case> cases() {
   c.push_back({"gqa8-decode-d128", spec_of(16, 2, 16, 128), {300, 33, 17}, {1, 1, 1}, false, true});
   c.push_back({"gqa8-prefill", spec_of(16, 1, 8, 128), {70, 40}, {5, 40}, false, true});
   c.push_back({"d256", spec_of(16, 2, 2, 256), {40}, {2}, false, true});
+  // a head dim that is no multiple of 16 (the AVX2 path's code tails) and 5 rows per KV head (padded lanes)
+  c.push_back({"d40-gqa5", spec_of(16, 2, 10, 40), {75, 4, 33}, {1, 3, 2}, false, true});
   // many sequences: the AMX path groups a decode step's KV heads into one unit (whole pages per pass); the prefill
   // chunk (3 x 8 rows > 16) takes per-head units in the same call; HND and head scales in the second variant
   c.push_back({"many-seqs-grouped-heads", spec_of(16, 4, 32, 64), {70, 1, 33, 0, 16, 17, 90, 5, 48, 2, 31, 64},
@@ -149,9 +151,10 @@ double check_against_exact(PagedProblem& p, attn::cpu::FastPath path, int* bad, 
 TEST_SUITE("attention-fast") {
   TEST_CASE("fast: |fast − exact_f64| <= the derived bound, elementwise, both paths; the bound is not vacuous") {
     uint64_t seed = 100;
-    MESSAGE("AMX path available: " << attn::cpu::fast_attention_has_amx());
+    MESSAGE("AMX path available: " << attn::cpu::fast_attention_has_amx()
+                                    << ", AVX2 path available: " << attn::cpu::fast_attention_has_avx2());
     for (const Case& c : cases()) {
-      for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::portable}) {
+      for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::avx2, attn::cpu::FastPath::portable}) {
         CAPTURE(c.name);
         CAPTURE(static_cast<int>(path));
         PagedProblem p = test::random_problem(c.spec, c.seq_lens, c.q_lens, seed, c.csr);
@@ -169,7 +172,7 @@ TEST_SUITE("attention-fast") {
   TEST_CASE("fast: adversarial — near-ties (identical keys), cancelling dot products, a dominant key, extreme scales") {
     uint64_t seed = 7;
     for (int kind = 0; kind < 4; ++kind) {
-      for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::portable}) {
+      for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::avx2, attn::cpu::FastPath::portable}) {
         CAPTURE(kind);
         AttnSpec s = spec_of(16, 2, 16, 128);
         PagedProblem p = test::random_problem(s, {129, 64, 1}, {1, 3, 1}, seed);
@@ -233,7 +236,7 @@ TEST_SUITE("attention-fast") {
     for (size_t i = 0; i < n; ++i) u.push_back(-u[i]);
     u.push_back(std::numeric_limits<float>::infinity());
     u.push_back(-std::numeric_limits<float>::infinity());
-    for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::portable}) {
+    for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::avx2, attn::cpu::FastPath::portable}) {
       CAPTURE(static_cast<int>(path));
       std::vector<float> y(u.size());
       attn::cpu::fast_tanh(u.data(), y.data(), u.size(), path);
@@ -262,16 +265,68 @@ TEST_SUITE("attention-fast") {
     for (float v : {0.0f, -0.0f, -0.5f, -1.0f, -125.5f, -126.0f, -1e-30f}) z.push_back(v);
     for (int i = 0; i < 300000; ++i) z.push_back(u(rng));
     std::vector<float> y(z.size());
-    attn::cpu::fast_exp2(z.data(), y.data(), z.size());
-    int diff = 0, inacc = 0;
-    for (size_t i = 0; i < z.size(); ++i) {
-      const float r = attn::ref::exp2_sleef(z[i]);
-      if (std::memcmp(&r, &y[i], 4) != 0) ++diff;
-      const long double e = std::exp2(static_cast<long double>(z[i]));
-      if (std::fabs(static_cast<long double>(y[i]) - e) > std::ldexp(e, -22)) ++inacc;
+    for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::avx2, attn::cpu::FastPath::portable}) {
+      CAPTURE(static_cast<int>(path));
+      attn::cpu::fast_exp2(z.data(), y.data(), z.size(), path);
+      int diff = 0, inacc = 0;
+      for (size_t i = 0; i < z.size(); ++i) {
+        const float r = attn::ref::exp2_sleef(z[i]);
+        if (std::memcmp(&r, &y[i], 4) != 0) ++diff;
+        const long double e = std::exp2(static_cast<long double>(z[i]));
+        if (std::fabs(static_cast<long double>(y[i]) - e) > std::ldexp(e, -22)) ++inacc;
+      }
+      CHECK(diff == 0);
+      CHECK(inacc == 0);
     }
-    CHECK(diff == 0);
-    CHECK(inacc == 0);
+  }
+
+  TEST_CASE("fast: the AVX2 path's tanh is the scalar tanh_fast bit for bit") {
+    std::mt19937_64 rng(12);
+    std::uniform_real_distribution<float> d(-50.0f, 50.0f);
+    std::vector<float> u{0.0f, -0.0f, 1e-30f, 43.7f, -43.7f, 3e38f, std::numeric_limits<float>::infinity()};
+    for (int i = 0; i < 100000; ++i) u.push_back(d(rng));
+    std::vector<float> a(u.size()), b(u.size());
+    attn::cpu::fast_tanh(u.data(), a.data(), u.size(), attn::cpu::FastPath::avx2);
+    attn::cpu::fast_tanh(u.data(), b.data(), u.size(), attn::cpu::FastPath::portable);
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+  }
+
+  TEST_CASE("fast: a non-finite code (e4m3fn NaN, e5m2 Inf/NaN) sends its AVX2 unit to the portable path, bit for bit") {
+    // the AVX2 path hands such a unit to the portable steps (masked keys would turn 0·Inf into NaN)
+    for (Format f : {Format::e4m3fn, Format::e5m2})
+      for (int where = 0; where < 2; ++where) {
+        CAPTURE(format_name(f));
+        CAPTURE(where);
+        AttnSpec s = spec_of(16, 2, 8, 64);
+        s.cache.format = f;
+        PagedProblem p = test::random_problem(s, {50, 20}, {1, 3}, 60 + static_cast<uint64_t>(where));
+        const int64_t H = s.cache.num_kv_heads, D = s.cache.head_dim;
+        // K: a NaN in sequence 0's key 45 (e5m2: −NaN); V: an Inf/NaN in sequence 1's key 18, which its query tokens
+        // 1 and 2 see but not token 0 (tokens 0 and 1 share an AVX2 unit: 2 × 4 rows) (e5m2: +Inf) — head 1 both times
+        const uint8_t bad = f == Format::e4m3fn ? 0xFF : where == 0 ? 0xFE : 0x7C;
+        if (where == 0) p.kd[0][static_cast<size_t>((45 * H + 1) * D + 9)] = bad;
+        else p.vd[1][static_cast<size_t>((18 * H + 1) * D + 9)] = bad;
+        std::mt19937_64 rng(6);
+        test::place_pages(p, rng);
+        attn::AttnArgs a = p.args();
+        attn::cpu::paged_attention_fast(p.spec, a, attn::cpu::FastPath::portable);
+        const std::vector<uint8_t> want = p.out;
+        if (!attn::cpu::fast_attention_has_avx2()) continue;
+        std::fill(p.out.begin(), p.out.end(), 0xCD);
+        attn::cpu::paged_attention_fast(p.spec, a, attn::cpu::FastPath::avx2);
+        // the rows of KV head 1 (q heads 4..7) of every token: token 0 (sequence 0), tokens 1..3 (sequence 1)
+        const size_t e = p.out_elem(), row = static_cast<size_t>(D) * e;
+        for (size_t tok = 0; tok < 4; ++tok) {
+          CAPTURE(tok);
+          CHECK(std::memcmp(&p.out[(tok * 8 + 4) * row], &want[(tok * 8 + 4) * row], 4 * row) == 0);
+        }
+        // a V code's Inf/NaN shows in its column of the row that sees it, and only there (the portable steps give a
+        // NaN logit weight 0: no claim there)
+        if (where == 1) {
+          CHECK(!std::isfinite(test::out_value(s.out_format, &p.out[(2 * 8 + 4) * row + 9 * e])));
+          CHECK(std::isfinite(test::out_value(s.out_format, &p.out[(1 * 8 + 4) * row + 9 * e])));
+        }
+      }
   }
 }
 

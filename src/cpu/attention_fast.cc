@@ -24,6 +24,8 @@
 //   out = RN_out(RN32(O · RN32(sv / L))); a row with no visible key gets 0.
 //   Soft-cap (cap > 0): the lanes' multiplier is c1' = RN32(sm_scale·sk / cap) and t' = RN32(c_l·tanh_vec(RN32(S·c1'))),
 //   c_l = RN32(cap·log2 e) (tanh_vec: exp2_vec, then (1 − e)/(1 + e) by rcp14 and one Newton step; 5–13 % slower).
+// AVX2 path (no AMX; AVX2 + FMA + F16C): the same steps with the rows of one KV head in the 8 f32 lanes — see "AVX2
+// path" below.
 // Portable path: the same steps per row in scalar C++ (f32 fma dot products, ref::exp2_sleef), one key at a time.
 // Scratch per thread (AMX): K chunk 32·Dk bf16, V chunk 32·Dv bf16, and per KV head of the unit Q̃ 16·Dk bf16 and
 // O 16·Dv f32, S 32·16 f32, the row pointers of two chunks.
@@ -671,6 +673,327 @@ AmxKernels make_kernels(Format f) {
   return k;
 }
 
+// ---- AVX2 path ----------------------------------------------------------------------------------------------------
+// CPUs with AVX2, FMA and F16C but no AMX (AMD Zen 2-4, Intel before Sapphire Rapids; chosen at run time). The same
+// arithmetic as the portable path, in f32 lanes: one unit = (sequence, KV heads, <= 8 rows per head), keys in chunks
+// of 32.
+//   Decode: 16 codes -> f16 patterns by integer ops (e5m2: c << 8, its f16 bits; e4m3fn: sign | (c & 0x7F) << 7,
+//     the f16 of value·2^-8, subnormals included) -> f32 by vcvtph2ps, exactly. e4m3fn's 2^-8 is put back exactly:
+//     c2 (logits) is taken ·2^8 and O (f32, the values ·2^-8) ·2^8 before the final factor RN32(sv / L); products
+//     and sums of the scaled values are the unscaled ones ·2^-8 (exact power-of-two steps, the f32 subnormal range
+//     aside, which the bound's η terms cover).
+//   S = K·Q̃^T: per key, 8 row accumulators of 8 lanes (f32 FMA, d in blocks of 16), reduced by an hadd tree into
+//   one vector of the 8 rows' dot products; then the logits, the integer running maximum, exp2 (the Sleef steps of
+//   ref::exp2_sleef, bit for bit), P̃ = RN_bf16(p) and L += P̃ as in the AMX path, with the rows in lanes.
+//   O += P̃·V: V's chunk decoded to f32 once, then 4 rows × 16 d register tiles over the chunk's keys.
+//   A unit whose codes hold a non-finite value (e4m3fn NaN, e5m2 Inf/NaN; max of c & 0x7F per chunk) is redone by
+//   the portable path (masked keys would otherwise turn 0·Inf into NaN for rows that cannot see them).
+//   A decode step's KV heads form one unit (as in the AMX path: each page's slots read whole, K/V once per head);
+//   within a chunk the heads go one after another, and the next head-chunk's rows are prefetched key by key.
+// Scratch per thread: per KV head of the unit Q̃ 8·Dk and O 8·Dv f32; the V chunk 32·Dv f32, P̃ 32·8 f32, row
+// pointers of two chunks.
+
+#define FP8REF_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+
+constexpr int64_t kAvxRows = 8;
+
+struct Avx2Scratch {
+  std::unique_ptr<uint8_t, void (*)(void*)> arena{nullptr, std::free};
+  float* q = nullptr;     // [heads][8][Dkp] Q̃ values (rows past R and d past Dk zero)
+  float* o = nullptr;     // [heads][8][Dvp]
+  float* vbuf = nullptr;  // [kChunk][Dvp]
+  alignas(32) float pbuf[kChunk * kAvxRows] = {};
+  std::vector<const uint8_t*> kp, vp;  // row pointers [2][heads][kChunk]
+
+  void allocate(int64_t hg, int64_t Dkp, int64_t Dvp) {
+    kp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
+    vp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
+    const size_t bytes[3] = {static_cast<size_t>(hg * kAvxRows * Dkp) * 4, static_cast<size_t>(hg * kAvxRows * Dvp) * 4,
+                             static_cast<size_t>(kChunk * Dvp) * 4};
+    size_t off[3], at = 0;
+    for (int i = 0; i < 3; ++i) {
+      at = (at + 4095) / 4096 * 4096 + static_cast<size_t>(i) * 1024;  // staggered modulo 4 KiB, as Scratch
+      off[i] = at;
+      at += bytes[i];
+    }
+    arena.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, (at + 4095) / 4096 * 4096)));
+    if (!arena) throw std::bad_alloc();
+    std::memset(arena.get(), 0, at);
+    q = reinterpret_cast<float*>(arena.get() + off[0]);
+    o = reinterpret_cast<float*>(arena.get() + off[1]);
+    vbuf = reinterpret_cast<float*>(arena.get() + off[2]);
+  }
+};
+
+// 16 codes (n < 16: the first n, the rest zero) -> two vectors of f32 values (e4m3fn: ·2^-8); *mx = max(*mx, c & 0x7F).
+template <bool E5M2>
+FP8REF_AVX2_TARGET inline void decode16(const uint8_t* src, int64_t n, __m128i* mx, __m256& a, __m256& b) {
+  __m128i c;
+  if (n >= 16) {
+    c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  } else {
+    alignas(16) uint8_t t[16] = {};
+    std::memcpy(t, src, static_cast<size_t>(std::max<int64_t>(n, 0)));
+    c = _mm_load_si128(reinterpret_cast<const __m128i*>(t));
+  }
+  *mx = _mm_max_epu8(*mx, _mm_and_si128(c, _mm_set1_epi8(0x7F)));
+  __m256i w = _mm256_cvtepi8_epi16(c);
+  if (E5M2) w = _mm256_slli_epi16(w, 8);
+  else w = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(static_cast<int16_t>(0xBF80)));
+  a = _mm256_cvtph_ps(_mm256_castsi256_si128(w));
+  b = _mm256_cvtph_ps(_mm256_extracti128_si256(w, 1));
+}
+
+// ref::exp2_sleef for z in [-126, 0], bit for bit; lanes outside (or NaN) give 0.
+FP8REF_AVX2_TARGET inline __m256 exp2_avx2(__m256 z) {
+  const __m256 lim = _mm256_set1_ps(-126.0f);
+  const __m256 ok = _mm256_cmp_ps(z, lim, _CMP_GE_OQ);
+  const __m256 zc = _mm256_max_ps(z, lim);
+  const __m256 u = _mm256_round_ps(zc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 s = _mm256_sub_ps(zc, u);
+  __m256 p = _mm256_set1_ps(0.1535920892e-3f);
+  p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(0.1339262701e-2f));
+  p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(0.9618384764e-2f));
+  p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(0.5550347269e-1f));
+  p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(0.2402264476e+0f));
+  p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(0.6931471825e+0f));
+  p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(1.0f));
+  // 2^u for u in [-126, 0]: a normal f32 built from its exponent; p·2^u rounds once, as ldexp does
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(u), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(ok, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+// tanh_fast in lanes, bit for bit (the division included); a NaN lane stays NaN.
+FP8REF_AVX2_TARGET inline __m256 tanh_avx2(__m256 u) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 e = exp2_avx2(_mm256_mul_ps(_mm256_andnot_ps(sign, u), _mm256_set1_ps(-kTwoLog2e)));
+  const __m256 t = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+  const __m256 st = _mm256_or_ps(t, _mm256_and_ps(u, sign));
+  return _mm256_blendv_ps(st, u, _mm256_cmp_ps(u, u, _CMP_UNORD_Q));
+}
+
+// The 8 accumulators' lane sums, row r in lane r.
+FP8REF_AVX2_TARGET inline __m256 reduce8(const __m256* a) {
+  const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
+}
+
+// Returns false (nothing written) when the unit's codes hold a non-finite value or its scales overflow the e4m3fn
+// rescaling; the caller runs the portable path then.
+template <bool E5M2>
+FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
+  const SeqPages sp = seq_pages(c.s, c.a, u.b);
+  const int64_t R = u.r1 - u.r0, HG = u.g1 - u.g0, Dkp = round_up(c.Dk, 16), Dvp = round_up(c.Dv, 16);
+  const int64_t qs = kAvxRows * Dkp, os = kAvxRows * Dvp;  // per-head strides of Q̃ and O
+  const bool capped = c.s.softcap > 0;
+  const float KS = E5M2 ? 1.0f : 256.0f;
+  // rows: visible ranges (the same for every head of the unit)
+  alignas(32) int32_t lo_a[kAvxRows], hi_a[kAvxRows];
+  RowInfo ri[kAvxRows];
+  int64_t LO = std::numeric_limits<int64_t>::max(), HI = -1;
+  for (int64_t r = 0; r < kAvxRows; ++r) {
+    lo_a[r] = std::numeric_limits<int32_t>::max();
+    hi_a[r] = -1;
+    if (r >= R) continue;
+    ri[r] = row_info(c, sp, u, u.r0 + r);  // q head of KV head g0 (+ gi·G for head g0 + gi)
+    if (ri[r].hi >= ri[r].lo) {
+      lo_a[r] = static_cast<int32_t>(ri[r].lo);
+      hi_a[r] = static_cast<int32_t>(ri[r].hi);
+      LO = std::min(LO, ri[r].lo);
+      HI = std::max(HI, ri[r].hi);
+    }
+  }
+  // per head: Q̃ (rows past R and d past Dk zero), the logit multiplier (·2^8 for e4m3fn), sv, state
+  float mult[kMaxHeads], sv[kMaxHeads];
+  for (int64_t gi = 0; gi < HG; ++gi) {
+    const int64_t si = scale_index(c.s.scale_kind, u.b, u.g0 + gi);
+    const float sk = c.a.k_scale[si];
+    sv[gi] = c.s.v_from_k ? sk : c.a.v_scale[si];
+    mult[gi] = (capped ? capped_scale(c, sk) : logit_scale(c, sk)) * KS;  // exact, unless it overflows
+    if (!(std::fabs(mult[gi]) <= std::numeric_limits<float>::max())) return false;
+    float* q = w.q + gi * qs;
+    std::fill(q, q + qs, 0.0f);
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t qbase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * c.Dk;
+      for (int64_t d = 0; d < c.Dk; ++d) q[r * Dkp + d] = bf16_val(q_tilde(c.s.q_format, c.a.q, qbase + d));
+    }
+  }
+  std::fill(w.o, w.o + HG * os, 0.0f);
+  const __m256i lo_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo_a));
+  const __m256i hi_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi_a));
+  const __m256 clv = _mm256_set1_ps(capped ? cap_log2e(c) : 0.0f);
+  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 m2[kMaxHeads], L[kMaxHeads];
+  for (int64_t gi = 0; gi < HG; ++gi) {
+    m2[gi] = ninf;
+    L[gi] = _mm256_setzero_ps();
+  }
+  __m128i mx = _mm_setzero_si128();
+  const int64_t Dk16 = c.Dk / 16 * 16, Dv16 = c.Dv / 16 * 16;
+  const uint8_t** kp[2] = {w.kp.data(), w.kp.data() + HG * kChunk};
+  const uint8_t** vp[2] = {w.vp.data(), w.vp.data() + HG * kChunk};
+  if (LO <= HI)
+    for (int64_t gi = 0; gi < HG; ++gi)
+      row_ptrs(c, sp, u.g0 + gi, LO, std::min<int64_t>(kChunk, HI + 1 - LO), kp[0] + gi * kChunk, vp[0] + gi * kChunk);
+  for (int64_t j0 = LO, cur = 0; j0 <= HI; j0 += kChunk, cur ^= 1) {
+    const int64_t nk = std::min<int64_t>(kChunk, HI + 1 - j0), nx = cur ^ 1;
+    int64_t nn = 0;
+    if (j0 + kChunk <= HI) {
+      nn = std::min<int64_t>(kChunk, HI + 1 - (j0 + kChunk));
+      for (int64_t gi = 0; gi < HG; ++gi)
+        row_ptrs(c, sp, u.g0 + gi, j0 + kChunk, nn, kp[nx] + gi * kChunk, vp[nx] + gi * kChunk);
+    }
+    for (int64_t gi = 0; gi < HG; ++gi) {
+      const uint8_t* const* kpc = kp[cur] + gi * kChunk;
+      const uint8_t* const* vpc = vp[cur] + gi * kChunk;
+      const float* q = w.q + gi * qs;
+      float* ob = w.o + gi * os;
+      const __m256 c2v = _mm256_set1_ps(mult[gi]);
+      // S, logits, chunk maximum
+      __m256 x[kChunk];
+      __m256 cmax = ninf;
+      for (int64_t k = 0; k < nk; ++k) {
+        const uint8_t* kr = kpc[k];
+        __m256 acc[kAvxRows];
+        for (auto& a : acc) a = _mm256_setzero_ps();
+        for (int64_t d = 0; d < Dkp; d += 16) {
+          __m256 k0, k1;
+          decode16<E5M2>(kr + d, d < Dk16 ? 16 : c.Dk - d, &mx, k0, k1);
+          for (int64_t r = 0; r < kAvxRows; ++r) {
+            acc[r] = _mm256_fmadd_ps(_mm256_load_ps(q + r * Dkp + d), k0, acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_load_ps(q + r * Dkp + d + 8), k1, acc[r]);
+          }
+        }
+        // prefetch: key k of the next (head, chunk) in processing order — head gi + 1 of this chunk, or head 0 of
+        // the next chunk (a chunk of all heads, 64 KiB at D = 128, does not fit Zen 3's L1: prefetching a whole
+        // chunk ahead was 1.6× slower, the next head-chunk only ~8 KiB ahead)
+        const bool same = gi + 1 < HG;
+        if (same || k < nn) {
+          const uint8_t* pk = same ? kp[cur][(gi + 1) * kChunk + k] : kp[nx][k];
+          const uint8_t* pv = same ? vp[cur][(gi + 1) * kChunk + k] : vp[nx][k];
+          for (int64_t b = 0; b < c.Dk; b += 64) _mm_prefetch(reinterpret_cast<const char*>(pk + b), _MM_HINT_T0);
+          if (!c.s.v_from_k)
+            for (int64_t b = 0; b < c.Dv; b += 64) _mm_prefetch(reinterpret_cast<const char*>(pv + b), _MM_HINT_T0);
+        }
+        const __m256 s = reduce8(acc);
+        const __m256i jv = _mm256_set1_epi32(static_cast<int32_t>(j0 + k));
+        const __m256 vis = _mm256_castsi256_ps(
+            _mm256_andnot_si256(_mm256_or_si256(_mm256_cmpgt_epi32(lo_v, jv), _mm256_cmpgt_epi32(jv, hi_v)),
+                                _mm256_set1_epi32(-1)));
+        const __m256 t = capped ? _mm256_mul_ps(clv, tanh_avx2(_mm256_mul_ps(s, c2v))) : _mm256_mul_ps(s, c2v);
+        x[k] = _mm256_blendv_ps(ninf, t, vis);
+        cmax = _mm256_max_ps(cmax, x[k]);
+      }
+      // running maximum (an integer), exact rescale of O and L where it grows
+      const __m256 mn = _mm256_max_ps(m2[gi], _mm256_round_ps(cmax, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC));
+      const int changed = _mm256_movemask_ps(_mm256_cmp_ps(mn, m2[gi], _CMP_GT_OQ));
+      if (changed) {
+        alignas(32) float a_m2[kAvxRows], a_mn[kAvxRows], al[kAvxRows];
+        _mm256_store_ps(a_m2, m2[gi]);
+        _mm256_store_ps(a_mn, mn);
+        for (int64_t r = 0; r < kAvxRows; ++r) {
+          al[r] = 1.0f;
+          if (!((changed >> r) & 1)) continue;
+          al[r] = a_m2[r] == -std::numeric_limits<float>::infinity()
+                      ? 0.0f
+                      : std::ldexp(1.0f, static_cast<int>(std::max(-300.0f, a_m2[r] - a_mn[r])));
+          if (r >= R) continue;
+          const __m256 av = _mm256_set1_ps(al[r]);
+          float* orow = ob + r * Dvp;
+          for (int64_t d = 0; d < Dvp; d += 8) _mm256_store_ps(orow + d, _mm256_mul_ps(_mm256_load_ps(orow + d), av));
+        }
+        L[gi] = _mm256_mul_ps(L[gi], _mm256_load_ps(al));
+        m2[gi] = mn;
+      }
+      // P̃ = RN_bf16(exp2(t' − m2)) (p >= 0: round half to even on the bits), L += P̃
+      __m256 Lg = L[gi];
+      for (int64_t k = 0; k < nk; ++k) {
+        const __m256i b = _mm256_castps_si256(exp2_avx2(_mm256_sub_ps(x[k], m2[gi])));
+        const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+        const __m256i rb = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7FFF)), odd),
+                                            _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u)));
+        const __m256 pt = _mm256_castsi256_ps(rb);
+        Lg = _mm256_add_ps(Lg, pt);
+        _mm256_store_ps(w.pbuf + k * kAvxRows, pt);
+      }
+      L[gi] = Lg;
+      // V chunk -> f32, then O += P̃·V in 4-row × 16-d tiles
+      for (int64_t k = 0; k < nk; ++k) {
+        const uint8_t* vr = vpc[k];
+        float* vb = w.vbuf + k * Dvp;
+        for (int64_t d = 0; d < Dvp; d += 16) {
+          __m256 v0, v1;
+          decode16<E5M2>(vr + d, d < Dv16 ? 16 : c.Dv - d, &mx, v0, v1);
+          _mm256_store_ps(vb + d, v0);
+          _mm256_store_ps(vb + d + 8, v1);
+        }
+      }
+      for (int64_t r0 = 0; r0 < R; r0 += 4) {
+        for (int64_t d = 0; d < Dvp; d += 16) {
+          __m256 o[4][2];
+          for (int i = 0; i < 4; ++i) {
+            o[i][0] = _mm256_load_ps(ob + (r0 + i) * Dvp + d);
+            o[i][1] = _mm256_load_ps(ob + (r0 + i) * Dvp + d + 8);
+          }
+          for (int64_t k = 0; k < nk; ++k) {
+            const __m256 v0 = _mm256_load_ps(w.vbuf + k * Dvp + d), v1 = _mm256_load_ps(w.vbuf + k * Dvp + d + 8);
+            const float* pk = w.pbuf + k * kAvxRows + r0;
+            for (int i = 0; i < 4; ++i) {
+              const __m256 p = _mm256_broadcast_ss(pk + i);
+              o[i][0] = _mm256_fmadd_ps(p, v0, o[i][0]);
+              o[i][1] = _mm256_fmadd_ps(p, v1, o[i][1]);
+            }
+          }
+          for (int i = 0; i < 4; ++i) {
+            _mm256_store_ps(ob + (r0 + i) * Dvp + d, o[i][0]);
+            _mm256_store_ps(ob + (r0 + i) * Dvp + d + 8, o[i][1]);
+          }
+        }
+      }
+    }
+    // a byte of mx >= 0x7F (e4m3fn NaN) / 0x7C (e5m2 Inf, NaN): max(mx, T) == mx there
+    if (_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(mx, _mm_set1_epi8(E5M2 ? 0x7C : 0x7F)), mx))) return false;
+  }
+  for (int64_t gi = 0; gi < HG; ++gi) {
+    alignas(32) float Ls[kAvxRows];
+    _mm256_store_ps(Ls, L[gi]);
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t obase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * c.Dv;
+      const float fac = Ls[r] > 0 ? sv[gi] / Ls[r] : 0.0f;
+      const float* orow = w.o + gi * os + r * Dvp;
+      for (int64_t d = 0; d < c.Dv; ++d)
+        store_out(c.s.out_format, c.a.out, obase + d, Ls[r] > 0 ? (orow[d] * KS) * fac : 0.0f);
+    }
+  }
+  return true;
+}
+
+bool avx2_usable() {
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(1, 0, &a, &b, &c, &d)) return false;
+    // leaf 1 ECX: FMA (12), OSXSAVE (27), AVX (28), F16C (29); leaf 7.0 EBX: AVX2 (5); XCR0: SSE and AVX state
+    if (!((c >> 12) & 1) || !((c >> 27) & 1) || !((c >> 28) & 1) || !((c >> 29) & 1)) return false;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((b >> 5) & 1)) return false;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    return (xlo & 6u) == 6u;
+  }();
+  return ok;
+}
+
+template <__m256 (*F)(__m256)>
+FP8REF_AVX2_TARGET void map_lanes_avx2(const float* x, float* out, size_t n) {
+  for (size_t i = 0; i < n; i += 8) {
+    alignas(32) float t[8] = {};
+    std::memcpy(t, x + i, std::min<size_t>(8, n - i) * 4);
+    _mm256_store_ps(t, F(_mm256_load_ps(t)));
+    std::memcpy(out + i, t, std::min<size_t>(8, n - i) * 4);
+  }
+}
+
 void check_fast(const AttnSpec& spec, const AttnArgs& args) {
   check_paged_attention(spec, args);
   if (spec.chunk_unquantized)
@@ -680,14 +1003,17 @@ void check_fast(const AttnSpec& spec, const AttnArgs& args) {
 }  // namespace
 
 bool fast_attention_has_amx() { return amx_usable(); }
+bool fast_attention_has_avx2() { return avx2_usable(); }
 
-void fast_exp2(const float* z, float* out, size_t n) {
-  if (amx_usable()) return map_lanes<exp2_vec>(z, out, n);
+void fast_exp2(const float* z, float* out, size_t n, FastPath path) {
+  if ((path == FastPath::automatic || path == FastPath::amx) && amx_usable()) return map_lanes<exp2_vec>(z, out, n);
+  if (path != FastPath::portable && avx2_usable()) return map_lanes_avx2<exp2_avx2>(z, out, n);
   for (size_t i = 0; i < n; ++i) out[i] = z[i] >= -126.0f ? ref::exp2_sleef(z[i]) : 0.0f;
 }
 
 void fast_tanh(const float* u, float* out, size_t n, FastPath path) {
-  if (path != FastPath::portable && amx_usable()) return map_lanes<tanh_vec>(u, out, n);
+  if ((path == FastPath::automatic || path == FastPath::amx) && amx_usable()) return map_lanes<tanh_vec>(u, out, n);
+  if (path != FastPath::portable && avx2_usable()) return map_lanes_avx2<tanh_avx2>(u, out, n);
   for (size_t i = 0; i < n; ++i) out[i] = tanh_fast(u[i]);
 }
 
@@ -696,24 +1022,41 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
   Ctx c{spec, args, spec.num_q_heads / spec.cache.num_kv_heads, spec.cache.head_dim, spec.dv(), spec.num_q_heads,
         spec.cache, static_cast<float>(1.44269504088896340736)};
   c.vshape.head_dim = c.Dv;
-  const bool amx = path != FastPath::portable && amx_usable();
+  const bool amx = (path == FastPath::automatic || path == FastPath::amx) && amx_usable();
+  const bool avx2 = !amx && path != FastPath::portable && avx2_usable();
   // AMX: a decode-like sequence (<= 16 rows per KV head) is one unit over a group of KV heads (whole pages read in
   // one pass, NHD), as many heads as keep >= 4 units per thread; longer chunks: one unit per (head, 16 rows).
   const int64_t Hkv = spec.cache.num_kv_heads;
   int64_t hg = 1;
-  if (amx) {
+  if (amx || avx2) {
     const int64_t want = 4 * static_cast<int64_t>(omp_get_max_threads());
     hg = std::min<int64_t>(Hkv, kMaxHeads);
     while (hg > 1 && args.num_seqs * ((Hkv + hg - 1) / hg) < want) hg = (hg + 1) / 2;
   }
   std::vector<Unit> units;
+  const int64_t unit_rows = avx2 ? kAvxRows : kRows;
   for (int64_t b = 0; b < args.num_seqs; ++b) {
     const int64_t rows = (args.query_start_loc[b + 1] - args.query_start_loc[b]) * c.G;
-    const int64_t step = rows <= kRows ? hg : 1;
+    const int64_t step = rows <= unit_rows ? hg : 1;
     for (int64_t g = 0; g < Hkv; g += step)
-      for (int64_t r = 0; r < rows; r += kRows) units.push_back({b, g, std::min(Hkv, g + step), r, std::min(rows, r + kRows)});
+      for (int64_t r = 0; r < rows; r += unit_rows)
+        units.push_back({b, g, std::min(Hkv, g + step), r, std::min(rows, r + unit_rows)});
   }
   const int64_t nu = static_cast<int64_t>(units.size());
+  if (avx2) {
+    const bool e5m2 = spec.cache.format == Format::e5m2;
+#pragma omp parallel
+    {
+      Avx2Scratch w;
+      w.allocate(hg, round_up(c.Dk, 16), round_up(c.Dv, 16));
+#pragma omp for schedule(dynamic)
+      for (int64_t i = 0; i < nu; ++i) {
+        const Unit& un = units[static_cast<size_t>(i)];
+        if (!(e5m2 ? unit_avx2<true>(c, w, un) : unit_avx2<false>(c, w, un))) unit_portable(c, un);
+      }
+    }
+    return;
+  }
   if (!amx) {
 #pragma omp parallel for schedule(dynamic)
     for (int64_t i = 0; i < nu; ++i) unit_portable(c, units[static_cast<size_t>(i)]);

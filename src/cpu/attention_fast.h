@@ -10,28 +10,31 @@
 
 namespace fp8ref::attn::cpu {
 
-enum class FastPath : uint8_t { automatic, amx, portable };
+enum class FastPath : uint8_t { automatic, amx, avx2, portable };
 
 // The fast convention over every sequence (spec.convention is not consulted). automatic: AMX-BF16 + AVX-512 VBMI/BF16
-// when the CPU has them (and the OS grants the AMX tile state), else the portable C++ path; amx on a CPU without it
-// falls back to portable. Throws InputError for what check_paged_attention refuses and for unquantized chunks (not
+// when the CPU has them (and the OS grants the AMX tile state), else AVX2 + FMA + F16C when it has those, else the
+// portable C++ path; amx on a CPU without AMX takes the AVX2 path (or portable), avx2 forces the AVX2 path where the
+// CPU has it (also on an AMX machine), else portable. Throws InputError for what check_paged_attention refuses and for unquantized chunks (not
 // supported by fast).
 void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath path = FastPath::automatic);
 
 // Whether automatic picks the AMX path on this machine.
 bool fast_attention_has_amx();
+// Whether the CPU has the AVX2 path's instructions (automatic takes it where there is no AMX).
+bool fast_attention_has_avx2();
 
 // Per output element [Tq, Hq, Dv]: |fast − exact_f64| <= bound, exact_f64 = ref::paged_attention's exact_out (the
 // exact convention before its output rounding); +Inf where no claim is made (a non-finite code in a (sequence,
 // KV head)'s [0, seq_len), a non-finite query, an overflowing output). Scalar f64, for goldens and tests.
 void paged_attention_fast_bound(const AttnSpec& spec, const AttnArgs& args, double* bound);
 
-// The exp2 the kernel evaluates for z in [-126, 0] (the AMX path's AVX-512 twin of ref::exp2_sleef, or that), n
-// values; for the tests of its accuracy (the bound assumes relative error <= 2^-22).
-void fast_exp2(const float* z, float* out, size_t n);
+// The exp2 the given path evaluates for z in [-126, 0] (the AMX path's AVX-512 twin of ref::exp2_sleef, the AVX2
+// path's, or that), n values; for the tests of its accuracy (the bound assumes relative error <= 2^-22).
+void fast_exp2(const float* z, float* out, size_t n, FastPath path = FastPath::automatic);
 
-// The soft-cap's tanh as the given path evaluates it (automatic / amx: the AVX-512 lanes where the CPU has AMX, else
-// the scalar steps), n values; for the tests of its accuracy (the bound assumes |error| <= kFastTanhErr).
+// The soft-cap's tanh as the given path evaluates it (automatic / amx: the AVX-512 lanes where the CPU has AMX; avx2:
+// the AVX2 lanes, bit for bit the scalar steps; else the scalar steps), n values; for the tests of its accuracy (the bound assumes |error| <= kFastTanhErr).
 constexpr double kFastTanhErr = 0x1p-20;
 void fast_tanh(const float* u, float* out, size_t n, FastPath path = FastPath::automatic);
 
