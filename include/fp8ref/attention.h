@@ -108,7 +108,9 @@
 //   c2 = RN32(RN32(sm_scale·sk)·RN32(log2 e)); online base-2 softmax with an integer running max m2 = ceil(max t)
 //   (rescales by 2^(m2 − m2') are exact); P̃_j = RN_bf16(exp2(RN32(t_j − m2))) (Sleef exp2, <= 2^-22 relative), 0
 //   where t_j − m2 < −126; L = Σ P̃_j, N_d = Σ P̃_j·v_jd (f32, any order); out = RN_out(RN32(N_d · RN32(sv / L))),
-//   0 for a row without visible keys.
+//   0 for a row without visible keys. Paths: AMX (bf16 tiles), AVX2 (f32 FMA; e4m3fn codes as value·2^-8, scaled
+//   back exactly in c2 and before the final factor — their f32 underflow errors, <= 2^-142 per operation in natural
+//   units, sit inside the η terms below), portable (scalar).
 //   Soft-cap (cap > 0): t_j = RN32(c_l·τ(RN32(c1'·acc_j))), c1' = RN32(sm_scale·sk / cap) (f64, rounded once),
 //   c_l = RN32(cap·log2 e), τ(x) = sign(x)·RN32(RN32(1 − e) / RN32(1 + e)), e = exp2(−RN32(c_t·|x|)) (Sleef exp2; 0
 //   below −126), c_t = RN32(2·log2 e); NaN stays NaN. |τ(x) − tanh x| <= ε_τ = 2^-20 (absolute): with E = e^(−2|x|),
@@ -298,7 +300,7 @@ float exp2_sleef(float x);
 
 namespace cpu {
 // OpenMP over (sequence, chunk of 4 query positions), Highway inner loops (src/cpu/attention_cpu.cc); bit-identical
-// to ref:: per convention. Convention fast runs src/cpu/attention_fast.cc (AMX; within its bound of exact); the exact
+// to ref:: per convention. Convention fast runs src/cpu/attention_fast.cc (AMX or AVX2; within its bound of exact); the exact
 // convention runs ref's f64 path per (sequence, head) in parallel. kv_cache_write: every convention vectorised over
 // blocks of tokens (vllm-cuda through the vector group quantizer cpu::quantize_static; sglang/spyre: the md quotient in
 // vector lanes, then the vector torch cast; exact: the f64 quotient, then the vector exact cast), dynamic scales from

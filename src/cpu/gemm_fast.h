@@ -1,7 +1,8 @@
 // fp8ref — the `fast` scaled_mm model: the CPU fallback (src/cpu/gemm_fast.cc). Not bit-exact: any summation
 // order, within a derived bound of `exact` (include/fp8ref/gemm.h has the op, the scale shapes and the bias modes).
 //
-// How it computes (oneDNN bf16 matmul, AMX on CPUs that have it; ONEDNN_VERBOSE=1 names the kernel):
+// How it computes (oneDNN bf16 matmul, AMX on CPUs that have it; f32 on the widened operands where oneDNN has no bf16
+// matmul; ONEDNN_VERBOSE=1 names the kernel):
 //   1. fp8 -> bf16 (Highway, arithmetic): exact (e4m3fn and e5m2 values, subnormals included, are bf16 values).
 //      A and B are repacked into K-group-major tiles, A [M/Mt][KB][Mt][G] and B [N/Nt][KB][Nt][G], zero-padded
 //      (G = the scale group along K: 128 blockwise/group, 32 mx, K tensor/rowwise; KB = ceil(K/G)); FastGemmB
