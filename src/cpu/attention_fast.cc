@@ -689,7 +689,8 @@ AmxKernels make_kernels(Format f) {
 //   A unit whose codes hold a non-finite value (e4m3fn NaN, e5m2 Inf/NaN; max of c & 0x7F per chunk) is redone by
 //   the portable path (masked keys would otherwise turn 0·Inf into NaN for rows that cannot see them).
 //   A decode step's KV heads form one unit (as in the AMX path: each page's slots read whole, K/V once per head);
-//   within a chunk the heads go one after another, and the next head-chunk's rows are prefetched key by key.
+//   within a chunk the heads go one after another; during a head's S loop its V rows and the next head-chunk's K
+//   rows are prefetched key by key.
 // Scratch per thread: per KV head of the unit Q̃ 8·Dk and O 8·Dv f32; the V chunk 32·Dv f32, P̃ 32·8 f32, row
 // pointers of two chunks.
 
@@ -866,16 +867,15 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
             acc[r] = _mm256_fmadd_ps(_mm256_load_ps(q + r * Dkp + d + 8), k1, acc[r]);
           }
         }
-        // prefetch: key k of the next (head, chunk) in processing order — head gi + 1 of this chunk, or head 0 of
-        // the next chunk (a chunk of all heads, 64 KiB at D = 128, does not fit Zen 3's L1: prefetching a whole
-        // chunk ahead was 1.6× slower, the next head-chunk only ~8 KiB ahead)
-        const bool same = gi + 1 < HG;
-        if (same || k < nn) {
-          const uint8_t* pk = same ? kp[cur][(gi + 1) * kChunk + k] : kp[nx][k];
-          const uint8_t* pv = same ? vp[cur][(gi + 1) * kChunk + k] : vp[nx][k];
+        // prefetch, key by key: this head's V row (decoded right after the S loop) and the K row of the next
+        // (head, chunk) in processing order — head gi + 1 of this chunk, or head 0 of the next chunk. Measured on
+        // Zen 3 (bench_attention decode, alternating runs): a whole chunk of all heads ahead (64 KiB at D = 128, over
+        // L1's 32 KiB) 1.6× slower than this; the V rows a head-chunk ahead as well 1.3× slower.
+        if (!c.s.v_from_k)
+          for (int64_t b = 0; b < c.Dv; b += 64) _mm_prefetch(reinterpret_cast<const char*>(vpc[k] + b), _MM_HINT_T0);
+        if (gi + 1 < HG || k < nn) {
+          const uint8_t* pk = gi + 1 < HG ? kp[cur][(gi + 1) * kChunk + k] : kp[nx][k];
           for (int64_t b = 0; b < c.Dk; b += 64) _mm_prefetch(reinterpret_cast<const char*>(pk + b), _MM_HINT_T0);
-          if (!c.s.v_from_k)
-            for (int64_t b = 0; b < c.Dv; b += 64) _mm_prefetch(reinterpret_cast<const char*>(pv + b), _MM_HINT_T0);
         }
         const __m256 s = reduce8(acc);
         const __m256i jv = _mm256_set1_epi32(static_cast<int32_t>(j0 + k));
