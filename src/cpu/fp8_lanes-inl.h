@@ -79,7 +79,7 @@ HWY_INLINE VU CastE4m3(VF t) {
   return hn::OrAnd(CastE4m3Mag(hn::And(b, hn::Set(du, 0x7FFFFFFFu))), hn::ShiftRight<24>(b), hn::Set(du, 0x80u));
 }
 
-// AVX-512: two packus_epi32, one packus_epi16 (exact: the values fit) and one dword permutation (the packs
+// AVX-512 and AVX2: two packus_epi32, one packus_epi16 (exact: the values fit) and one dword permutation (the packs
 // interleave per 128-bit block: block L holds dwords c0[L], c1[L], c2[L], c3[L]); elsewhere U8FromU32 per vector.
 HWY_INLINE void StoreCodes4(VU c0, VU c1, VU c2, VU c3, uint8_t* dst) {
 #if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
@@ -87,6 +87,13 @@ HWY_INLINE void StoreCodes4(VU c0, VU c1, VU c2, VU c3, uint8_t* dst) {
   const __m512i b = _mm512_packus_epi16(w01, w23);
   const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   _mm512_storeu_si512(reinterpret_cast<void*>(dst), _mm512_permutexvar_epi32(idx, b));
+#elif HWY_TARGET == HWY_AVX2 && HWY_ARCH_X86
+  // AVX2 likewise (per 128-bit block L: dwords c0[L], c1[L], c2[L], c3[L]), one 32-byte store instead of four
+  // U8FromU32 + 8-byte stores
+  const __m256i w01 = _mm256_packus_epi32(c0.raw, c1.raw), w23 = _mm256_packus_epi32(c2.raw, c3.raw);
+  const __m256i b = _mm256_packus_epi16(w01, w23);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
+                      _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 #else
   const hn::Rebind<uint8_t, DF> d8;
   const size_t N = hn::Lanes(d8);
