@@ -257,12 +257,29 @@ DecodeTables make_tables(Format f) {
   return t;
 }
 
+using Arena = std::unique_ptr<uint8_t, void (*)(void*)>;
+
+// n zeroed buffers of the given sizes in one 4096-aligned allocation, buffer i at offset off[i] = 1 KiB · i modulo
+// 4 KiB (a store to one buffer and a load from another never share address bits 0..11: no 4K aliasing).
+Arena staggered_arena(const size_t* bytes, int n, size_t* off) {
+  size_t at = 0;
+  for (int i = 0; i < n; ++i) {
+    at = (at + 4095) / 4096 * 4096 + static_cast<size_t>(i) * 1024;
+    off[i] = at;
+    at += bytes[i];
+  }
+  Arena a(static_cast<uint8_t*>(std::aligned_alloc(4096, (at + 4095) / 4096 * 4096)), std::free);
+  if (!a) throw std::bad_alloc();
+  std::memset(a.get(), 0, at);
+  return a;
+}
+
 struct Scratch {
   // The decode buffers, Q̃, O and one output row live in one 64-byte-aligned arena (AMX tile rows and the decode's
   // 64-byte stores each within one cache line), the buffers staggered by 1 KiB modulo 4 KiB so that a store to one
   // and a load from another never share address bits 0..11 (4K aliasing). Measured (same-process A/B, bench_attention
   // decode): the old std::vector buffers, 16 bytes off a line, ~8% slower; unstaggered ~2% slower.
-  std::unique_ptr<uint8_t, void (*)(void*)> arena{nullptr, std::free};
+  Arena arena{nullptr, std::free};
   uint16_t* kbuf = nullptr;  // [32][Dks] bf16
   uint32_t* vbuf = nullptr;  // [2 heads][16 pairs][Dvp] (bf16 pairs)
   uint32_t* qb = nullptr;    // [heads][Dks/32][16 pairs][16 rows]
@@ -276,15 +293,8 @@ struct Scratch {
     const size_t bytes[5] = {static_cast<size_t>(kChunk * Dks) * 2, static_cast<size_t>(2 * (kChunk / 2) * Dvp) * 4,
                              static_cast<size_t>(hg * (Dks / 32) * 16 * 16) * 4, static_cast<size_t>(hg * kRows * Dvp) * 4,
                              static_cast<size_t>(Dvp) * 4};
-    size_t off[5], at = 0;
-    for (int i = 0; i < 5; ++i) {
-      at = (at + 4095) / 4096 * 4096 + static_cast<size_t>(i) * 1024;  // buffer i at 1 KiB · i modulo 4 KiB
-      off[i] = at;
-      at += bytes[i];
-    }
-    arena.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, (at + 4095) / 4096 * 4096)));
-    if (!arena) throw std::bad_alloc();
-    std::memset(arena.get(), 0, at);
+    size_t off[5];
+    arena = staggered_arena(bytes, 5, off);
     kbuf = reinterpret_cast<uint16_t*>(arena.get() + off[0]);
     vbuf = reinterpret_cast<uint32_t*>(arena.get() + off[1]);
     qb = reinterpret_cast<uint32_t*>(arena.get() + off[2]);
@@ -354,19 +364,18 @@ constexpr int64_t vperm64(int64_t q) {
   return 16 * (j / 8) + 8 * (q / 32) + j % 8;
 }
 
+// ref::exp2_sleef's polynomial in s = z − round(z), Horner from the highest degree (both vector paths).
+constexpr float kExp2Poly[7] = {0.1535920892e-3f, 0.1339262701e-2f, 0.9618384764e-2f, 0.5550347269e-1f,
+                                0.2402264476e+0f, 0.6931471825e+0f, 1.0f};
+
 // Sleef exp2 (ref::exp2_sleef's polynomial and steps) for z in [-126, 0]; lanes outside (or NaN) give 0.
 FP8REF_AMX_TARGET inline __m512 exp2_vec(__m512 z) {
   const __mmask16 ok = _mm512_cmp_ps_mask(z, _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
   const __m512 zc = _mm512_max_ps(z, _mm512_set1_ps(-126.0f));
   const __m512 u = _mm512_roundscale_ps(zc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 s = _mm512_sub_ps(zc, u);
-  __m512 p = _mm512_set1_ps(0.1535920892e-3f);
-  p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(0.1339262701e-2f));
-  p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(0.9618384764e-2f));
-  p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(0.5550347269e-1f));
-  p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(0.2402264476e+0f));
-  p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(0.6931471825e+0f));
-  p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(1.0f));
+  __m512 p = _mm512_set1_ps(kExp2Poly[0]);
+  for (int i = 1; i < 7; ++i) p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(kExp2Poly[i]));
   return _mm512_maskz_mov_ps(ok, _mm512_scalef_ps(p, u));
 }
 
@@ -417,6 +426,28 @@ void row_ptrs(const Ctx& c, const SeqPages& sp, int64_t g, int64_t j0, int64_t n
     slot = 0;
   }
 }
+
+// The K and V row pointers of two chunks (this one, the next) for a unit's heads, [2][heads][kChunk] in the thread's
+// vectors: set(buf, j0, n) fills buffer buf with keys [j0, j0 + n) of every head; next(cur, j0, HI) the next chunk's
+// (none past HI) into buffer cur ^ 1 and returns how many keys it has.
+struct ChunkRows {
+  const Ctx& c;
+  const SeqPages& sp;
+  const Unit& u;
+  const uint8_t** kp[2];
+  const uint8_t** vp[2];
+  ChunkRows(const Ctx& cx, const SeqPages& s, const Unit& un, std::vector<const uint8_t*>& k, std::vector<const uint8_t*>& v)
+      : c(cx), sp(s), u(un), kp{k.data(), k.data() + (un.g1 - un.g0) * kChunk}, vp{v.data(), v.data() + (un.g1 - un.g0) * kChunk} {}
+  void set(int64_t buf, int64_t j0, int64_t n) {
+    for (int64_t gi = 0; gi < u.g1 - u.g0; ++gi) row_ptrs(c, sp, u.g0 + gi, j0, n, kp[buf] + gi * kChunk, vp[buf] + gi * kChunk);
+  }
+  int64_t next(int64_t cur, int64_t j0, int64_t HI) {
+    if (j0 + kChunk > HI) return 0;
+    const int64_t nn = std::min<int64_t>(kChunk, HI + 1 - (j0 + kChunk));
+    set(cur ^ 1, j0 + kChunk, nn);
+    return nn;
+  }
+};
 
 FP8REF_AMX_TARGET void unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, const Unit& u) {
   const SeqPages sp = seq_pages(c.s, c.a, u.b);
@@ -487,23 +518,16 @@ FP8REF_AMX_TARGET void unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
   _tile_loadconfig(&cfg);
 
   const __m512i lo_v = _mm512_load_si512(lo_a), hi_v = _mm512_load_si512(hi_a);
-  const uint8_t** kp[2] = {w.kp.data(), w.kp.data() + HG * kChunk};
-  const uint8_t** vp[2] = {w.vp.data(), w.vp.data() + HG * kChunk};
-  if (LO <= HI)
-    for (int64_t gi = 0; gi < HG; ++gi)
-      row_ptrs(c, sp, u.g0 + gi, LO, std::min<int64_t>(kChunk, HI + 1 - LO), kp[0] + gi * kChunk, vp[0] + gi * kChunk);
+  ChunkRows rows(c, sp, u, w.kp, w.vp);
+  auto& kp = rows.kp;
+  auto& vp = rows.vp;
+  if (LO <= HI) rows.set(0, LO, std::min<int64_t>(kChunk, HI + 1 - LO));
   for (int64_t j0 = LO, cur = 0; j0 <= HI; j0 += kChunk, cur ^= 1) {
     const int64_t nk = std::min<int64_t>(kChunk, HI + 1 - j0);
     // the next chunk's row pointers, prefetched (key by key, the group's heads in order) while this chunk runs
     // (each next-chunk row is prefetched right after the same row of this chunk is decoded: memory requests paced
     // with the work, instead of one burst that fills the line-fill buffers and stalls)
-    int64_t nn = 0;
-    const int64_t nx = cur ^ 1;
-    if (j0 + kChunk <= HI) {
-      nn = std::min<int64_t>(kChunk, HI + 1 - (j0 + kChunk));
-      for (int64_t gi = 0; gi < HG; ++gi)
-        row_ptrs(c, sp, u.g0 + gi, j0 + kChunk, nn, kp[nx] + gi * kChunk, vp[nx] + gi * kChunk);
-    }
+    const int64_t nx = cur ^ 1, nn = rows.next(cur, j0, HI);
     for (int64_t g0 = 0; g0 < HG; g0 += PH) {  // one slot: heads g0 .. g0 + nh − 1
       const int64_t nh = std::min(PH, HG - g0), slot = g0 / PH;
       for (int64_t h = 0; h < nh; ++h) {
@@ -699,7 +723,7 @@ AmxKernels make_kernels(Format f) {
 constexpr int64_t kAvxRows = 8;
 
 struct Avx2Scratch {
-  std::unique_ptr<uint8_t, void (*)(void*)> arena{nullptr, std::free};
+  Arena arena{nullptr, std::free};
   float* q = nullptr;     // [heads][8][Dkp] Q̃ values (rows past R and d past Dk zero)
   float* o = nullptr;     // [heads][8][Dvp]
   float* vbuf = nullptr;  // [kChunk][Dvp]
@@ -711,15 +735,8 @@ struct Avx2Scratch {
     vp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
     const size_t bytes[3] = {static_cast<size_t>(hg * kAvxRows * Dkp) * 4, static_cast<size_t>(hg * kAvxRows * Dvp) * 4,
                              static_cast<size_t>(kChunk * Dvp) * 4};
-    size_t off[3], at = 0;
-    for (int i = 0; i < 3; ++i) {
-      at = (at + 4095) / 4096 * 4096 + static_cast<size_t>(i) * 1024;  // staggered modulo 4 KiB, as Scratch
-      off[i] = at;
-      at += bytes[i];
-    }
-    arena.reset(static_cast<uint8_t*>(std::aligned_alloc(4096, (at + 4095) / 4096 * 4096)));
-    if (!arena) throw std::bad_alloc();
-    std::memset(arena.get(), 0, at);
+    size_t off[3];
+    arena = staggered_arena(bytes, 3, off);
     q = reinterpret_cast<float*>(arena.get() + off[0]);
     o = reinterpret_cast<float*>(arena.get() + off[1]);
     vbuf = reinterpret_cast<float*>(arena.get() + off[2]);
@@ -752,13 +769,8 @@ FP8REF_AVX2_TARGET inline __m256 exp2_avx2(__m256 z) {
   const __m256 zc = _mm256_max_ps(z, lim);
   const __m256 u = _mm256_round_ps(zc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 s = _mm256_sub_ps(zc, u);
-  __m256 p = _mm256_set1_ps(0.1535920892e-3f);
-  p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(0.1339262701e-2f));
-  p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(0.9618384764e-2f));
-  p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(0.5550347269e-1f));
-  p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(0.2402264476e+0f));
-  p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(0.6931471825e+0f));
-  p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(1.0f));
+  __m256 p = _mm256_set1_ps(kExp2Poly[0]);
+  for (int i = 1; i < 7; ++i) p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(kExp2Poly[i]));
   // 2^u for u in [-126, 0]: a normal f32 built from its exponent; p·2^u rounds once, as ldexp does
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(u), _mm256_set1_epi32(127)), 23);
   return _mm256_and_ps(ok, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
@@ -833,19 +845,12 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
   }
   __m128i mx = _mm_setzero_si128();
   const int64_t Dk16 = c.Dk / 16 * 16, Dv16 = c.Dv / 16 * 16;
-  const uint8_t** kp[2] = {w.kp.data(), w.kp.data() + HG * kChunk};
-  const uint8_t** vp[2] = {w.vp.data(), w.vp.data() + HG * kChunk};
-  if (LO <= HI)
-    for (int64_t gi = 0; gi < HG; ++gi)
-      row_ptrs(c, sp, u.g0 + gi, LO, std::min<int64_t>(kChunk, HI + 1 - LO), kp[0] + gi * kChunk, vp[0] + gi * kChunk);
+  ChunkRows rows(c, sp, u, w.kp, w.vp);
+  auto& kp = rows.kp;
+  auto& vp = rows.vp;
+  if (LO <= HI) rows.set(0, LO, std::min<int64_t>(kChunk, HI + 1 - LO));
   for (int64_t j0 = LO, cur = 0; j0 <= HI; j0 += kChunk, cur ^= 1) {
-    const int64_t nk = std::min<int64_t>(kChunk, HI + 1 - j0), nx = cur ^ 1;
-    int64_t nn = 0;
-    if (j0 + kChunk <= HI) {
-      nn = std::min<int64_t>(kChunk, HI + 1 - (j0 + kChunk));
-      for (int64_t gi = 0; gi < HG; ++gi)
-        row_ptrs(c, sp, u.g0 + gi, j0 + kChunk, nn, kp[nx] + gi * kChunk, vp[nx] + gi * kChunk);
-    }
+    const int64_t nk = std::min<int64_t>(kChunk, HI + 1 - j0), nx = cur ^ 1, nn = rows.next(cur, j0, HI);
     for (int64_t gi = 0; gi < HG; ++gi) {
       const uint8_t* const* kpc = kp[cur] + gi * kChunk;
       const uint8_t* const* vpc = vp[cur] + gi * kChunk;
