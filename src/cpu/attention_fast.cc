@@ -793,9 +793,18 @@ FP8REF_AVX2_TARGET inline __m256 reduce8(const __m256* a) {
   return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
 }
 
+// Rows 0..3 of acc[r] + acc[r + 4] summed, row r in lanes r and r + 4.
+FP8REF_AVX2_TARGET inline __m256 reduce4(const __m256* a) {
+  const __m256 b0 = _mm256_add_ps(a[0], a[4]), b1 = _mm256_add_ps(a[1], a[5]), b2 = _mm256_add_ps(a[2], a[6]),
+               b3 = _mm256_add_ps(a[3], a[7]);
+  const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(b0, b1), _mm256_hadd_ps(b2, b3));
+  return _mm256_add_ps(t, _mm256_permute2f128_ps(t, t, 0x01));
+}
+
+// RP: row accumulators of the S loop, 8 or (units of <= 4 rows) 4.
 // Returns false (nothing written) when the unit's codes hold a non-finite value or its scales overflow the e4m3fn
 // rescaling; the caller runs the portable path then.
-template <bool E5M2>
+template <bool E5M2, int RP>
 FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
   const SeqPages sp = seq_pages(c.s, c.a, u.b);
   const int64_t R = u.r1 - u.r0, HG = u.g1 - u.g0, Dkp = round_up(c.Dk, 16), Dvp = round_up(c.Dv, 16);
@@ -862,14 +871,23 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
       __m256 cmax = ninf;
       for (int64_t k = 0; k < nk; ++k) {
         const uint8_t* kr = kpc[k];
+        // 8 accumulators: rows 0..7 (RP = 8), or rows 0..3 twice — the d halves of each 16-block apart — (RP = 4:
+        // half the multiply-adds for a unit of <= 4 rows, still 8 independent chains)
         __m256 acc[kAvxRows];
         for (auto& a : acc) a = _mm256_setzero_ps();
         for (int64_t d = 0; d < Dkp; d += 16) {
           __m256 k0, k1;
           decode16<E5M2>(kr + d, d < Dk16 ? 16 : c.Dk - d, &mx, k0, k1);
-          for (int64_t r = 0; r < kAvxRows; ++r) {
-            acc[r] = _mm256_fmadd_ps(_mm256_load_ps(q + r * Dkp + d), k0, acc[r]);
-            acc[r] = _mm256_fmadd_ps(_mm256_load_ps(q + r * Dkp + d + 8), k1, acc[r]);
+          if constexpr (RP == 8) {
+            for (int64_t r = 0; r < kAvxRows; ++r) {
+              acc[r] = _mm256_fmadd_ps(_mm256_load_ps(q + r * Dkp + d), k0, acc[r]);
+              acc[r] = _mm256_fmadd_ps(_mm256_load_ps(q + r * Dkp + d + 8), k1, acc[r]);
+            }
+          } else {
+            for (int64_t r = 0; r < 4; ++r) {
+              acc[r] = _mm256_fmadd_ps(_mm256_load_ps(q + r * Dkp + d), k0, acc[r]);
+              acc[r + 4] = _mm256_fmadd_ps(_mm256_load_ps(q + r * Dkp + d + 8), k1, acc[r + 4]);
+            }
           }
         }
         // prefetch, key by key: this head's V row (decoded right after the S loop) and the K row of the next
@@ -882,7 +900,7 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
           const uint8_t* pk = gi + 1 < HG ? kp[cur][(gi + 1) * kChunk + k] : kp[nx][k];
           for (int64_t b = 0; b < c.Dk; b += 64) _mm_prefetch(reinterpret_cast<const char*>(pk + b), _MM_HINT_T0);
         }
-        const __m256 s = reduce8(acc);
+        const __m256 s = RP == 8 ? reduce8(acc) : reduce4(acc);
         const __m256i jv = _mm256_set1_epi32(static_cast<int32_t>(j0 + k));
         const __m256 vis = _mm256_castsi256_ps(
             _mm256_andnot_si256(_mm256_or_si256(_mm256_cmpgt_epi32(lo_v, jv), _mm256_cmpgt_epi32(jv, hi_v)),
@@ -1057,7 +1075,10 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
 #pragma omp for schedule(dynamic)
       for (int64_t i = 0; i < nu; ++i) {
         const Unit& un = units[static_cast<size_t>(i)];
-        if (!(e5m2 ? unit_avx2<true>(c, w, un) : unit_avx2<false>(c, w, un))) unit_portable(c, un);
+        const bool four = un.r1 - un.r0 <= 4;
+        const bool ok = e5m2 ? (four ? unit_avx2<true, 4>(c, w, un) : unit_avx2<true, 8>(c, w, un))
+                             : (four ? unit_avx2<false, 4>(c, w, un) : unit_avx2<false, 8>(c, w, un));
+        if (!ok) unit_portable(c, un);
       }
     }
     return;
