@@ -382,8 +382,8 @@ TEST_SUITE("quant_cpu") {
   }
 
   TEST_CASE("ElemFast look-ahead (the next chunk's group maxima read in the element loop): cpu == reference") {
-    // bf16 group quantization on AVX-512 reads the next chunk's (same row, or the next row's first) group maxima while
-    // it quantizes a chunk, when both have the same length and whole groups; the next chunk then skips its own amax
+    // bf16 group quantization on AVX-512 and AVX2 reads the next chunk's (same row, or the next row's first) group
+    // maxima while it quantizes a chunk, when both have the same length and whole groups; the next chunk then skips its own amax
     // pass — unless a group of it holds an Inf or a NaN, or the lengths differ, when it runs AmaxGroups (and the
     // NaN rules) itself. Shapes: a row per chunk (K = 1024, 7168), two equal chunks per row (K = 16384), unequal
     // chunks (K = 9216 = 8192 + 1024), a group tail (K = 1000, tail=partial); rows holding an Inf, a NaN (amax-nan
