@@ -242,6 +242,11 @@ std::string quant_path(const QuantSpec& spec, bool dynamic, bool exact_out = fal
 // [j0, j1), where the vector kernel's quotient after `corrections` FMA corrections (0: RN(y·RN(1/a)); 1, 2)
 // differs from the IEEE quotient RN(y/a); -1 when the target has no FMA (the kernels then divide).
 int64_t division_failures(int significand_bits, int corrections, uint32_t j0, uint32_t j1);
+// For the tests: the e4m3fn cast in lanes of clamped magnitudes (src/cpu/fp8_lanes-inl.h, CastE4m3Mag) on every f32
+// bit pattern in [b0, b1) (b1 <= 0x43E00001: +0 to 448) against an oracle that walks the codes up the sorted
+// values by the RNE midpoints (ref::value_of; a tie goes to the even code; ties_odd: to the odd one, which the lanes
+// must then miss at every midpoint). Returns the patterns whose code differs.
+int64_t cast_e4m3_failures(uint32_t b0, uint32_t b1, bool ties_odd = false);
 }  // namespace cpu
 
 }  // namespace fp8ref

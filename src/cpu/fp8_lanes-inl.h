@@ -65,11 +65,15 @@ HWY_INLINE VU CastE4m3Mag(VU a) {
   const __m512i t = _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a.raw), _mm512_castsi512_ps(c)));
   return VU{_mm512_add_epi32(t, _mm512_permutexvar_epi32(i, _mm512_load_si512(kOff)))};
 #else
+  // Elsewhere C' = C + 8·(E + 6) ulps of C: the same quantum and the same ties (8·(E + 6) is even), and the low
+  // mantissa bits of a + C' are k + 8·(E + 6) = the code itself (<= 126: no carry into the exponent), so the code is
+  // bits(a + C') & 0xFF. bits(C') = e + (20 << 23) + (e >> 20) − 8·121 with e = bits(2^max(E, -6)): 7 operations
+  // (the form with bits(a + C) − bits(C) + 8·(E + 6) took 8; equal for every a in [+0, 448], checked exhaustively).
   const DF df;
   const DU du;
   const VU e = hn::Max(hn::And(a, hn::Set(du, 0x7F800000u)), hn::Set(du, 0x3C800000u));
-  const VU t = hn::BitCast(du, hn::Add(hn::BitCast(df, a), hn::BitCast(df, hn::Add(e, hn::Set(du, 20u << 23)))));
-  return hn::Add(hn::Sub(t, e), hn::Sub(hn::ShiftRight<20>(e), hn::Set(du, (20u << 23) + 8u * 121u)));
+  const VU c = hn::Add(hn::Add(e, hn::ShiftRight<20>(e)), hn::Set(du, (20u << 23) - 8u * 121u));
+  return hn::And(hn::BitCast(du, hn::Add(hn::BitCast(df, a), hn::BitCast(df, c))), hn::Set(du, 0xFFu));
 #endif
 }
 

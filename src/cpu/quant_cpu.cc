@@ -1053,6 +1053,20 @@ int64_t DivisionFailures(int bits, int corrections, uint32_t j0, uint32_t j1) {
   }
 }
 
+// cpu::cast_e4m3_failures: the codes of CastE4m3Mag for the f32 bit patterns b0, b0 + 1, ... (n of them, lanes
+// past b1 computed and not compared by the caller) into out[0, n).
+void CastE4m3Block(uint32_t b0, size_t n, uint8_t* out) {
+  const DU du;
+  const hn::Rebind<uint8_t, DU> d8;
+  const size_t N = hn::Lanes(du);
+  HWY_ALIGN uint8_t tmp[kMaxLanes];
+  for (size_t i = 0; i < n; i += N) {
+    const VU a = hn::Add(hn::Set(du, b0 + static_cast<uint32_t>(i)), hn::Iota(du, 0));
+    hn::Store(hn::U8FromU32(CastE4m3Mag(a)), d8, tmp);
+    std::memcpy(out + i, tmp, std::min(N, n - i));
+  }
+}
+
 }  // namespace fp8ref::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -1079,6 +1093,7 @@ HWY_EXPORT(ElemFast);
 HWY_EXPORT(DeqRange);
 HWY_EXPORT(QuantHasFma);
 HWY_EXPORT(DivisionFailures);
+HWY_EXPORT(CastE4m3Block);
 
 namespace cpu {
 namespace {
@@ -1668,6 +1683,31 @@ int64_t division_failures(int significand_bits, int corrections, uint32_t j0, ui
       j0 > j1)
     throw std::invalid_argument("division_failures: bits in [2, 24], corrections 0-2, 0 <= j0 <= j1 <= 2^23");
   return HWY_DYNAMIC_DISPATCH(DivisionFailures)(significand_bits, corrections, j0, j1);
+}
+
+int64_t cast_e4m3_failures(uint32_t b0, uint32_t b1, bool ties_odd) {
+  if (b1 > 0x43E00001u || b0 > b1) throw std::invalid_argument("cast_e4m3_failures: 0 <= b0 <= b1 <= 0x43E00001");
+  // mid[c]: the midpoint between codes c and c + 1 (exact in f64); values ascend with the bit patterns
+  double mid[126];
+  for (int c = 0; c < 126; ++c)
+    mid[c] = (ref::value_of(Format::e4m3fn, static_cast<uint8_t>(c)) +
+              ref::value_of(Format::e4m3fn, static_cast<uint8_t>(c + 1))) / 2;
+  constexpr uint32_t kBlock = 1u << 20;
+  const long long nblocks = (static_cast<long long>(b1) - b0 + kBlock - 1) / kBlock;
+  int64_t bad = 0;
+#pragma omp parallel for reduction(+ : bad) schedule(dynamic, 16)
+  for (long long blk = 0; blk < nblocks; ++blk) {
+    const uint32_t lo = b0 + static_cast<uint32_t>(blk) * kBlock, n = std::min(kBlock, b1 - lo);
+    std::vector<uint8_t> got(n);
+    HWY_DYNAMIC_DISPATCH(CastE4m3Block)(lo, n, got.data());
+    int code = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      const double v = static_cast<double>(f32_of(lo + i));
+      while (code < 126 && (v > mid[code] || (v == mid[code] && (code & 1) != static_cast<int>(ties_odd)))) ++code;
+      bad += got[i] != code;
+    }
+  }
+  return bad;
 }
 
 std::string quant_path(const QuantSpec& spec, bool dynamic, bool exact_out) {
