@@ -466,8 +466,8 @@ TEST_SUITE("quant_cpu") {
     }
   }
 
-  TEST_CASE("dequantize e4m3fn -> bf16 through f16 (AVX-512, 32 codes a step): every code at every position, scale edges") {
-    // src/cpu/quant_cpu.cc decodes e4m3fn to bf16 via vcvtph2ps for groups whose scale is finite with |s| < 2^120
+  TEST_CASE("dequantize e4m3fn -> bf16 through f16 (AVX-512 32, AVX2 16 codes a step): every code at every position, scale edges") {
+    // src/cpu/quant_cpu.cc decodes e4m3fn to bf16 via vcvtph2ps (AVX-512 and AVX2) for groups whose scale is finite with |s| < 2^120
     // (rounded by vcvtne2ps2bf16 on AVX512-BF16 CPUs when |s| >= 2^-117: the scales 2^-117 and just below it sit on
     // both sides of that bound), else as before: every code (NaN 0x7F / 0xFF, ±0, subnormals, ±448) at every position of a 32-code step, with
     // scales at and beyond 2^120, tiny (subnormal products), negative, ±0, Inf, NaN, and group tails (group:128,
