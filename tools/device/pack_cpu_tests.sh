@@ -14,10 +14,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
-cmake --build "$BUILD" -j2 --target fp8ref_tests bench_attention bench_quant bench_rmsnorm_quant >/dev/null
+cmake --build "$BUILD" -j2 --target fp8ref_tests fp8ref_exhaustive bench_attention bench_quant bench_rmsnorm_quant >/dev/null
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-cp "$BUILD/tests/fp8ref_tests" "$BUILD/bench/bench_attention" "$BUILD/bench/bench_quant" "$BUILD/bench/bench_rmsnorm_quant" "$stage/"
+cp "$BUILD/tests/fp8ref_tests" "$BUILD/tests/fp8ref_exhaustive" "$BUILD/bench/bench_attention" "$BUILD/bench/bench_quant" "$BUILD/bench/bench_rmsnorm_quant" "$stage/"
 for lib in libdnnl.so.2 libhwy.so.1 libOpenCL.so.1; do
   path=$(ldd "$BUILD/tests/fp8ref_tests" | awk -v l="$lib" '$1 == l { print $3 }')
   [[ -n $path ]] || path=$(ldd "$(ldd "$BUILD/tests/fp8ref_tests" | awk '$1 == "libdnnl.so.2" { print $3 }')" |
