@@ -129,6 +129,7 @@ int main(int argc, char** argv) {
   uint8_t* q = big_buffer<uint8_t>(n);
   float* s = big_buffer<float>(ng);
   uint16_t* back = big_buffer<uint16_t>(n);
+  float* back32 = big_buffer<float>(n);
 #pragma omp parallel for schedule(static)
   for (long long i = 0; i < static_cast<long long>(n); ++i) x[i] = bf16_input(static_cast<uint32_t>(i));
 
@@ -165,6 +166,8 @@ int main(int argc, char** argv) {
                     [&] { cpu::quantize(dsk, Format::bf16, x, shape, q, s); }, {}});
     rows.push_back({"dequantize -> bf16", t, codes + scales + in,
                     [&] { cpu::dequantize(deq, q, shape, s, Format::bf16, back); }, {}});
+    rows.push_back({"dequantize -> f32", t, codes + scales + 2 * in,
+                    [&] { cpu::dequantize(deq, q, shape, s, Format::f32, back32); }, {}});
   }
   for (int r = -1; r < reps; ++r)
     for (Row& row : rows) {

@@ -997,14 +997,17 @@ void DeqRangeT(const uint8_t* q, size_t k0, size_t k1, size_t G, size_t g0, cons
         }
       }
 #elif HWY_TARGET == HWY_AVX2 && HWY_ARCH_X86
-      // e4m3fn -> bf16 on AVX2 as the AVX-512 loop above (DecodeE4m3x32's f16 patterns, 16 codes a step): RN32(value·s)
-      // by vcvtph2ps and one multiply by s·2^8, bf16 by integer RNE, packed (packus_epi32 interleaves the 128-bit
-      // halves: one vpermq), NaN codes -> 0x7FFF; finite |s| < 2^120 (else DecodeTimes below).
-      if constexpr (kOut == 1) {
+      // e4m3fn -> bf16 / f32 on AVX2 as the AVX-512 loop above (DecodeE4m3x32's f16 patterns, 16 codes a step):
+      // RN32(value·s) by vcvtph2ps and one multiply by s·2^8; bf16 by integer RNE, packed (packus_epi32 interleaves
+      // the 128-bit halves: one vpermq), NaN codes -> 0x7FFF; f32 as it is, NaN codes -> 0x7FFFFFFF (their f16
+      // patterns are finite: the mask comes from the codes);
+      // finite |s| < 2^120 (else DecodeTimes below).
+      if constexpr (kOut == 0 || kOut == 1) {
         if (c.man_bits == 3 && c.style == 0 && (bits_of_f(sv[g - g0]) & 0x7FFFFFFFu) < 0x7B800000u) {
           const __m256 S8 = _mm256_set1_ps(sv[g - g0] * 256.0f);
           const __m256i k7fff = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1);
           const __m256i k3f80 = _mm256_set1_epi16(0x3F80), k4000 = _mm256_set1_epi16(0x4000);
+          const __m256 canon = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(kCanon)));
           auto rne = [&](__m256 x) {
             const __m256i b = _mm256_castps_si256(x);
             return _mm256_srli_epi32(
@@ -1013,13 +1016,21 @@ void DeqRangeT(const uint8_t* q, size_t k0, size_t k1, size_t G, size_t g0, cons
           for (; k + 16 <= e; k += 16) {
             const __m256i x =
                 _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k))), 7);
-            const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(x, k3f80), k3f80);
             const __m256i h = _mm256_add_epi16(x, _mm256_and_si256(x, k4000));  // the sign from bit 14 to bit 15
             const __m256 lo = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), S8);
             const __m256 hi = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), S8);
-            const __m256i o = _mm256_permute4x64_epi64(_mm256_packus_epi32(rne(lo), rne(hi)), 0xD8);
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(out) + k),
-                                _mm256_blendv_epi8(o, _mm256_set1_epi16(0x7FFF), nan));
+            const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(x, k3f80), k3f80);  // (a finite f16 pattern)
+            if constexpr (kOut == 1) {
+              const __m256i o = _mm256_permute4x64_epi64(_mm256_packus_epi32(rne(lo), rne(hi)), 0xD8);
+              _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(out) + k),
+                                  _mm256_blendv_epi8(o, _mm256_set1_epi16(0x7FFF), nan));
+            } else {
+              float* o = static_cast<float*>(out) + k;
+              const __m256 nlo = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(nan)));
+              const __m256 nhi = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(nan, 1)));
+              _mm256_storeu_ps(o, _mm256_blendv_ps(lo, canon, nlo));
+              _mm256_storeu_ps(o + 8, _mm256_blendv_ps(hi, canon, nhi));
+            }
           }
         }
       }
