@@ -697,7 +697,7 @@ constexpr size_t kPrefetchAhead = 8192;
 // read in the same loop and its group maxima written to namax (as AmaxGroups: the f32 bits of max |x|), so that the next
 // chunk's amax pass — memory-bound — runs under this chunk's arithmetic. Returns true when namax holds every group
 // of the next chunk and all of them are finite (else the caller runs AmaxGroups for it: a group not covered by the
-// 64-element steps, an Inf or a NaN, or another source/target).
+// 64-element (AVX-512) or 32-element (AVX2) steps, an Inf or a NaN, or another source/target).
 template <int kSrc, uint32_t kOp>
 bool ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const float* a, const float* b,
                uint32_t bound, uint8_t* q, const uint16_t* nx, uint32_t* namax) {
