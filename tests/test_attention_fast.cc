@@ -324,8 +324,8 @@ TEST_SUITE("attention-fast") {
           CAPTURE(tok);
           CHECK(std::memcmp(&p.out[(tok * 8 + 4) * row], &want[(tok * 8 + 4) * row], 4 * row) == 0);
         }
-        // a V code's Inf/NaN shows in its column of the row that sees it, and only there (the portable steps give a
-        // NaN logit weight 0: no claim there)
+        // a V code's Inf/NaN shows in its column of the row that sees it, and only there (a K code's NaN: in every
+        // element of the rows that see it — the NaN-policy test below)
         if (where == 1) {
           CHECK(!std::isfinite(test::out_value(s.out_format, &p.out[(2 * 8 + 4) * row + 9 * e])));
           CHECK(std::isfinite(test::out_value(s.out_format, &p.out[(1 * 8 + 4) * row + 9 * e])));
@@ -372,5 +372,95 @@ TEST_SUITE("attention-fast") {
                                  << test::out_value(md, &want[i]));
           CHECK(diff == 0);
         }
+  }
+}
+
+TEST_SUITE("attention-fast") {
+  // NaN policy (include/fp8ref/attention.h, convention fast): what is NaN (±Inf) in exact's result is NaN (±Inf) in
+  // fast's, on every path — a NaN or ±Inf query element, a NaN (e5m2: ±Inf) code in a key a row sees, a NaN/Inf code
+  // in a V row a row sees; codes in keys a row cannot see change nothing; every other element stays within the
+  // bound. (Before: a NaN logit got weight 0 — a NaN query gave a row of zeros — and a vector-path unit of several
+  // KV heads handed to the portable steps had only its first head written.)
+  TEST_CASE("fast: NaN and Inf inputs give NaN / Inf exactly where exact's result has them, every path") {
+    struct Bad {
+      const char* what;
+      int kind;          // 0: q element, 1: K code, 2: V code
+      size_t tok, head;  // q: token, q head; K/V: sequence, key
+      uint16_t q_bits;   // q (bf16) bits
+      uint8_t code;      // K/V code (of KV head 1, d 9)
+    };
+    // two sequences (50 keys, decode; 20 keys, a 3-token chunk at 17..19): one KV head per vector-path unit
+    const Bad few[] = {
+        {"q NaN (token 0)", 0, 0, 5, 0x7FC0, 0},
+        {"q +Inf (token 2)", 0, 2, 1, 0x7F80, 0},
+        {"q -Inf (token 3)", 0, 3, 6, 0xFF80, 0},
+        {"K NaN code, seq 0 key 45", 1, 0, 45, 0, 0x7F},
+        {"K NaN code, seq 1 key 18 (tokens 2, 3 see it)", 1, 1, 18, 0, 0xFF},
+        {"V NaN code, seq 1 key 18", 2, 1, 18, 0, 0x7F},
+        {"K NaN code, seq 1 key 19 (only token 3 sees it)", 1, 1, 19, 0, 0x7F},
+    };
+    // 40 decode sequences over 4 KV heads: the vector paths group a step's KV heads into one unit
+    const Bad many[] = {
+        {"many: q NaN (token 7, q head 5)", 0, 7, 5, 0x7FC0, 0},
+        {"many: K NaN code, seq 11 key 0", 1, 11, 0, 0, 0x7F},
+        {"many: V NaN code, seq 30 key 2", 2, 30, 2, 0, 0xFF},
+    };
+    for (int cfg = 0; cfg < 2; ++cfg)
+      for (Format f : {Format::e4m3fn, Format::e5m2})
+        for (int extra = 0; extra < 3; ++extra)
+          for (const Bad& b : cfg == 0 ? std::vector<Bad>(std::begin(few), std::end(few))
+                                       : std::vector<Bad>(std::begin(many), std::end(many))) {
+            Bad bd = b;
+            if (extra > 0) {  // e5m2 only: ±Inf codes in K and V
+              if (f != Format::e5m2 || b.kind == 0) continue;
+              bd.code = extra == 1 ? 0x7C : 0xFC;
+            }
+            const std::string what = bd.what, fmt = format_name(f);
+            CAPTURE(fmt);
+            CAPTURE(what);
+            CAPTURE(static_cast<int>(bd.code));
+            AttnSpec s = cfg == 0 ? spec_of(16, 2, 8, 64) : spec_of(16, 4, 16, 64);
+            s.cache.format = f;
+            std::vector<int64_t> sl{50, 20}, ql{1, 3};
+            if (cfg == 1) {
+              sl.clear();
+              ql.assign(40, 1);
+              for (int i = 0; i < 40; ++i) sl.push_back(1 + (i * 37) % 60);
+            }
+            PagedProblem p = test::random_problem(s, sl, ql, 77);
+            const int64_t H = s.cache.num_kv_heads, D = s.cache.head_dim;
+            if (bd.kind == 0)
+              std::memcpy(&p.q[((bd.tok * static_cast<size_t>(s.num_q_heads) + bd.head) * D + 7) * 2], &bd.q_bits, 2);
+            else
+              (bd.kind == 1 ? p.kd : p.vd)[bd.tok][static_cast<size_t>((bd.head * H + 1) * D + 9)] = bd.code;
+            std::mt19937_64 rng(8);
+            test::place_pages(p, rng);
+            s = p.spec;
+            attn::AttnArgs a = p.args();
+            const int64_t n = p.T * s.num_q_heads * s.dv();
+            std::vector<double> ex(static_cast<size_t>(n)), bound(static_cast<size_t>(n));
+            attn::AttnArgs ea = a;
+            ea.out = nullptr;
+            attn::ref::paged_attention(s, ea, ex.data());
+            attn::cpu::paged_attention_fast_bound(s, a, bound.data());
+            int nonfinite = 0;
+            for (double v : ex) nonfinite += !std::isfinite(v);
+            if (extra == 0 || bd.kind != 1) CHECK(nonfinite > 0);  // NaN or Inf in exact (an Inf key may give −Inf logits)
+            for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::avx2, attn::cpu::FastPath::portable}) {
+              CAPTURE(static_cast<int>(path));
+              std::fill(p.out.begin(), p.out.end(), 0xCD);
+              attn::cpu::paged_attention_fast(s, a, path);
+              int wrong = 0;
+              for (int64_t i = 0; i < n; ++i) {
+                const double got = test::out_value(s.out_format, &p.out[static_cast<size_t>(i) * p.out_elem()]);
+                const double want = ex[static_cast<size_t>(i)], bd_i = bound[static_cast<size_t>(i)];
+                const bool same = std::isnan(got) == std::isnan(want) && std::isinf(got) == std::isinf(want) &&
+                                  (!std::isinf(got) || (got > 0) == (want > 0)) &&
+                                  (!std::isfinite(want) || !std::isfinite(bd_i) || std::fabs(got - want) <= bd_i);
+                if (!same && wrong++ < 3) MESSAGE("element " << i << ": fast " << got << ", exact " << want << ", bound " << bd_i);
+              }
+              CHECK(wrong == 0);
+            }
+          }
   }
 }

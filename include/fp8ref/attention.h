@@ -108,7 +108,11 @@
 //   c2 = RN32(RN32(sm_scale·sk)·RN32(log2 e)); online base-2 softmax with an integer running max m2 = ceil(max t)
 //   (rescales by 2^(m2 − m2') are exact); P̃_j = RN_bf16(exp2(RN32(t_j − m2))) (Sleef exp2, <= 2^-22 relative), 0
 //   where t_j − m2 < −126; L = Σ P̃_j, N_d = Σ P̃_j·v_jd (f32, any order); out = RN_out(RN32(N_d · RN32(sv / L))),
-//   0 for a row without visible keys. Paths: AMX (bf16 tiles), AVX2 (f32 FMA; e4m3fn codes as value·2^-8, scaled
+//   0 for a row without visible keys. NaN policy (as exact's IEEE propagation, so a fallback never hides a NaN): a
+//   row with a NaN or +Inf logit t_j, or whose visible logits are all −Inf, is NaN in every element (a NaN or ±Inf
+//   query, a NaN code in a visible key, e5m2 ±Inf codes); a −Inf logit has weight 0; NaN/Inf V codes propagate
+//   through P̃·v (0·Inf = NaN). The vector paths hand a unit whose queries or codes read hold a non-finite value to
+//   the portable steps. Paths: AMX (bf16 tiles), AVX2 (f32 FMA; e4m3fn codes as value·2^-8, scaled
 //   back exactly in c2 and before the final factor — their f32 underflow errors, <= 2^-142 per operation in natural
 //   units, sit inside the η terms below), portable (scalar).
 //   Soft-cap (cap > 0): t_j = RN32(c_l·τ(RN32(c1'·acc_j))), c1' = RN32(sm_scale·sk / cap) (f64, rounded once),

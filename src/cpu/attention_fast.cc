@@ -26,7 +26,10 @@
 //   c_l = RN32(cap·log2 e) (tanh_vec: exp2_vec, then (1 − e)/(1 + e) by rcp14 and one Newton step; 5–13 % slower).
 // AVX2 path (no AMX; AVX2 + FMA + F16C): the same steps with the rows of one KV head in the 8 f32 lanes — see "AVX2
 // path" below.
-// Portable path: the same steps per row in scalar C++ (f32 fma dot products, ref::exp2_sleef), one key at a time.
+// Portable path: the same steps per row in scalar C++ (f32 fma dot products, ref::exp2_sleef), one key at a time,
+// and the NaN policy (attention.h): a NaN or +Inf logit, or only −Inf ones, makes the row NaN. The vector paths hand
+// it every unit whose queries or codes (the keys [LO, HI] they read) hold a NaN or an Inf; a unit of several KV
+// heads is run head by head.
 // Scratch per thread (AMX): K chunk 32·Dk bf16, V chunk 32·Dv bf16, and per KV head of the unit Q̃ 16·Dk bf16 and
 // O 16·Dv f32, S 32·16 f32, the row pointers of two chunks.
 // Tried and dropped (no gain, measured): software-pipelining the next item's decode under the tiles (double buffers),
@@ -189,7 +192,8 @@ float tanh_fast(float u) {
 
 // ---- portable path ------------------------------------------------------------------------------------------------
 
-void unit_portable(const Ctx& c, const Unit& u) {
+// One KV head (u.g0) of a unit.
+void unit_portable_head(const Ctx& c, const Unit& u) {
   const SeqPages sp = seq_pages(c.s, c.a, u.b);
   const int64_t si = scale_index(c.s.scale_kind, u.b, u.g0);
   const float sk = c.a.k_scale[si], sv = c.s.v_from_k ? sk : c.a.v_scale[si];
@@ -203,11 +207,17 @@ void unit_portable(const Ctx& c, const Unit& u) {
     for (int64_t d = 0; d < c.Dk; ++d) q[static_cast<size_t>(d)] = bf16_val(q_tilde(c.s.q_format, c.a.q, qbase + d));
     std::fill(o.begin(), o.end(), 0.0f);
     float m2 = -std::numeric_limits<float>::infinity(), L = 0.0f;
+    bool nan_row = false, any_key = false;  // the NaN policy (attention.h, fast): a NaN or +Inf logit, or only −Inf
     for (int64_t j = ri.lo; j <= ri.hi; ++j) {
       const uint8_t* kr = k_row(c, sp, u.g0, j);
       float acc = 0.0f;
       for (int64_t d = 0; d < c.Dk; ++d) acc = std::fma(q[static_cast<size_t>(d)], fp8ref::ref::decode_f32(f, kr[d]), acc);
       const float x = capped ? cl * tanh_fast(acc * c2) : acc * c2;
+      if (std::isnan(x) || x == std::numeric_limits<float>::infinity()) {
+        nan_row = true;
+        break;
+      }
+      any_key = any_key || x > -std::numeric_limits<float>::infinity();  // (−Inf: weight 0 below)
       const float mn = std::max(m2, std::ceil(x));
       if (mn > m2) {  // exact power-of-two rescale (0 from −inf)
         const float alpha = m2 == -std::numeric_limits<float>::infinity()
@@ -225,9 +235,18 @@ void unit_portable(const Ctx& c, const Unit& u) {
       for (int64_t d = 0; d < c.Dv; ++d) o[static_cast<size_t>(d)] = std::fma(pt, fp8ref::ref::decode_f32(f, vr[d]), o[static_cast<size_t>(d)]);
     }
     const int64_t obase = (ri.qrow * c.Hq + ri.head) * c.Dv;
+    if (nan_row || (!any_key && ri.hi >= ri.lo)) {
+      for (int64_t d = 0; d < c.Dv; ++d) store_out(c.s.out_format, c.a.out, obase + d, std::numeric_limits<float>::quiet_NaN());
+      continue;
+    }
     const float fac = L > 0 ? sv / L : 0.0f;
     for (int64_t d = 0; d < c.Dv; ++d) store_out(c.s.out_format, c.a.out, obase + d, L > 0 ? o[static_cast<size_t>(d)] * fac : 0.0f);
   }
+}
+
+// Every KV head of a unit (the vector paths hand a unit of several heads here when they cannot run it).
+void unit_portable(const Ctx& c, const Unit& u) {
+  for (int64_t g = u.g0; g < u.g1; ++g) unit_portable_head(c, Unit{u.b, g, g + 1, u.r0, u.r1});
 }
 
 // ---- AMX path -----------------------------------------------------------------------------------------------------
@@ -324,7 +343,9 @@ FP8REF_AMX_TARGET inline Regs load_regs(const AmxKernels& K) {
 // order of a decoded K row and the column order of decoded V pairs are permuted this way within every 64-block; Q̃
 // is packed in the same order (the dot products are order-free: AMX sums in its own order anyway) and O's columns
 // are put back in order when the output is written.
-FP8REF_AMX_TARGET inline void decode_pair_store(const Regs& g, __m512i c, uint16_t* dst) {
+// *mx = max(*mx, c & 0x7F) bytewise (a non-finite code shows there: e4m3fn 0x7F, e5m2 >= 0x7C).
+FP8REF_AMX_TARGET inline void decode_pair_store(const Regs& g, __m512i c, uint16_t* dst, __m512i* mx) {
+  *mx = _mm512_max_epu8(*mx, _mm512_andnot_si512(g.sign, c));
   const __m512i lo = _mm512_permutex2var_epi8(g.lo0, c, g.lo1);
   __m512i hi = _mm512_permutex2var_epi8(g.hi0, c, g.hi1);
   hi = _mm512_ternarylogic_epi32(hi, c, g.sign, 0xF8);  // hi | (c & 0x80)
@@ -335,19 +356,20 @@ FP8REF_AMX_TARGET inline void decode_pair_store(const Regs& g, __m512i c, uint16
 FP8REF_AMX_TARGET inline __mmask64 tail_mask(int64_t m) { return m >= 64 ? ~__mmask64{0} : ((__mmask64{1} << m) - 1); }
 
 // n codes (the rest of the 64-multiple row zero) -> bf16, natural order.
-FP8REF_AMX_TARGET inline void decode_row(const Regs& g, const uint8_t* src, int64_t n, uint16_t* dst) {
-  for (int64_t d = 0; d < n; d += 64) decode_pair_store(g, _mm512_maskz_loadu_epi8(tail_mask(n - d), src + d), dst + d);
+FP8REF_AMX_TARGET inline void decode_row(const Regs& g, const uint8_t* src, int64_t n, uint16_t* dst, __m512i* mx) {
+  for (int64_t d = 0; d < n; d += 64) decode_pair_store(g, _mm512_maskz_loadu_epi8(tail_mask(n - d), src + d), dst + d, mx);
 }
 
 // Two keys' V codes (b may be null: zeros) -> VNNI pairs (v_a[d], v_b[d]) for d < n (64-multiple): the codes
 // byte-interleaved in lane (a_d b_d pairs), then decoded as above; dword q of each 64-block holds column vperm64(q).
-FP8REF_AMX_TARGET inline void decode_vpair(const Regs& g, const uint8_t* a, const uint8_t* b, int64_t n, uint32_t* dst) {
+FP8REF_AMX_TARGET inline void decode_vpair(const Regs& g, const uint8_t* a, const uint8_t* b, int64_t n, uint32_t* dst,
+                                            __m512i* mx) {
   for (int64_t d = 0; d < n; d += 64) {
     const __mmask64 mk = tail_mask(n - d);
     const __m512i ca = _mm512_maskz_loadu_epi8(mk, a + d);
     const __m512i cb = b ? _mm512_maskz_loadu_epi8(mk, b + d) : _mm512_setzero_si512();
-    decode_pair_store(g, _mm512_unpacklo_epi8(ca, cb), reinterpret_cast<uint16_t*>(dst + d));
-    decode_pair_store(g, _mm512_unpackhi_epi8(ca, cb), reinterpret_cast<uint16_t*>(dst + d + 32));
+    decode_pair_store(g, _mm512_unpacklo_epi8(ca, cb), reinterpret_cast<uint16_t*>(dst + d), mx);
+    decode_pair_store(g, _mm512_unpackhi_epi8(ca, cb), reinterpret_cast<uint16_t*>(dst + d + 32), mx);
   }
 }
 
@@ -449,7 +471,9 @@ struct ChunkRows {
   }
 };
 
-FP8REF_AMX_TARGET void unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, const Unit& u) {
+// Returns false (nothing written) when the unit's queries or the codes it reads hold a non-finite value: the caller
+// runs the portable path then (the NaN policy).
+FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, const Unit& u) {
   const SeqPages sp = seq_pages(c.s, c.a, u.b);
   const int64_t R = u.r1 - u.r0, HG = u.g1 - u.g0;
   const int64_t Dks = round_up(c.Dk, 64), Dvp = round_up(c.Dv, 64);
@@ -496,14 +520,17 @@ FP8REF_AMX_TARGET void unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
     m2[gi] = ninf;
     L[gi] = _mm512_setzero_ps();
     uint32_t* qb = w.qb + gi * qbs;
+    uint32_t qmax = 0;  // the largest |Q̃| bits: a NaN or Inf query goes to the portable path
     for (int64_t r = 0; r < R; ++r) {
       const int64_t qbase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * c.Dk;
       for (int64_t d = 0; d < c.Dk; ++d) {
         const uint32_t h = q_tilde(c.s.q_format, c.a.q, qbase + d);
+        qmax = std::max(qmax, h & 0x7FFFu);
         const int64_t p = d / 64 * 64 + pos64(d % 64);  // d's position in a decoded K row
         qb[((p / 32) * 16 + (p % 32) / 2) * R + r] |= h << (16 * (p & 1));
       }
     }
+    if (qmax >= 0x7F80u) return false;
   }
   if (HG % PH) std::fill(c2a[HG / PH] + (HG % PH) * LW, c2a[HG / PH] + 16, 0.0f);
   TileCfg cfg;  // shapes shared by the S and the P̃·V phases
@@ -518,6 +545,8 @@ FP8REF_AMX_TARGET void unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
   _tile_loadconfig(&cfg);
 
   const __m512i lo_v = _mm512_load_si512(lo_a), hi_v = _mm512_load_si512(hi_a);
+  __m512i cmx = _mm512_setzero_si512();  // max of c & 0x7F over the codes read
+  const __m512i nonfinite = _mm512_set1_epi8(c.s.cache.format == Format::e5m2 ? 0x7C : 0x7F);
   ChunkRows rows(c, sp, u, w.kp, w.vp);
   auto& kp = rows.kp;
   auto& vp = rows.vp;
@@ -537,7 +566,7 @@ FP8REF_AMX_TARGET void unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
         const uint8_t* const* vpc = vp[cur] + gi * kChunk;
         uint32_t* vb = w.vbuf + h * (kChunk / 2) * Dvp;
         for (int64_t k = 0; k < nk; ++k) {
-          decode_row(g, kpc[k], c.Dk, w.kbuf + k * Dks);
+          decode_row(g, kpc[k], c.Dk, w.kbuf + k * Dks, &cmx);
           if (k < nn) {
             const uint8_t* nk8 = kp[nx][gi * kChunk + k];
             for (int64_t x = 0; x < c.Dk; x += 64) _mm_prefetch(reinterpret_cast<const char*>(nk8 + x), _MM_HINT_T0);
@@ -548,7 +577,7 @@ FP8REF_AMX_TARGET void unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
           }
         }
         for (int64_t k = 0; k < nk; k += 2)
-          decode_vpair(g, vpc[k], k + 1 < nk ? vpc[k + 1] : nullptr, c.Dv, vb + (k / 2) * Dvp);
+          decode_vpair(g, vpc[k], k + 1 < nk ? vpc[k + 1] : nullptr, c.Dv, vb + (k / 2) * Dvp, &cmx);
         for (int64_t k = (nk + 1) / 2 * 2; k < kChunk; k += 2) std::memset(vb + (k / 2) * Dvp, 0, static_cast<size_t>(Dvp) * 4);
         // S^T = K · Q̃^T into lanes [h·LW, h·LW + R) of sbuf
         const uint32_t* qb = w.qb + gi * qbs;
@@ -625,6 +654,7 @@ FP8REF_AMX_TARGET void unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
         }
       }
     }
+    if (_mm512_cmpge_epu8_mask(cmx, nonfinite)) return false;  // a non-finite code: the portable path
   }
   for (int64_t gi = 0; gi < HG; ++gi) {
     alignas(64) float Ls[16];
@@ -648,6 +678,7 @@ FP8REF_AMX_TARGET void unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
       }
     }
   }
+  return true;
 }
 
 FP8REF_AMX_TARGET void tile_release() { _tile_release(); }
@@ -710,8 +741,8 @@ AmxKernels make_kernels(Format f) {
 //   one vector of the 8 rows' dot products; then the logits, the integer running maximum, exp2 (the Sleef steps of
 //   ref::exp2_sleef, bit for bit), P̃ = RN_bf16(p) and L += P̃ as in the AMX path, with the rows in lanes.
 //   O += P̃·V: V's chunk decoded to f32 once, then 4 rows × 16 d register tiles over the chunk's keys.
-//   A unit whose codes hold a non-finite value (e4m3fn NaN, e5m2 Inf/NaN; max of c & 0x7F per chunk) is redone by
-//   the portable path (masked keys would otherwise turn 0·Inf into NaN for rows that cannot see them).
+//   A unit whose queries or codes hold a non-finite value (e4m3fn NaN, e5m2 Inf/NaN; max of c & 0x7F per chunk) is
+//   redone by the portable path (masked keys would otherwise turn 0·Inf into NaN for rows that cannot see them).
 //   A decode step's KV heads form one unit (as in the AMX path: each page's slots read whole, K/V once per head);
 //   within a chunk the heads go one after another; during a head's S loop its V rows and the next head-chunk's K
 //   rows are prefetched key by key.
@@ -837,10 +868,16 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
     if (!(std::fabs(mult[gi]) <= std::numeric_limits<float>::max())) return false;
     float* q = w.q + gi * qs;
     std::fill(q, q + qs, 0.0f);
+    uint32_t qmax = 0;  // the largest |Q̃| bits: a NaN or Inf query goes to the portable path (the NaN policy)
     for (int64_t r = 0; r < R; ++r) {
       const int64_t qbase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * c.Dk;
-      for (int64_t d = 0; d < c.Dk; ++d) q[r * Dkp + d] = bf16_val(q_tilde(c.s.q_format, c.a.q, qbase + d));
+      for (int64_t d = 0; d < c.Dk; ++d) {
+        const uint32_t h = q_tilde(c.s.q_format, c.a.q, qbase + d);
+        qmax = std::max(qmax, h & 0x7FFFu);
+        q[r * Dkp + d] = bf16_val(static_cast<uint16_t>(h));
+      }
     }
+    if (qmax >= 0x7F80u) return false;
   }
   std::fill(w.o, w.o + HG * os, 0.0f);
   const __m256i lo_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo_a));
@@ -1099,7 +1136,7 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
     bool used = false;
 #pragma omp for schedule(dynamic)
     for (int64_t i = 0; i < nu; ++i) {
-      unit_amx(c, K, w, units[static_cast<size_t>(i)]);
+      if (!unit_amx(c, K, w, units[static_cast<size_t>(i)])) unit_portable(c, units[static_cast<size_t>(i)]);
       used = true;
     }
     if (used) tile_release();
