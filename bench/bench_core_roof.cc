@@ -1,12 +1,14 @@
-// bench_core_roof — the vector-instruction roof of this CPU's cores: how many 512-bit instructions a core retires
-// per nanosecond and per cycle, on 1 thread and on every thread at once (issue 4: the compute floor of a bit-exact
-// kernel is its vector-instruction count divided by this rate; bench/RESULTS.md, session 7).
+// bench_core_roof — the vector-instruction roof of this CPU's cores: how many 512-bit instructions (on CPUs without
+// AVX-512: 256-bit, AVX2 + FMA) a core retires per nanosecond and per cycle, on 1 thread and on every thread at once
+// (issue 4: the compute floor of a bit-exact kernel is its vector-instruction count divided by this rate;
+// bench/RESULTS.md, sessions 7 and 11).
 //
-// Compares, never asserts. Three streams of 12 independent 512-bit instructions (no memory operands, no
-// dependencies between them beyond each register's own chain): vfmadd231ps (ports 0 and 5 on Intel cores with two
-// 512-bit units), vpaddd (the same ports), vpermd (port 5 only: the shuffle roof). The core clock is measured in the
-// same run by a chain of dependent vfmadd231ps (4 cycles each on Intel Ice Lake / Sapphire Rapids; an assumption,
-// printed). Best of --reps rounds of --iters loop iterations (12 instructions each).
+// Compares, never asserts. Three streams of 12 independent instructions (no memory operands, no dependencies
+// between them beyond each register's own chain): vfmadd231ps (ports 0 and 5 on Intel cores with two 512-bit units;
+// Zen 3: two FMA pipes), vpaddd (the same ports; Zen 3: four pipes), vpermd (port 5 only: the shuffle roof). The
+// core clock is measured in the same run by a chain of dependent vfmadd231ps (4 cycles each on Intel Ice Lake /
+// Sapphire Rapids and AMD Zen 3; an assumption, printed). Best of --reps rounds of --iters loop iterations (12
+// instructions each).
 // Usage: bench_core_roof [--reps 5] [--iters 50000000]
 #include <omp.h>
 
@@ -43,8 +45,33 @@ double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock:
 #define FP8REF_ROOF_CLOBBER \
   "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm14", "xmm15", "cc"
 
+// The same streams on 256-bit registers (CPUs without AVX-512: AVX2 + FMA; Zen 3: two FMA pipes, four integer).
+#define FP8REF_ROOF_Y1(OP, D) OP " %%ymm14,%%ymm15,%%ymm" #D "\n"
+#define FP8REF_ROOF_Y12(OP)                                                                                         \
+  FP8REF_ROOF_Y1(OP, 0) FP8REF_ROOF_Y1(OP, 1) FP8REF_ROOF_Y1(OP, 2) FP8REF_ROOF_Y1(OP, 3) FP8REF_ROOF_Y1(OP, 4)      \
+  FP8REF_ROOF_Y1(OP, 5) FP8REF_ROOF_Y1(OP, 6) FP8REF_ROOF_Y1(OP, 7) FP8REF_ROOF_Y1(OP, 8) FP8REF_ROOF_Y1(OP, 9)      \
+  FP8REF_ROOF_Y1(OP, 10) FP8REF_ROOF_Y1(OP, 11)
+#define FP8REF_ROOF_YCHAIN12(OP)                                                                                    \
+  FP8REF_ROOF_Y1(OP, 0) FP8REF_ROOF_Y1(OP, 0) FP8REF_ROOF_Y1(OP, 0) FP8REF_ROOF_Y1(OP, 0) FP8REF_ROOF_Y1(OP, 0)      \
+  FP8REF_ROOF_Y1(OP, 0) FP8REF_ROOF_Y1(OP, 0) FP8REF_ROOF_Y1(OP, 0) FP8REF_ROOF_Y1(OP, 0) FP8REF_ROOF_Y1(OP, 0)      \
+  FP8REF_ROOF_Y1(OP, 0) FP8REF_ROOF_Y1(OP, 0)
+#define FP8REF_ROOF_YZERO                                                                                           \
+  "vpxor %%ymm0,%%ymm0,%%ymm0\n vmovdqa %%ymm0,%%ymm1\n vmovdqa %%ymm0,%%ymm2\n vmovdqa %%ymm0,%%ymm3\n"            \
+  "vmovdqa %%ymm0,%%ymm4\n vmovdqa %%ymm0,%%ymm5\n vmovdqa %%ymm0,%%ymm6\n vmovdqa %%ymm0,%%ymm7\n"                 \
+  "vmovdqa %%ymm0,%%ymm8\n vmovdqa %%ymm0,%%ymm9\n vmovdqa %%ymm0,%%ymm10\n vmovdqa %%ymm0,%%ymm11\n"               \
+  "vmovdqa %%ymm0,%%ymm14\n vmovdqa %%ymm0,%%ymm15\n"
+#define FP8REF_ROOF_YLOOP(BODY) FP8REF_ROOF_YZERO "1:\n" BODY "dec %0\n jnz 1b\n"
+
 // Seconds for n iterations of 12 independent instructions of kind k (0 fma, 1 vpaddd, 2 vpermd), or of one
-// dependent FMA chain (k = 3: n·12 dependent instructions).
+// dependent FMA chain (k = 3: n·12 dependent instructions); ymm: the 256-bit forms.
+__attribute__((target("avx2,fma"))) double run_ymm(int k, long n) {
+  const double t0 = now_s();
+  if (k == 0) __asm__ volatile(FP8REF_ROOF_YLOOP(FP8REF_ROOF_Y12("vfmadd231ps")) : "+r"(n)::FP8REF_ROOF_CLOBBER);
+  if (k == 1) __asm__ volatile(FP8REF_ROOF_YLOOP(FP8REF_ROOF_Y12("vpaddd")) : "+r"(n)::FP8REF_ROOF_CLOBBER);
+  if (k == 2) __asm__ volatile(FP8REF_ROOF_YLOOP(FP8REF_ROOF_Y12("vpermd")) : "+r"(n)::FP8REF_ROOF_CLOBBER);
+  if (k == 3) __asm__ volatile(FP8REF_ROOF_YLOOP(FP8REF_ROOF_YCHAIN12("vfmadd231ps")) : "+r"(n)::FP8REF_ROOF_CLOBBER);
+  return now_s() - t0;
+}
 __attribute__((target("avx512f"))) double run(int k, long n) {
   const double t0 = now_s();
   if (k == 0) __asm__ volatile(FP8REF_ROOF_LOOP(FP8REF_ROOF_12("vfmadd231ps")) : "+r"(n)::FP8REF_ROOF_CLOBBER);
@@ -78,12 +105,16 @@ int main(int argc, char** argv) {
     }
   }
 #if FP8REF_ROOF_X86
-  if (!__builtin_cpu_supports("avx512f")) {
-    std::printf("bench_core_roof: this CPU has no AVX-512 (nothing measured)\n");
+  const bool zmm = __builtin_cpu_supports("avx512f");
+  if (!zmm && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) {
+    std::printf("bench_core_roof: this CPU has neither AVX-512 nor AVX2 + FMA (nothing measured)\n");
     return 0;
   }
-  const char* names[] = {"vfmadd231ps zmm (12 independent)", "vpaddd zmm (12 independent)",
-                         "vpermd zmm (12 independent)", "vfmadd231ps zmm, one dependent chain"};
+  const char* names_z[] = {"vfmadd231ps zmm (12 independent)", "vpaddd zmm (12 independent)",
+                           "vpermd zmm (12 independent)", "vfmadd231ps zmm, one dependent chain"};
+  const char* names_y[] = {"vfmadd231ps ymm (12 independent)", "vpaddd ymm (12 independent)",
+                           "vpermd ymm (12 independent)", "vfmadd231ps ymm, one dependent chain"};
+  const char* const* names = zmm ? names_z : names_y;
   const int max_threads = omp_get_max_threads();
   std::printf("| instruction stream | threads | best of %d: per core, instructions / ns | per cycle at the clock "
               "measured (4-cycle FMA chain) |\n|---|---:|---:|---:|\n",
@@ -94,7 +125,7 @@ int main(int argc, char** argv) {
       for (int k = 0; k < 4; ++k) {
         std::vector<double> sec(static_cast<size_t>(t));
 #pragma omp parallel num_threads(t)
-        sec[static_cast<size_t>(omp_get_thread_num())] = run(k, iters);
+        sec[static_cast<size_t>(omp_get_thread_num())] = zmm ? run(k, iters) : run_ymm(k, iters);
         best[static_cast<size_t>(k)] = std::min(best[static_cast<size_t>(k)], *std::max_element(sec.begin(), sec.end()));
       }
     const double ghz = 12.0 * static_cast<double>(iters) * 4.0 / best[3] / 1e9;
