@@ -384,7 +384,7 @@ TEST_SUITE("attention-fast") {
   TEST_CASE("fast: NaN and Inf inputs give NaN / Inf exactly where exact's result has them, every path") {
     struct Bad {
       const char* what;
-      int kind;          // 0: q element, 1: K code, 2: V code
+      int kind;          // 0: q element, 1: K code, 2: V code, 3: the K scale, 4: the V scale (q_bits: f32 bits >> 16)
       size_t tok, head;  // q: token, q head; K/V: sequence, key
       uint16_t q_bits;   // q (bf16) bits
       uint8_t code;      // K/V code (of KV head 1, d 9)
@@ -398,6 +398,9 @@ TEST_SUITE("attention-fast") {
         {"K NaN code, seq 1 key 18 (tokens 2, 3 see it)", 1, 1, 18, 0, 0xFF},
         {"V NaN code, seq 1 key 18", 2, 1, 18, 0, 0x7F},
         {"K NaN code, seq 1 key 19 (only token 3 sees it)", 1, 1, 19, 0, 0x7F},
+        {"K scale NaN", 3, 0, 0, 0x7FC0, 0},
+        {"K scale +Inf", 3, 0, 0, 0x7F80, 0},
+        {"V scale NaN", 4, 0, 0, 0x7FC0, 0},
     };
     // 40 decode sequences over 4 KV heads: the vector paths group a step's KV heads into one unit
     const Bad many[] = {
@@ -412,7 +415,7 @@ TEST_SUITE("attention-fast") {
                                        : std::vector<Bad>(std::begin(many), std::end(many))) {
             Bad bd = b;
             if (extra > 0) {  // e5m2 only: ±Inf codes in K and V
-              if (f != Format::e5m2 || b.kind == 0) continue;
+              if (f != Format::e5m2 || b.kind == 0 || b.kind > 2) continue;
               bd.code = extra == 1 ? 0x7C : 0xFC;
             }
             const std::string what = bd.what, fmt = format_name(f);
@@ -431,8 +434,10 @@ TEST_SUITE("attention-fast") {
             const int64_t H = s.cache.num_kv_heads, D = s.cache.head_dim;
             if (bd.kind == 0)
               std::memcpy(&p.q[((bd.tok * static_cast<size_t>(s.num_q_heads) + bd.head) * D + 7) * 2], &bd.q_bits, 2);
-            else
+            else if (bd.kind <= 2)
               (bd.kind == 1 ? p.kd : p.vd)[bd.tok][static_cast<size_t>((bd.head * H + 1) * D + 9)] = bd.code;
+            else
+              (bd.kind == 3 ? p.ks : p.vs)[0] = f32_from_bits(static_cast<uint32_t>(bd.q_bits) << 16);
             std::mt19937_64 rng(8);
             test::place_pages(p, rng);
             s = p.spec;

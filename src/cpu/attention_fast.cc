@@ -516,6 +516,7 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
     const float sk = c.a.k_scale[si];
     sv[gi] = c.s.v_from_k ? sk : c.a.v_scale[si];
     const float mult = capped ? capped_scale(c, sk) : logit_scale(c, sk);  // soft-cap: c1' (cl after the tanh)
+    if (!(std::fabs(mult) <= std::numeric_limits<float>::max())) return false;  // a NaN/Inf scale: the portable path
     for (int64_t l = 0; l < LW; ++l) c2a[gi / PH][(gi % PH) * LW + l] = mult;
     m2[gi] = ninf;
     L[gi] = _mm512_setzero_ps();
