@@ -25,61 +25,47 @@ double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock:
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define FP8REF_ROOF_X86 1
-// OP into zmmD from zmm14, zmm15; twelve of them into zmm0..11 (independent) or all into zmm0 (one chain)
-#define FP8REF_ROOF_1(OP, D) OP " %%zmm14,%%zmm15,%%zmm" #D "\n"
-#define FP8REF_ROOF_12(OP)                                                                                          \
-  FP8REF_ROOF_1(OP, 0) FP8REF_ROOF_1(OP, 1) FP8REF_ROOF_1(OP, 2) FP8REF_ROOF_1(OP, 3) FP8REF_ROOF_1(OP, 4)           \
-  FP8REF_ROOF_1(OP, 5) FP8REF_ROOF_1(OP, 6) FP8REF_ROOF_1(OP, 7) FP8REF_ROOF_1(OP, 8) FP8REF_ROOF_1(OP, 9)           \
-  FP8REF_ROOF_1(OP, 10) FP8REF_ROOF_1(OP, 11)
-#define FP8REF_ROOF_CHAIN12(OP)                                                                                     \
-  FP8REF_ROOF_1(OP, 0) FP8REF_ROOF_1(OP, 0) FP8REF_ROOF_1(OP, 0) FP8REF_ROOF_1(OP, 0) FP8REF_ROOF_1(OP, 0)           \
-  FP8REF_ROOF_1(OP, 0) FP8REF_ROOF_1(OP, 0) FP8REF_ROOF_1(OP, 0) FP8REF_ROOF_1(OP, 0) FP8REF_ROOF_1(OP, 0)           \
-  FP8REF_ROOF_1(OP, 0) FP8REF_ROOF_1(OP, 0)
+// OP into R D from R 14, R 15 (R: "zmm" or "ymm"); twelve of them into registers 0..11 (independent) or all into
+// register 0 (one chain)
+#define FP8REF_ROOF_1(OP, R, D) OP " %%" R "14,%%" R "15,%%" R #D "\n"
+#define FP8REF_ROOF_12(OP, R)                                                                                       \
+  FP8REF_ROOF_1(OP, R, 0) FP8REF_ROOF_1(OP, R, 1) FP8REF_ROOF_1(OP, R, 2) FP8REF_ROOF_1(OP, R, 3)                   \
+  FP8REF_ROOF_1(OP, R, 4) FP8REF_ROOF_1(OP, R, 5) FP8REF_ROOF_1(OP, R, 6) FP8REF_ROOF_1(OP, R, 7)                   \
+  FP8REF_ROOF_1(OP, R, 8) FP8REF_ROOF_1(OP, R, 9) FP8REF_ROOF_1(OP, R, 10) FP8REF_ROOF_1(OP, R, 11)
+#define FP8REF_ROOF_CHAIN4(OP, R) \
+  FP8REF_ROOF_1(OP, R, 0) FP8REF_ROOF_1(OP, R, 0) FP8REF_ROOF_1(OP, R, 0) FP8REF_ROOF_1(OP, R, 0)
+#define FP8REF_ROOF_CHAIN12(OP, R) FP8REF_ROOF_CHAIN4(OP, R) FP8REF_ROOF_CHAIN4(OP, R) FP8REF_ROOF_CHAIN4(OP, R)
 // every register used zeroed first, in the same asm statement (no denormal or garbage operand can slow a stream)
-#define FP8REF_ROOF_ZERO                                                                                            \
-  "vpxord %%zmm0,%%zmm0,%%zmm0\n vmovdqa64 %%zmm0,%%zmm1\n vmovdqa64 %%zmm0,%%zmm2\n vmovdqa64 %%zmm0,%%zmm3\n"      \
-  "vmovdqa64 %%zmm0,%%zmm4\n vmovdqa64 %%zmm0,%%zmm5\n vmovdqa64 %%zmm0,%%zmm6\n vmovdqa64 %%zmm0,%%zmm7\n"         \
-  "vmovdqa64 %%zmm0,%%zmm8\n vmovdqa64 %%zmm0,%%zmm9\n vmovdqa64 %%zmm0,%%zmm10\n vmovdqa64 %%zmm0,%%zmm11\n"       \
-  "vmovdqa64 %%zmm0,%%zmm14\n vmovdqa64 %%zmm0,%%zmm15\n"
-#define FP8REF_ROOF_LOOP(BODY) FP8REF_ROOF_ZERO "1:\n" BODY "dec %0\n jnz 1b\n"
+#define FP8REF_ROOF_MOV(MOV, R, D) MOV " %%" R "0,%%" R #D "\n"
+#define FP8REF_ROOF_ZERO(R, XOR, MOV)                                                                               \
+  XOR " %%" R "0,%%" R "0,%%" R "0\n" FP8REF_ROOF_MOV(MOV, R, 1) FP8REF_ROOF_MOV(MOV, R, 2)                          \
+  FP8REF_ROOF_MOV(MOV, R, 3) FP8REF_ROOF_MOV(MOV, R, 4) FP8REF_ROOF_MOV(MOV, R, 5) FP8REF_ROOF_MOV(MOV, R, 6)       \
+  FP8REF_ROOF_MOV(MOV, R, 7) FP8REF_ROOF_MOV(MOV, R, 8) FP8REF_ROOF_MOV(MOV, R, 9) FP8REF_ROOF_MOV(MOV, R, 10)      \
+  FP8REF_ROOF_MOV(MOV, R, 11) FP8REF_ROOF_MOV(MOV, R, 14) FP8REF_ROOF_MOV(MOV, R, 15)
+#define FP8REF_ROOF_LOOP(Z, BODY) Z "1:\n" BODY "dec %0\n jnz 1b\n"
 #define FP8REF_ROOF_CLOBBER \
   "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm14", "xmm15", "cc"
-
-// The same streams on 256-bit registers (CPUs without AVX-512: AVX2 + FMA; Zen 3: two FMA pipes, four integer).
-#define FP8REF_ROOF_Y1(OP, D) OP " %%ymm14,%%ymm15,%%ymm" #D "\n"
-#define FP8REF_ROOF_Y12(OP)                                                                                         \
-  FP8REF_ROOF_Y1(OP, 0) FP8REF_ROOF_Y1(OP, 1) FP8REF_ROOF_Y1(OP, 2) FP8REF_ROOF_Y1(OP, 3) FP8REF_ROOF_Y1(OP, 4)      \
-  FP8REF_ROOF_Y1(OP, 5) FP8REF_ROOF_Y1(OP, 6) FP8REF_ROOF_Y1(OP, 7) FP8REF_ROOF_Y1(OP, 8) FP8REF_ROOF_Y1(OP, 9)      \
-  FP8REF_ROOF_Y1(OP, 10) FP8REF_ROOF_Y1(OP, 11)
-#define FP8REF_ROOF_YCHAIN12(OP)                                                                                    \
-  FP8REF_ROOF_Y1(OP, 0) FP8REF_ROOF_Y1(OP, 0) FP8REF_ROOF_Y1(OP, 0) FP8REF_ROOF_Y1(OP, 0) FP8REF_ROOF_Y1(OP, 0)      \
-  FP8REF_ROOF_Y1(OP, 0) FP8REF_ROOF_Y1(OP, 0) FP8REF_ROOF_Y1(OP, 0) FP8REF_ROOF_Y1(OP, 0) FP8REF_ROOF_Y1(OP, 0)      \
-  FP8REF_ROOF_Y1(OP, 0) FP8REF_ROOF_Y1(OP, 0)
-#define FP8REF_ROOF_YZERO                                                                                           \
-  "vpxor %%ymm0,%%ymm0,%%ymm0\n vmovdqa %%ymm0,%%ymm1\n vmovdqa %%ymm0,%%ymm2\n vmovdqa %%ymm0,%%ymm3\n"            \
-  "vmovdqa %%ymm0,%%ymm4\n vmovdqa %%ymm0,%%ymm5\n vmovdqa %%ymm0,%%ymm6\n vmovdqa %%ymm0,%%ymm7\n"                 \
-  "vmovdqa %%ymm0,%%ymm8\n vmovdqa %%ymm0,%%ymm9\n vmovdqa %%ymm0,%%ymm10\n vmovdqa %%ymm0,%%ymm11\n"               \
-  "vmovdqa %%ymm0,%%ymm14\n vmovdqa %%ymm0,%%ymm15\n"
-#define FP8REF_ROOF_YLOOP(BODY) FP8REF_ROOF_YZERO "1:\n" BODY "dec %0\n jnz 1b\n"
-
 // Seconds for n iterations of 12 independent instructions of kind k (0 fma, 1 vpaddd, 2 vpermd), or of one
-// dependent FMA chain (k = 3: n·12 dependent instructions); ymm: the 256-bit forms.
-__attribute__((target("avx2,fma"))) double run_ymm(int k, long n) {
-  const double t0 = now_s();
-  if (k == 0) __asm__ volatile(FP8REF_ROOF_YLOOP(FP8REF_ROOF_Y12("vfmadd231ps")) : "+r"(n)::FP8REF_ROOF_CLOBBER);
-  if (k == 1) __asm__ volatile(FP8REF_ROOF_YLOOP(FP8REF_ROOF_Y12("vpaddd")) : "+r"(n)::FP8REF_ROOF_CLOBBER);
-  if (k == 2) __asm__ volatile(FP8REF_ROOF_YLOOP(FP8REF_ROOF_Y12("vpermd")) : "+r"(n)::FP8REF_ROOF_CLOBBER);
-  if (k == 3) __asm__ volatile(FP8REF_ROOF_YLOOP(FP8REF_ROOF_YCHAIN12("vfmadd231ps")) : "+r"(n)::FP8REF_ROOF_CLOBBER);
+// dependent FMA chain (k = 3: n·12 dependent instructions), on registers R zeroed by XOR / MOV.
+#define FP8REF_ROOF_RUN(R, XOR, MOV)                                                                                \
+  const double t0 = now_s();                                                                                        \
+  if (k == 0)                                                                                                       \
+    __asm__ volatile(FP8REF_ROOF_LOOP(FP8REF_ROOF_ZERO(R, XOR, MOV), FP8REF_ROOF_12("vfmadd231ps", R))               \
+                     : "+r"(n)::FP8REF_ROOF_CLOBBER);                                                               \
+  if (k == 1)                                                                                                       \
+    __asm__ volatile(FP8REF_ROOF_LOOP(FP8REF_ROOF_ZERO(R, XOR, MOV), FP8REF_ROOF_12("vpaddd", R))                    \
+                     : "+r"(n)::FP8REF_ROOF_CLOBBER);                                                               \
+  if (k == 2)                                                                                                       \
+    __asm__ volatile(FP8REF_ROOF_LOOP(FP8REF_ROOF_ZERO(R, XOR, MOV), FP8REF_ROOF_12("vpermd", R))                    \
+                     : "+r"(n)::FP8REF_ROOF_CLOBBER);                                                               \
+  if (k == 3)                                                                                                       \
+    __asm__ volatile(FP8REF_ROOF_LOOP(FP8REF_ROOF_ZERO(R, XOR, MOV), FP8REF_ROOF_CHAIN12("vfmadd231ps", R))          \
+                     : "+r"(n)::FP8REF_ROOF_CLOBBER);                                                               \
   return now_s() - t0;
-}
-__attribute__((target("avx512f"))) double run(int k, long n) {
-  const double t0 = now_s();
-  if (k == 0) __asm__ volatile(FP8REF_ROOF_LOOP(FP8REF_ROOF_12("vfmadd231ps")) : "+r"(n)::FP8REF_ROOF_CLOBBER);
-  if (k == 1) __asm__ volatile(FP8REF_ROOF_LOOP(FP8REF_ROOF_12("vpaddd")) : "+r"(n)::FP8REF_ROOF_CLOBBER);
-  if (k == 2) __asm__ volatile(FP8REF_ROOF_LOOP(FP8REF_ROOF_12("vpermd")) : "+r"(n)::FP8REF_ROOF_CLOBBER);
-  if (k == 3) __asm__ volatile(FP8REF_ROOF_LOOP(FP8REF_ROOF_CHAIN12("vfmadd231ps")) : "+r"(n)::FP8REF_ROOF_CLOBBER);
-  return now_s() - t0;
-}
+
+__attribute__((target("avx512f"))) double run(int k, long n) { FP8REF_ROOF_RUN("zmm", "vpxord", "vmovdqa64") }
+// The same streams on 256-bit registers (CPUs without AVX-512: AVX2 + FMA; Zen 3: two FMA pipes, four integer).
+__attribute__((target("avx2,fma"))) double run_ymm(int k, long n) { FP8REF_ROOF_RUN("ymm", "vpxor", "vmovdqa") }
 #else
 #define FP8REF_ROOF_X86 0
 #endif

@@ -111,17 +111,26 @@ std::vector<Case> cases() {
   return c;
 }
 
+// The exact convention's f64 result on p and fast's bound, per output element.
+void exact_and_bound(PagedProblem& p, std::vector<double>* ex, std::vector<double>* bd) {
+  const attn::AttnArgs a = p.args();
+  const size_t n = static_cast<size_t>(p.T * p.spec.num_q_heads * p.spec.dv());
+  ex->assign(n, 0.0);
+  bd->assign(n, 0.0);
+  attn::AttnArgs ea = a;
+  ea.out = nullptr;
+  attn::ref::paged_attention(p.spec, ea, ex->data());
+  attn::cpu::paged_attention_fast_bound(p.spec, a, bd->data());
+}
+
 // Runs fast on p (path), the exact f64 result and the bound; counts violations and returns max bound / max|v̂|.
 double check_against_exact(PagedProblem& p, attn::cpu::FastPath path, int* bad, int* nonfinite) {
   const AttnSpec& s = p.spec;
   attn::AttnArgs a = p.args();
   attn::cpu::paged_attention_fast(s, a, path);
   const int64_t n = p.T * s.num_q_heads * s.dv();
-  std::vector<double> ex(static_cast<size_t>(n)), bd(static_cast<size_t>(n));
-  attn::AttnArgs ea = a;
-  ea.out = nullptr;
-  attn::ref::paged_attention(s, ea, ex.data());
-  attn::cpu::paged_attention_fast_bound(s, a, bd.data());
+  std::vector<double> ex, bd;
+  exact_and_bound(p, &ex, &bd);
   double vmax = 0;
   for (size_t b = 0; b < p.vd.size() || b < p.kd.size(); ++b) {
     const auto& src = s.v_from_k ? p.kd[b] : p.vd[b];
@@ -443,11 +452,8 @@ TEST_SUITE("attention-fast") {
             s = p.spec;
             attn::AttnArgs a = p.args();
             const int64_t n = p.T * s.num_q_heads * s.dv();
-            std::vector<double> ex(static_cast<size_t>(n)), bound(static_cast<size_t>(n));
-            attn::AttnArgs ea = a;
-            ea.out = nullptr;
-            attn::ref::paged_attention(s, ea, ex.data());
-            attn::cpu::paged_attention_fast_bound(s, a, bound.data());
+            std::vector<double> ex, bound;
+            exact_and_bound(p, &ex, &bound);
             int nonfinite = 0;
             for (double v : ex) nonfinite += !std::isfinite(v);
             if (extra == 0 || bd.kind != 1) CHECK(nonfinite > 0);  // NaN or Inf in exact (an Inf key may give −Inf logits)

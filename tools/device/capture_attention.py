@@ -2,7 +2,8 @@
 """Capture PyTorch's CPU math SDPA on dequantized FP8 K/V (the `torch-sdpa-math` paged-attention convention).
 
 Runs on the CPU of the device machine (it has torch; this one does not). One call writes
-$OUT/sdpa_math_cpu.safetensors (uncompressed, small) and prints a log. Stored as tests/data/h200/sdpa_math_cpu.safetensors;
+$OUT/sdpa_math_cpu.safetensors (AVX512 capability; with ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2
+ONEDNN_MAX_CPU_ISA=AVX2 in the environment: $OUT/sdpa_math_cpu_avx2.safetensors, the AVX2 kernels) (uncompressed, small) and prints a log. Stored as tests/data/h200/sdpa_math_cpu.safetensors;
 tests/test_attention_torch.cc rebuilds a paged cache from each case and checks fp8ref's torch-sdpa-math bit for bit.
 
 Per case i (metadata "case<i>" = JSON: md, dk, dv, hq, hkv, kv, q_len, sm_scale, causal, k_scale, v_scale):
@@ -127,7 +128,10 @@ for name, (tag, shape, raw) in tensors.items():
 header["__metadata__"] = meta
 h = json.dumps(header, separators=(",", ":")).encode()
 h += b" " * ((8 - len(h) % 8) % 8)
-path = os.path.join(out_dir, "sdpa_math_cpu.safetensors")
+# ATEN_CPU_CAPABILITY=avx2 (with MKL_ENABLE_INSTRUCTIONS=AVX2 and ONEDNN_MAX_CPU_ISA=AVX2): the kernels an AVX2-only
+# CPU runs (Vectorized<float> of 8 lanes), written to sdpa_math_cpu_avx2.safetensors
+suffix = "" if cap == "AVX512" else "_" + cap.lower()
+path = os.path.join(out_dir, f"sdpa_math_cpu{suffix}.safetensors")
 with open(path, "wb") as f:
     f.write(struct.pack("<Q", len(h)))
     f.write(h)
