@@ -5,6 +5,7 @@ the step lists of include/fp8ref/attention.h and ../shared/research/paged-attent
   kv-cache-write sglang     codes = ml_dtypes cast of bf16(f32(x) / s) (NaN past 464) — bit for bit
   paged-attention exact     dense softmax attention in float64 over the gathered cache — within 2 ulp of bf16
   paged-attention torch-sdpa-math against torch's CPU math SDPA, live, when `import torch` works — bit for bit
+  paged-attention fast       NaN exactly in the rows where exact has NaN (a NaN query, a NaN code a row sees)
 Bad input: out-of-range slots and block tables, wrong scale shapes: exit 2 and no output file.
 """
 import numpy as np
@@ -146,6 +147,29 @@ def test_paged_attention_cpu_equals_reference(fp8ref, tmp_path, conv):
         outs.append(np.load(tmp_path / "out.npy"))
     np.testing.assert_array_equal(outs[0], outs[1])
     assert not np.isnan(from_bf16_bits(outs[0])).any()
+
+
+def test_paged_attention_fast_nan_rows_as_exact(fp8ref, tmp_path):
+    # The CPU fallback must not hide a NaN: a NaN query element or a NaN code in a key a row sees makes that row NaN,
+    # as in exact (before the NaN policy, fast gave such a row as zeros); every other row stays finite.
+    rng = np.random.default_rng(12)
+    f = attention_inputs(tmp_path, rng, [40, 25], [1, 3], 2, 8, 64, 16)
+    q = f["q"].copy()
+    q[2, 5, 11] = 0x7FC0  # token 2 (sequence 1, position 23), q head 5 (KV head 1): NaN
+    np.save(tmp_path / "q.npy", q)
+    kc = f["kc"].copy()
+    kc[f["bt"][0][33 // 16], 33 % 16, 0, 3] = 0x7F  # sequence 0, key 33, KV head 0: a NaN code
+    np.save(tmp_path / "kc.npy", kc)
+    outs = {}
+    for conv in ["exact", "fast"]:
+        r = run_attention(fp8ref, tmp_path, conv)
+        assert r.returncode == 0, r.stderr
+        outs[conv] = np.isnan(from_bf16_bits(np.load(tmp_path / "out.npy")))
+    want = np.zeros((4, 8, 64), dtype=bool)
+    want[2, 5] = True      # the NaN query's row
+    want[0, 0:4] = True    # sequence 0's decode token sees key 33: q heads 0..3 of KV head 0
+    np.testing.assert_array_equal(outs["exact"], want)
+    np.testing.assert_array_equal(outs["fast"], want)
 
 
 def test_paged_attention_torch_sdpa_math_live(fp8ref, tmp_path):
