@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -296,27 +297,29 @@ TEST_CASE("fast scaled_mm: tiny scale products (f32 subnormal) and the cuBLAS sc
   CHECK(o1 == o2);
 }
 
-// NaN propagation: a NaN code in A (row m) or B (column n) makes exactly that output row / column NaN, as the exact
-// model's IEEE arithmetic does; nothing else becomes NaN.
-TEST_CASE("fast scaled_mm: a NaN code gives NaN in its output row / column and nowhere else") {
+// NaN propagation: a NaN code in A (row m) or B (column n), or a NaN A scale, makes exactly that output row / column
+// (a per-tensor scale: everything) NaN, as the exact model's IEEE arithmetic does; nothing else becomes NaN.
+TEST_CASE("fast scaled_mm: a NaN code or scale gives NaN in its output row / column and nowhere else") {
   std::mt19937_64 rng(11);
   const GemmScaling scalings[] = {GemmScaling::tensor, GemmScaling::rowwise, GemmScaling::blockwise, GemmScaling::group,
                                   GemmScaling::mx};
   for (GemmScaling s : scalings)
     for (Format f : {Format::e4m3fn, Format::e5m2})
-      for (int where = 0; where < 2; ++where) {
+      for (int where = 0; where < 3; ++where) {
         Case c = make_case(rng, s, f, f, Format::bf16, BiasMode::none, 9, 140, 300);
         for (auto& x : c.sa) x = x == 0.0f ? 1.0f : x;  // (mx: no zero scale here, 0·NaN is covered elsewhere)
         for (auto& x : c.sb) x = x == 0.0f ? 1.0f : x;
         const uint8_t nan = 0x7F;
+        const size_t per_row = c.sa.size() / 9;  // A scales per row (0: one per tensor)
         if (where == 0) c.a[static_cast<size_t>(2 * 300 + 257)] = nan;  // A row 2, k 257 (the last K block)
-        else c.bt[static_cast<size_t>(131 * 300 + 3)] = nan;             // B column 131, k 3
+        else if (where == 1) c.bt[static_cast<size_t>(131 * 300 + 3)] = nan;  // B column 131, k 3
+        else c.sa[per_row ? 2 * per_row + per_row - 1 : 0] = std::numeric_limits<float>::quiet_NaN();  // row 2's last
         std::vector<uint8_t> out(static_cast<size_t>(9 * 140 * 2));
         cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), c.bt.data(), c.sa.data(), c.sb.data(), nullptr, out.data());
         int wrong = 0;
         for (size_t m = 0; m < 9; ++m)
           for (size_t n = 0; n < 140; ++n) {
-            const bool want = where == 0 ? m == 2 : n == 131;
+            const bool want = where == 1 ? n == 131 : (m == 2 || (where == 2 && per_row == 0));
             if (std::isnan(out_value(c, out, m * 140 + n)) != want && wrong++ < 3)
               MESSAGE(c.spec.describe() << ": element (" << m << ", " << n << ") " << out_value(c, out, m * 140 + n));
           }
