@@ -504,6 +504,42 @@ size_t CubFullWarps(const float* part, size_t threads, float* lane0, bool* nan) 
   for (size_t t = 32 * warps; t < threads; ++t) anynan |= std::isnan(part[t]) ? 1 : 0;
   *nan = anynan != 0;
   return warps;
+#elif HWY_TARGET == HWY_AVX2 && HWY_ARCH_X86
+  // AVX2: a warp's 32 partials in v[0..3] (lanes 8i .. 8i + 7). Level o: lane l += lane l + o for l < 32 − o (all
+  // from the level's old values: v[i] is updated after its shifted operand, which reads v[i + 1], is formed), the
+  // last o lanes unchanged (blended back), as the scalar loop leaves them.
+  const size_t warps = threads / 32;
+  int anynan = 0;
+  const __m256 zero = _mm256_setzero_ps();
+  for (size_t w = 0; w < warps; ++w) {
+    __m256 v[4];
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(part + 32 * w + 8 * i);
+      anynan |= _mm256_movemask_ps(_mm256_cmp_ps(v[i], v[i], _CMP_UNORD_Q));
+    }
+    // o = 1, 2, 4: lanes 8i + o .. 8i + o + 7 of (v[i], v[i + 1]): the middle 128 bits, then a byte align per lane
+#define FP8REF_CUB_LEVEL(O, KEEP)                                                                                 \
+  for (int i = 0; i < 4; ++i) {                                                                                    \
+    const __m256 nx = i < 3 ? v[i + 1] : zero;                                                                     \
+    const __m256 mid = _mm256_permute2f128_ps(v[i], nx, 0x21);                                                     \
+    const __m256 sh = O == 4 ? mid                                                                                 \
+                             : _mm256_castsi256_ps(_mm256_alignr_epi8(_mm256_castps_si256(mid),                    \
+                                                                      _mm256_castps_si256(v[i]), (4 * O) & 15));   \
+    const __m256 sum = _mm256_add_ps(v[i], sh);                                                                    \
+    v[i] = i < 3 ? sum : _mm256_blend_ps(sum, v[i], KEEP);                                                         \
+  }
+    FP8REF_CUB_LEVEL(1, 0x80)
+    FP8REF_CUB_LEVEL(2, 0xC0)
+    FP8REF_CUB_LEVEL(4, 0xF0)
+#undef FP8REF_CUB_LEVEL
+    v[0] = _mm256_add_ps(v[0], v[1]);  // o = 8 (v[3]'s lanes 24..31 unchanged)
+    v[1] = _mm256_add_ps(v[1], v[2]);
+    v[2] = _mm256_add_ps(v[2], v[3]);
+    lane0[w] = _mm256_cvtss_f32(_mm256_add_ps(v[0], v[2]));  // o = 16: lane 0 of v[0] + v[2]
+  }
+  for (size_t t = 32 * warps; t < threads; ++t) anynan |= std::isnan(part[t]) ? 1 : 0;
+  *nan = anynan != 0;
+  return warps;
 #else
   (void)part;
   (void)threads;
