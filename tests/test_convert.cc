@@ -315,4 +315,55 @@ TEST_SUITE("convert") {
       }
     }
   }
+
+  // Arrays of >= 2^22 elements take the streaming loop's non-temporal stores, each stream a whole 64-byte line of
+  // codes at a time from a line-aligned start (the head before it goes element by element): destinations at every
+  // offset within a line, lengths that leave a tail, f32 / bf16 / f16 sources, on every SIMD target.
+  TEST_CASE("cpu == reference through the streaming (non-temporal) loop at misaligned destinations") {
+    const size_t n = (size_t{1} << 22) + 77;
+    std::mt19937_64 rng(11);
+    std::vector<float> xs(n);
+    std::vector<uint16_t> hs(n);
+    for (size_t i = 0; i < n; ++i) {
+      // magnitudes 2^-12..2^10 (subnormal codes, normals, overflow), 1/4096 specials
+      const uint32_t r = static_cast<uint32_t>(rng());
+      const uint32_t e = 115u + (r >> 8) % 23u;
+      uint32_t b = (r & 0x80000000u) | (e << 23) | (static_cast<uint32_t>(rng()) & 0x7FFFFFu);
+      if ((r & 0xFFF) == 0) b = (r & 0x80000000u) | ((r & 0x1000) ? 0x7F800000u : 0x7FC00001u);
+      xs[i] = b2f(b);
+      hs[i] = static_cast<uint16_t>(rng());
+    }
+    struct Case {
+      const char* conv;
+      Format from, to;
+    };
+    const Case cases[] = {{"torch-2.11", Format::f32, Format::e4m3fn},
+                          {"cuda-satfinite", Format::bf16, Format::e4m3fn},
+                          {"cuda-satfinite", Format::f16, Format::e4m3fn},
+                          {"cuda-satfinite", Format::bf16, Format::e5m2}};
+    for (const Case& c : cases) {
+      const ConversionSpec s = conv(c.conv, c.to, c.from);
+      std::vector<uint8_t> want(n);
+#pragma omp parallel for
+      for (long long i = 0; i < static_cast<long long>(n); ++i)
+        want[i] = c.from == Format::f32 ? ref::encode_f32(xs[i], s) : ref::encode(c.from, hs[i], s);
+      std::vector<uint8_t> buf(n + 128);
+      for (size_t off : {size_t{0}, size_t{1}, size_t{31}, size_t{32}, size_t{33}, size_t{63}}) {
+        INFO(c.conv, " ", format_name(c.from), " -> ", format_name(c.to), " destination offset ", off);
+        const auto targets = fp8ref::test::for_test_targets([&] {
+          INFO("SIMD target ", cpu::simd_target());
+          // the destination's line offset: off from a 64-byte boundary
+          uint8_t* base = buf.data() + ((64 - (reinterpret_cast<uintptr_t>(buf.data()) & 63)) & 63);
+          uint8_t* dst = base + off;
+          REQUIRE(dst + n <= buf.data() + buf.size());
+          if (c.from == Format::f32) cpu::encode_f32(xs.data(), dst, n, s);
+          else cpu::encode_bits16(c.from, hs.data(), dst, n, s);
+          size_t bad = 0;
+          for (size_t i = 0; i < n; ++i) bad += dst[i] != want[i];
+          CHECK(bad == 0);
+        });
+        CHECK(!targets.empty());
+      }
+    }
+  }
 }
