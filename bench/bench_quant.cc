@@ -64,11 +64,29 @@ uint16_t bf16_input(uint32_t i) {
   return static_cast<uint16_t>(sign | (e << 7) | frac);
 }
 
-QuantSpec spec_of(const char* convention) {
+// convention[,key=value...]: a named convention (group:128 unless overridden) with the CLI's overrides
+QuantSpec spec_of(const std::string& text) {
   std::string err;
-  auto s = resolve_quant_convention(convention, Format::e4m3fn, ScaleDtype::f32, &err);
-  if (!s || !apply_quant_override("granularity", "group:128", &*s, &err)) {
-    std::fprintf(stderr, "bench_quant: %s\n", err.c_str());
+  const size_t comma = text.find(',');
+  ScaleDtype sd = ScaleDtype::f32;  // the convention is resolved for the scale dtype an override names
+  const size_t at_sd = text.find(",scale-dtype=");
+  if (at_sd != std::string::npos) {
+    const size_t b = at_sd + 13, e = text.find(',', b);
+    parse_scale_dtype(text.substr(b, e == std::string::npos ? std::string::npos : e - b), &sd);
+  }
+  auto s = resolve_quant_convention(text.substr(0, comma), Format::e4m3fn, sd, &err);
+  bool ok = s && apply_quant_override("granularity", "group:128", &*s, &err);
+  for (size_t at = comma; ok && at != std::string::npos;) {
+    const size_t next = text.find(',', at + 1);
+    const std::string kv = text.substr(at + 1, next == std::string::npos ? std::string::npos : next - at - 1);
+    const size_t eq = kv.find('=');
+    ok = eq != std::string::npos &&
+         (kv.substr(0, eq) == "scale-dtype" || apply_quant_override(kv.substr(0, eq), kv.substr(eq + 1), &*s, &err));
+    if (eq == std::string::npos) err = "override '" + kv + "' is not key=value";
+    at = next;
+  }
+  if (!ok) {
+    std::fprintf(stderr, "bench_quant: %s: %s\n", text.c_str(), err.c_str());
     std::exit(2);
   }
   finalize_quant_spec(&*s, true);
@@ -103,18 +121,22 @@ int main(int argc, char** argv) {
   int64_t M = 4096, K = 7168;
   int reps = 7;
   std::map<std::string, double> anchors;
+  std::vector<std::string> extra;  // --conv: more quantize rows
   for (int a = 1; a < argc; ++a) {
     const std::string s = argv[a];
     const char* v = a + 1 < argc ? argv[a + 1] : nullptr;
     if (s == "--m" && v) M = std::stoll(argv[++a]);
     else if (s == "--k" && v) K = std::stoll(argv[++a]);
     else if (s == "--reps" && v) reps = std::stoi(argv[++a]);
+    else if (s == "--conv" && v) extra.push_back(argv[++a]);
     else if (s == "--anchor" && v) {
       const std::string kv = argv[++a];
       const size_t eq = kv.find('=');
       anchors[kv.substr(0, eq)] = std::stod(kv.substr(eq + 1));
     } else {
-      std::fprintf(stderr, "usage: bench_quant [--m 4096] [--k 7168] [--reps 7] [--anchor NAME=GBS ...]\n");
+      std::fprintf(stderr, "usage: bench_quant [--m 4096] [--k 7168] [--reps 7] [--anchor NAME=GBS ...]\n"
+                         "                   [--conv CONVENTION[,key=value...] ...]  (more quantize rows: group:128 unless\n"
+                         "                   overridden; the CLI's override keys)\n");
       return 2;
     }
   }
@@ -127,7 +149,7 @@ int main(int argc, char** argv) {
   uint16_t* x = big_buffer<uint16_t>(n);
   uint16_t* copy = big_buffer<uint16_t>(n);
   uint8_t* q = big_buffer<uint8_t>(n);
-  float* s = big_buffer<float>(ng);
+  float* s = big_buffer<float>(n / 16 + static_cast<size_t>(M) + 64);  // group:16 / row / block scales fit
   uint16_t* back = big_buffer<uint16_t>(n);
   float* back32 = big_buffer<float>(n);
 #pragma omp parallel for schedule(static)
@@ -138,6 +160,10 @@ int main(int argc, char** argv) {
                cpu::quant_path(vllm, true).c_str(), dsk.describe().c_str(), cpu::quant_path(dsk, true).c_str());
   QuantSpec deq;  // e4m3fn codes, f32 scales, group:128
   deq.granularity = vllm.granularity;
+  // the dequantize rows read codes and scales of their own (vllm-group's), not what the row before them wrote
+  uint8_t* qd = big_buffer<uint8_t>(n);
+  float* sd = big_buffer<float>(ng);
+  cpu::quantize(vllm, Format::bf16, x, shape, qd, sd);
 
   const double in = 2.0 * n, codes = 1.0 * n, scales = 4.0 * ng;
   std::vector<Row> rows;
@@ -164,10 +190,15 @@ int main(int argc, char** argv) {
                     [&] { cpu::quantize(vllm, Format::bf16, x, shape, q, s); }, {}});
     rows.push_back({"quantize deepseek-act-quant", t, in + codes + scales,
                     [&] { cpu::quantize(dsk, Format::bf16, x, shape, q, s); }, {}});
+    for (const std::string& e : extra) {
+      const QuantSpec sp = spec_of(e);
+      if (t == T) std::fprintf(stderr, "  %s: %s\n    path: %s\n", e.c_str(), sp.describe().c_str(), cpu::quant_path(sp, true).c_str());
+      rows.push_back({"quantize " + e, t, in + codes + scales, [&, sp] { cpu::quantize(sp, Format::bf16, x, shape, q, s); }, {}});
+    }
     rows.push_back({"dequantize -> bf16", t, codes + scales + in,
-                    [&] { cpu::dequantize(deq, q, shape, s, Format::bf16, back); }, {}});
+                    [&] { cpu::dequantize(deq, qd, shape, sd, Format::bf16, back); }, {}});
     rows.push_back({"dequantize -> f32", t, codes + scales + 2 * in,
-                    [&] { cpu::dequantize(deq, q, shape, s, Format::f32, back32); }, {}});
+                    [&] { cpu::dequantize(deq, qd, shape, sd, Format::f32, back32); }, {}});
   }
   for (int r = -1; r < reps; ++r)
     for (Row& row : rows) {
@@ -192,6 +223,20 @@ int main(int argc, char** argv) {
       ref::quantize(*sp, Format::bf16, x + r * K, {1, K}, qr.data(), sr.data());
       bad += std::memcmp(qr.data(), q + r * K, static_cast<size_t>(K)) != 0;
       bad += std::memcmp(sr.data(), s + r * (K / 128), static_cast<size_t>(K / 128) * 4) != 0;
+    }
+  }
+  // --conv rows whose rows are independent (group, mx, row): their codes on the same sampled rows
+  std::vector<float> srx(static_cast<size_t>(K));
+  for (const std::string& e : extra) {
+    const QuantSpec sp = spec_of(e);
+    const GranularityKind gk = sp.granularity.kind;
+    if (gk != GranularityKind::group && gk != GranularityKind::mx && gk != GranularityKind::row) continue;
+    cpu::quantize(sp, Format::bf16, x, shape, q, s);
+    sums += " " + e + " codes " + std::to_string(checksum(q, n)) + ";";
+    for (int64_t i = 0; i < 64; ++i) {
+      const int64_t r = (i * 2654435761ll) % M;
+      ref::quantize(sp, Format::bf16, x + r * K, {1, K}, qr.data(), srx.data());
+      bad += std::memcmp(qr.data(), q + r * K, static_cast<size_t>(K)) != 0;
     }
   }
   cpu::quantize(vllm, Format::bf16, x, shape, q, s);

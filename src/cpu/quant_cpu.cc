@@ -133,7 +133,9 @@ struct ElemConst {
   uint32_t nan_bits;  // the NaN v takes
   uint32_t cast_lanes;  // 1: step 9 in lanes (CastE4m3: RNE e4m3fn after a NaN-replacing clamp to max <= 448)
   uint32_t fast_cast;   // 1: finite chunks of "fast" groups take ElemFast (make_ctx and fast_group say when)
-  uint32_t fast_bound;  // ElemFast's clamp: the bits of fp8-max (a clamp) or of 448 (clamp=none, satfinite cast)
+  uint32_t fast_bound;  // ElemFast's clamp: the bits of fp8-max (a clamp) or of 448 (clamp=none)
+  uint32_t fast_qmax;   // 1: clamp=none with a non-saturating cast: a group is fast only if its largest quotient
+                        //    is < 464 (then every quotient rounds to at most 448: no overflow to handle)
 };
 struct ScaleConst {
   bool propagate;
@@ -856,7 +858,8 @@ template <int kSrc>
 bool ElemFastS(uint32_t op, const void* p, size_t k0, size_t k1, size_t G, size_t g0, const float* a, const float* b,
                uint32_t bound, uint8_t* q, const uint16_t* nx, uint32_t* namax) {
   if (op == kOpDiv) return ElemFastT<kSrc, kOpDiv>(p, k0, k1, G, g0, a, b, bound, q, nx, namax);
-  if (op == kOpMul) return ElemFastT<kSrc, kOpMul>(p, k0, k1, G, g0, a, b, bound, q, nx, namax);
+  // exact formula with ue8m0 scales: y·2^-k, a multiply by a (fast_group: a positive and finite)
+  if (op == kOpMul || op == kOpPow2) return ElemFastT<kSrc, kOpMul>(p, k0, k1, G, g0, a, b, bound, q, nx, namax);
   return ElemFastT<kSrc, kOpTriton>(p, k0, k1, G, g0, a, b, bound, q, nx, namax);
 }
 // (The codes go out by ordinary stores: non-temporal stores of whole lines measured ~8% slower with an sfence per row
@@ -1287,11 +1290,19 @@ Ctx make_ctx(const QuantSpec& spec, Format from, const std::vector<int64_t>& sha
                     (spec.clamp == Clamp::nan_to_max || spec.clamp == Clamp::nan_to_min) && spec.fp8_max <= 448.0f &&
                     (c.ec.op == kOpDiv || c.ec.op == kOpMul || c.ec.op == kOpTriton) && c.G > 0;
   // ElemFast (finite chunks, every group fast_group): the same cast for any clamp to 0 < fp8-max <= 448, or no
-  // clamp with a satfinite cast (finite values beyond 448 -> ±448, i.e. a clamp to 448; deepseek-act-quant).
-  const bool clamp_ok = spec.clamp != Clamp::none ? spec.fp8_max > 0.0f && spec.fp8_max <= 448.0f
-                                                  : spec.cast.overflow == Overflow::satfinite;
+  // clamp with a saturating cast (satfinite / saturate: finite values beyond 448 -> ±448, i.e. a clamp to 448;
+  // deepseek-act-quant, mx), or no clamp with a non-saturating one (deepgemm's torch cast) in groups whose largest
+  // quotient is < 464 (fast_qmax): every quotient then rounds to at most 448 — no overflow, no NaN — and the u32
+  // min with 448 changes nothing that the cast does not round to 448 anyway (values in (448, 464) round to 448).
+  // The ops: x/s, x*(1/s), Triton's x/s, and the exact formula with ue8m0 scales (y·2^-k: a multiply by a power of
+  // two, exact unless it underflows, where the f32 product rounds to a value below 2^-126 that casts to ±0 as the
+  // exact quotient does).
+  const bool saturating = spec.cast.overflow == Overflow::satfinite || spec.cast.overflow == Overflow::saturate;
+  const bool clamp_ok = spec.clamp != Clamp::none ? spec.fp8_max > 0.0f && spec.fp8_max <= 448.0f : true;
+  c.ec.fast_qmax = spec.clamp == Clamp::none && !saturating;
   c.ec.fast_cast = spec.to == Format::e4m3fn && spec.cast.to == Format::e4m3fn && spec.cast.rounding == Rounding::rne &&
-                   clamp_ok && (c.ec.op == kOpDiv || c.ec.op == kOpMul || c.ec.op == kOpTriton) && c.G > 0;
+                   clamp_ok &&
+                   (c.ec.op == kOpDiv || c.ec.op == kOpMul || c.ec.op == kOpTriton || c.ec.op == kOpPow2) && c.G > 0;
   c.ec.fast_bound = bits_of(spec.clamp != Clamp::none ? spec.fp8_max : 448.0f);
   return c;
 }
@@ -1301,7 +1312,9 @@ void put_ue8m0(const Ctx& c, uint8_t code, bool was_inf, void* scales, size_t gi
   uint8_t* p = static_cast<uint8_t*>(scales);
   if (c.spec->scale_store == ScaleStore::native) {
     p[gid] = code;
-    *sv = code == 0xFF ? f32_of(0x7FFFFFFFu) : static_cast<float>(std::ldexp(1.0, code - 127));
+    // 2^(code − 127) as f32 bits (code 0: 2^-127, the subnormal 0x00400000) — the value of ldexp(1.0, code − 127)
+    // narrowed, without a libm call per group (mx:32 quantizes 4 groups per 128 elements)
+    *sv = f32_of(code == 0xFF ? 0x7FFFFFFFu : code == 0 ? 0x00400000u : static_cast<uint32_t>(code) << 23);
     return;
   }
   const uint32_t bits = code == 0xFF ? (was_inf ? 0x7F800000u : 0x7FFFFFFFu) : static_cast<uint32_t>(code) << 23;
@@ -1472,11 +1485,11 @@ size_t element_chunk(const Ctx& c) { return c.G == 0 || c.G >= kChunk ? kChunk :
 
 // The element pass over every row with constants a, b for all n_scales groups (tensor, col, block, static).
 // row_gid(r): the scale index of the row's first group.
-bool fast_group(uint32_t op, float a, float b, uint32_t amax_bits);
+bool fast_group(uint32_t op, bool qmax, float a, float b, uint32_t amax_bits);
 // Whether ElemFast may quantize n groups (fast_group for each).
 bool fast_groups(const Ctx& c, const float* a, const float* b, const uint32_t* amax_bits, size_t n) {
   for (size_t i = 0; i < n; ++i)
-    if (!fast_group(c.ec.op, a[i], b[i], amax_bits[i])) return false;
+    if (!fast_group(c.ec.op, c.ec.fast_qmax != 0, a[i], b[i], amax_bits[i])) return false;
   return true;
 }
 template <typename RowGid>
@@ -1558,13 +1571,32 @@ void params_all(const Ctx& c, const std::vector<float>& sv, const std::vector<fl
 //        sign, as the reference's RN(y/a) (below the first e4m3fn midpoint 2^-10) gives.
 //   x*(1/s): a finite and >= +0 (y·a: no NaN from finite y).
 //   Triton's x/s RN(RN(y·b)·a): a and b finite and > 0 (an overflowed y·b times a stays ±Inf).
-bool fast_group(uint32_t op, float a, float b, uint32_t amax_bits) {
+//   exact with ue8m0 scales, y·2^-k: a = 2^-k positive and finite (a = 0 marks sv = 0, Inf or NaN: IEEE division).
+// qmax (ElemConst::fast_qmax): also the group's largest quotient — the op on amax, monotone in |y| — below 464.
+bool fast_group(uint32_t op, bool qmax, float a, float b, uint32_t amax_bits) {
   const uint32_t ab = bits_of(a), bb = bits_of(b);
+  const float amax = f32_of(amax_bits);
+  bool ok;
+  float top;  // the largest |v| of the group
   switch (op) {
-    case kOpDiv: return bb != 0 && ab < 0x80000000u && f32_of(amax_bits) <= a * 0x1p60f;
-    case kOpMul: return ab < 0x7F800000u;
-    default: return ab - 1u < 0x7F7FFFFFu && bb - 1u < 0x7F7FFFFFu;
+    case kOpDiv:
+      ok = bb != 0 && ab < 0x80000000u && amax <= a * 0x1p60f;
+      top = ok ? amax / a : 0.0f;
+      break;
+    case kOpMul:
+      ok = ab < 0x7F800000u;
+      top = amax * a;
+      break;
+    case kOpPow2:
+      ok = ab - 1u < 0x7F7FFFFFu;
+      top = amax * a;
+      break;
+    default:
+      ok = ab - 1u < 0x7F7FFFFFu && bb - 1u < 0x7F7FFFFFu;
+      top = (amax * b) * a;
+      break;
   }
+  return ok && (!qmax || top < 464.0f);
 }
 
 // group / mx / row (when a row's groups fit a chunk): amax, scales and elements per chunk, fused.
