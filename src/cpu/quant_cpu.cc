@@ -725,11 +725,15 @@ bool ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
   size_t k = k0;
 #if HWY_TARGET == HWY_AVX2 && HWY_ARCH_X86
   if constexpr (kSrc == 1) {
-    // bf16 on AVX2, a chunk of whole groups of a multiple of 32 elements (group:128, mx:32): one software-pipelined
-    // loop over the whole chunk, 32 elements a step, the group's constants broadcast per step — the per-group loop
-    // below restarts its pipeline (prologue, the last step alone) at every group, ~15 % of the in-cache time at
-    // G = 128 (perf annotate) and most of it at G = 32. The same arithmetic as the per-group AVX2 loop below; the
-    // look-ahead's group maxima reduced at each group's last step.
+    // bf16 on AVX2, a chunk of whole groups of a multiple of 32 elements (group:128, mx:32), 32 elements a step, as
+    // the AVX-512 loop below (|x| widened by unpacklo/unpackhi with zero words, v of |y|, the codes packed; the packs
+    // leave qwords 0, 2, 1, 3 in order, put right by one vpermq), the signs as bytes: packs_epi16 of x saturates each
+    // bf16 to a byte of its sign (negative words stay negative), & 0x80. Software-pipelined over the whole chunk: the
+    // clamped quotients of step i+1 are computed in the same iteration as step i's casts (a per-step loop was
+    // latency-bound, ~28 cycles per 32 elements in L1 on Zen 3; pipelining it per group: 1 thread 10.6 -> 9.4 ms),
+    // with the group's constants broadcast per step and the look-ahead's maxima reduced at each group's last step (a
+    // pipeline restarted per group spent ~15 % of the in-cache time in its prologue and lone last step at G = 128,
+    // most of it at G = 32). Other chunks (a partial group, G % 32 != 0) take the generic loop below.
     const size_t S = 4 * N;  // elements per step
     if (G % S == 0 && k0 % G == 0 && (k1 - k0) % G == 0 && k1 > k0) {
       const __m256i mag16 = _mm256_set1_epi16(0x7FFF), zero = _mm256_setzero_si256();
@@ -840,69 +844,6 @@ bool ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
       if (nx) {
         const uint32_t m16 = MaxU16(nacc);
         // the whole group in 64-element steps (kg: its start), and finite (bf16 |x| below the Inf bits)
-        if (kg != g * G || k != e || e - kg != G || m16 >= 0x7F80u) nx = nullptr;
-        else namax[g - g0] = m16 << 16;
-        next_ok = nx != nullptr && k == k1;
-      }
-    }
-#elif HWY_TARGET == HWY_AVX2 && HWY_ARCH_X86
-    if constexpr (kSrc == 1) {
-      // bf16 on AVX2, 32 elements a step, as the AVX-512 loop above (|x| widened by unpacklo/unpackhi with zero words,
-      // v of |y|, the codes packed; the packs leave qwords 0, 2, 1, 3 in order, put right by one vpermq), the signs as
-      // bytes: packs_epi16 of x saturates each bf16 to a byte of its sign (negative words stay negative), & 0x80.
-      // Software-pipelined: the clamped quotients of step i+1 are computed in the same iteration as step i's casts (the
-      // loop was latency-bound: ~28 cycles per 32 elements in L1 on Zen 3 for ~60 vector ops; bench_quant
-      // same-process A/B 1 thread 10.6 -> 9.4 ms, 2 threads 6.8 -> 6.2 ms).
-      const __m256i mag16 = _mm256_set1_epi16(0x7FFF), zero = _mm256_setzero_si256();
-      const __m256i b80 = _mm256_set1_epi8(static_cast<char>(0x80));
-      const size_t kg = k;
-      __m256i nacc = zero;
-      if (k + 4 * N <= e) {
-        auto divm = [&](__m256i ybits) {
-          const VF y{_mm256_castsi256_ps(ybits)};
-          VF v;
-          if constexpr (kOp == kOpDiv) v = fp8_lanes::MarksteinDivN<kSrc != 0>(y, A, B);
-          else if constexpr (kOp == kOpMul) v = hn::Mul(y, A);
-          else v = hn::Mul(hn::Mul(y, B), A);
-          return hn::Min(hn::BitCast(du, v), vbound).raw;
-        };
-        __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + k));
-        __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + k + 2 * N));
-        __m256i m0 = _mm256_and_si256(x0, mag16), m1 = _mm256_and_si256(x1, mag16);
-        __m256i v0 = divm(_mm256_unpacklo_epi16(zero, m0)), v1 = divm(_mm256_unpackhi_epi16(zero, m0));
-        __m256i v2 = divm(_mm256_unpacklo_epi16(zero, m1)), v3 = divm(_mm256_unpackhi_epi16(zero, m1));
-        __m256i sg = _mm256_and_si256(_mm256_packs_epi16(x0, x1), b80);
-        for (;; k += 4 * N) {
-          _mm_prefetch(reinterpret_cast<const char*>(s + k + ahead), _MM_HINT_T1);
-          if (nx) {
-            const __m256i n0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(nx + (k - k0)));
-            const __m256i n1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(nx + (k - k0) + 2 * N));
-            nacc = _mm256_max_epu16(nacc, _mm256_max_epu16(_mm256_and_si256(n0, mag16), _mm256_and_si256(n1, mag16)));
-          }
-          const __m256i c0 = CastE4m3Mag(VU{v0}).raw, c1 = CastE4m3Mag(VU{v1}).raw;
-          const __m256i c2 = CastE4m3Mag(VU{v2}).raw, c3 = CastE4m3Mag(VU{v3}).raw;
-          const __m256i sgc = sg;
-          const bool more = k + 8 * N <= e;
-          if (more) {
-            x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + k + 4 * N));
-            x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + k + 6 * N));
-            m0 = _mm256_and_si256(x0, mag16);
-            m1 = _mm256_and_si256(x1, mag16);
-            v0 = divm(_mm256_unpacklo_epi16(zero, m0));
-            v1 = divm(_mm256_unpackhi_epi16(zero, m0));
-            v2 = divm(_mm256_unpacklo_epi16(zero, m1));
-            v3 = divm(_mm256_unpackhi_epi16(zero, m1));
-            sg = _mm256_and_si256(_mm256_packs_epi16(x0, x1), b80);
-          }
-          const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3));
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + (k - k0)),
-                              _mm256_permute4x64_epi64(_mm256_or_si256(bytes, sgc), 0xD8));
-          if (!more) { k += 4 * N; break; }
-        }
-      }
-      if (nx) {
-        const uint32_t m16 = MaxU16(nacc);
-        // the whole group in 32-element steps (kg: its start), and finite (bf16 |x| below the Inf bits)
         if (kg != g * G || k != e || e - kg != G || m16 >= 0x7F80u) nx = nullptr;
         else namax[g - g0] = m16 << 16;
         next_ok = nx != nullptr && k == k1;
