@@ -1590,26 +1590,16 @@ bool fast_group(uint32_t op, bool qmax, float a, float b, uint32_t amax_bits) {
   const uint32_t ab = bits_of(a), bb = bits_of(b);
   const float amax = f32_of(amax_bits);
   bool ok;
-  float top;  // the largest |v| of the group
   switch (op) {
-    case kOpDiv:
-      ok = bb != 0 && ab < 0x80000000u && amax <= a * 0x1p60f;
-      top = ok ? amax / a : 0.0f;
-      break;
-    case kOpMul:
-      ok = ab < 0x7F800000u;
-      top = amax * a;
-      break;
-    case kOpPow2:
-      ok = ab - 1u < 0x7F7FFFFFu;
-      top = amax * a;
-      break;
-    default:
-      ok = ab - 1u < 0x7F7FFFFFu && bb - 1u < 0x7F7FFFFFu;
-      top = (amax * b) * a;
-      break;
+    case kOpDiv: ok = bb != 0 && ab < 0x80000000u && amax <= a * 0x1p60f; break;
+    case kOpMul: ok = ab < 0x7F800000u; break;
+    case kOpPow2: ok = ab - 1u < 0x7F7FFFFFu; break;
+    default: ok = ab - 1u < 0x7F7FFFFFu && bb - 1u < 0x7F7FFFFFu; break;
   }
-  return ok && (!qmax || top < 464.0f);
+  if (!ok || !qmax) return ok;
+  // the largest |v| of the group
+  const float top = op == kOpDiv ? amax / a : op == kOpMul || op == kOpPow2 ? amax * a : (amax * b) * a;
+  return top < 464.0f;
 }
 
 // group / mx / row (when a row's groups fit a chunk): amax, scales and elements per chunk, fused.
