@@ -164,11 +164,22 @@ HWY_INLINE hn::Vec<DF> RoundBf16NoNan(hn::Vec<DF> v) {
 #endif
 }
 
+#if HWY_TARGET == HWY_AVX2 && HWY_ARCH_X86
+// RoundBf16NoNan on AVX2 without a shift: the lsb as the compare mask (b & 0x10000) == 0x10000, subtracted — the same
+// value, all four operations on any of Zen 3's four vector pipes (shifts and shuffles run on two of them).
+HWY_INLINE __m256i RoundBf16NoNanAvx2(__m256i b) {
+  const __m256i bit = _mm256_set1_epi32(0x10000);
+  const __m256i odd = _mm256_cmpeq_epi32(_mm256_and_si256(b, bit), bit);
+  return _mm256_and_si256(_mm256_sub_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7FFF)), odd),
+                          _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)));
+}
+#endif
+
 // Step 1 for bf16 rows. z[k] (f32; z null: not written); residual_out bits when a residual is given.
 bool LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_sum, float* z, uint16_t* res_out,
                  double* sumsq, bool stream, float* part, size_t T) {
   if (sumsq) *sumsq = -1.0;
-  (void)stream;  // (AVX-512 only)
+  (void)stream;  // (AVX-512 and AVX2 only)
   (void)part;
   (void)T;
   bool done = false;
@@ -256,6 +267,85 @@ bool LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
     if (sumsq && done) *sumsq = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(s0, s1), _mm512_add_pd(s2, s3)));
   }
   // (a step that broke out above, the steps after it and the tail: the generic loops)
+#elif HWY_TARGET == HWY_AVX2 && HWY_ARCH_X86
+  // AVX2 with a residual and no f32 row (z null, the sum not rounded: the caller's ZSum path), 32 elements a step, as
+  // the AVX-512 loop above and in vec4 order from the start: the bf16 pairs of x and of res (dwords) split by one
+  // shufps each into E = the pairs of vec4s 0, 1, 4, 5 | 2, 3, 6, 7 of the step (each vec4's elements 0, 1) and O
+  // (elements 2, 3), and each widened in place (<< 16: the even element, & 0xFFFF0000: the odd one), so v_j = z of
+  // element j of the 8 vec4s in the lane order 0, 1, 4, 5, 2, 3, 6, 7: the order of the cub partials in this loop
+  // (part, permuted so in memory per 8 threads, put back by one qword permutation per 8 at the end) and of the
+  // rounded pairs, which unpacklo/unpackhi_epi32(E', O') put back in element order. A step whose sum holds a NaN goes
+  // to the generic loop before anything of it is written; sumsq: Σ z² in f64 lanes (any order); stream: residual_out
+  // by non-temporal stores (32-byte aligned), fenced before returning. Against the generic loop and a separate
+  // CubPartials pass (which read x and res twice, with the widening permutations): see bench/RESULTS.md, session 13.
+  if (res && !z && !dtype_sum && K % 32 == 0) {
+    const bool cub = part && T % 8 == 0;
+    if (cub) std::memset(part, 0, T * sizeof(float));
+    stream = stream && res_out && (reinterpret_cast<uintptr_t>(res_out) & 31) == 0;
+    const __m256i hi16 = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+    __m256d s0 = _mm256_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
+    auto sq = [&](__m256 v, __m256d& a, __m256d& b) HWY_ATTR __attribute__((always_inline)) {
+      const __m256d l = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), h = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+      a = _mm256_fmadd_pd(l, l, a);
+      b = _mm256_fmadd_pd(h, h, b);
+    };
+    for (; k + 32 <= K; k += 32) {
+      const __m256 xa = _mm256_loadu_ps(reinterpret_cast<const float*>(x + k));
+      const __m256 xb = _mm256_loadu_ps(reinterpret_cast<const float*>(x + k + 16));
+      const __m256 ra = _mm256_loadu_ps(reinterpret_cast<const float*>(res + k));
+      const __m256 rb = _mm256_loadu_ps(reinterpret_cast<const float*>(res + k + 16));
+      const __m256i ex = _mm256_castps_si256(_mm256_shuffle_ps(xa, xb, 0x88));
+      const __m256i ox = _mm256_castps_si256(_mm256_shuffle_ps(xa, xb, 0xDD));
+      const __m256i er = _mm256_castps_si256(_mm256_shuffle_ps(ra, rb, 0x88));
+      const __m256i orr = _mm256_castps_si256(_mm256_shuffle_ps(ra, rb, 0xDD));
+      auto lo = [](__m256i p) HWY_ATTR { return _mm256_castsi256_ps(_mm256_slli_epi32(p, 16)); };
+      auto hi = [&](__m256i p) HWY_ATTR { return _mm256_castsi256_ps(_mm256_and_si256(p, hi16)); };
+      const __m256 v0 = _mm256_add_ps(lo(ex), lo(er)), v1 = _mm256_add_ps(hi(ex), hi(er));
+      const __m256 v2 = _mm256_add_ps(lo(ox), lo(orr)), v3 = _mm256_add_ps(hi(ox), hi(orr));
+      const __m256 u = _mm256_or_ps(_mm256_cmp_ps(v0, v1, _CMP_UNORD_Q), _mm256_cmp_ps(v2, v3, _CMP_UNORD_Q));
+      if (_mm256_movemask_ps(u)) break;
+      if (res_out) {  // the pairs (RN(v0) >> 16 | RN(v1)) and (RN(v2) >> 16 | RN(v3)), back in element order
+        auto rnd = [](__m256 v) HWY_ATTR { return RoundBf16NoNanAvx2(_mm256_castps_si256(v)); };
+        const __m256i pe = _mm256_or_si256(_mm256_srli_epi32(rnd(v0), 16), rnd(v1));
+        const __m256i po = _mm256_or_si256(_mm256_srli_epi32(rnd(v2), 16), rnd(v3));
+        const __m256i o0 = _mm256_unpacklo_epi32(pe, po), o1 = _mm256_unpackhi_epi32(pe, po);
+        if (stream) {
+          _mm256_stream_si256(reinterpret_cast<__m256i*>(res_out + k), o0);
+          _mm256_stream_si256(reinterpret_cast<__m256i*>(res_out + k + 16), o1);
+        } else {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(res_out + k), o0);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(res_out + k + 16), o1);
+        }
+      }
+      if (cub) {  // threads t0 .. t0 + 7 (t0 = (k / 4) mod T), each chain in vec4 order
+        float* acc_p = part + (k / 4) % T;
+        __m256 acc = _mm256_loadu_ps(acc_p);
+        acc = _mm256_fmadd_ps(v0, v0, acc);
+        acc = _mm256_fmadd_ps(v1, v1, acc);
+        acc = _mm256_fmadd_ps(v2, v2, acc);
+        acc = _mm256_fmadd_ps(v3, v3, acc);
+        _mm256_storeu_ps(acc_p, acc);
+      }
+      if (sumsq) {
+        sq(v0, s0, s1);
+        sq(v1, s2, s3);
+        sq(v2, s0, s1);
+        sq(v3, s2, s3);
+      }
+    }
+    if (stream) _mm_sfence();
+    done = k == K;
+    if (cub && done)  // the partials in thread order (qwords 0, 2, 1, 3 of each 8: its own inverse)
+      for (size_t t = 0; t < T; t += 8)
+        _mm256_storeu_pd(reinterpret_cast<double*>(part + t),
+                         _mm256_permute4x64_pd(_mm256_loadu_pd(reinterpret_cast<const double*>(part + t)), 0xD8));
+    if (sumsq && done) {
+      alignas(32) double t4[4];
+      _mm256_store_pd(t4, _mm256_add_pd(_mm256_add_pd(s0, s1), _mm256_add_pd(s2, s3)));
+      *sumsq = (t4[0] + t4[1]) + (t4[2] + t4[3]);
+    }
+    done = done && (cub || !part);
+  }
 #endif
   for (; k + N <= K; k += N) {
     auto v = LoadBf16(x + k);
@@ -713,16 +803,9 @@ void NormWeightBf16FastT(const Z z, const float* w, size_t K, float r, float* y,
 //     step is element-wise (the group amax, the quotients, the casts) until RowQuantFast's packs, which put the codes
 //     of a permuted row in order by one qword permutation (the packs of 16-blocks in this order restore element order
 //     per block: packus_epi32(lo, hi) holds elements 0–7 in block 0 and 8–15 in block 1).
-//   bf16 RNE: (b + 0x7FFF + lsb) & 0xFFFF0000 with lsb as the compare mask (b & 0x10000) == 0x10000 subtracted — the
-//     same value as RoundBf16NoNan, all four operations on any pipe.
+//   bf16 RNE: RoundBf16NoNanAvx2 (no shift).
 // 64 rows in cache, 1 thread, alternated: vllm-rmsnorm-quant 0.284 -> 0.268 ms, + residual 0.456 -> 0.433 ms (fusing
 // this with the quant per group, y in a 1 KiB L1 buffer instead of a row through L2, measured no faster: dropped).
-HWY_INLINE __m256i RoundBf16NoNanAvx2(__m256i b) {
-  const __m256i bit = _mm256_set1_epi32(0x10000);
-  const __m256i odd = _mm256_cmpeq_epi32(_mm256_and_si256(b, bit), bit);
-  return _mm256_and_si256(_mm256_sub_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7FFF)), odd),
-                          _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)));
-}
 // 16 values of y from x (+ res) at k, permuted (lo: elements 0–3 and 8–11, hi: 4–7 and 12–15), as f32 bits.
 template <int kMode>
 HWY_INLINE void NormStep16(const uint16_t* x, const uint16_t* res, const float* wp, size_t k, __m256 vr, __m256i& olo,
