@@ -287,6 +287,10 @@ TEST_SUITE("quant_cpu") {
         {"exact", "tensor", {3, 17001}, Format::bf16},              {"deepgemm", "block:128x128", {130, 300}, Format::bf16},
         {"exact", "col", {300, 131}, Format::f32},                  {"mx", "mx:32", {40, 1056}, Format::bf16},
         {"exact", "group:9000", {2, 18000}, Format::f32},           {"vllm-group", "group:128", {1, 65536}, Format::f32},
+        // 32-element groups, an even number per chunk (two groups a step on AVX-512): two chunks a row with the
+        // look-ahead in the row and across rows; a short second chunk; one chunk a row
+        {"mx", "mx:32", {6, 16384}, Format::bf16},                  {"deepseek-act-quant", "group:32", {5, 8256}, Format::bf16},
+        {"vllm-group", "group:32", {7, 4096}, Format::bf16},
     };
     for (const Case& c : cases) {
       auto spec = try_spec(c.conv, Format::e4m3fn, std::nullopt, {{"granularity", c.gran}, {"tail", "partial"}}, true);
@@ -299,6 +303,8 @@ TEST_SUITE("quant_cpu") {
       for (float& v : x) v = normal(rng);
       const std::vector<float> adv = adversarial(rng, 4, 256, Format::e4m3fn);
       for (size_t i = 0; i < adv.size() && i * 7 < x.size(); ++i) x[i * 7] = adv[i];
+      // and a few in the second half (NaN / Inf in a chunk that the one before it reads ahead)
+      for (size_t i = 0; i < 64 && x.size() / 2 + i * 613 < x.size(); ++i) x[x.size() / 2 + i * 613] = adv[i * 13];
       check_both(*spec, c.from, make_source(c.from, x), c.shape, std::string(c.conv) + " " + c.gran);
     }
   }

@@ -687,6 +687,61 @@ bool ElemRange(int src, const void* p, size_t k0, size_t k1, size_t G, size_t g0
 // overlap memory traffic with arithmetic (bf16 [4096, 7168] group:128 on 2 threads: 0.50 -> ~0.60-0.67 of memcpy;
 // into L2 rather than L1 measured ~0.02 better, within this VM's noise).
 constexpr size_t kPrefetchAhead = 8192;
+#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+// bf16 with 32-element groups (mx:32) on AVX-512, a chunk of an even number of whole groups: the 64-element step
+// of ElemFastT's per-group loop holds two groups — x0 is group g, x1 group g + 1, each widened and divided with its
+// own constants — and the look-ahead maxima are reduced per half each step. (Without it a 32-element group never
+// fills that loop's step and ran the 16-element generic loop: mx:32 at 0.32 of memcpy on the AVX-512 host,
+// session 12, against 0.67–0.84 for the 128-element groups; see bench/RESULTS.md, session 13.)
+// k0 % 32 == 0, (k1 - k0) % 64 == 0; the rest as ElemFastT.
+template <uint32_t kOp>
+HWY_NOINLINE bool ElemFastPairs(const uint16_t* s, size_t k0, size_t k1, size_t g0, const float* a, const float* b,
+                                uint32_t bound, uint8_t* q, const uint16_t* nx, uint32_t* namax, size_t ahead) {
+  const DF df;
+  const DU du;
+  const size_t N = hn::Lanes(df), G = 2 * N;
+  const VU vbound = hn::Set(du, bound);
+  size_t k = k0;
+  const __m512i mag16 = _mm512_set1_epi16(0x7FFF), zero = _mm512_setzero_si512();
+  const __m512i qidx = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), b80 = _mm512_set1_epi8(static_cast<char>(0x80));
+  auto cmag = [&](__m512i ybits, VF A, VF B) HWY_ATTR {
+    const VF y{_mm512_castsi512_ps(ybits)};
+    VF v;
+    if constexpr (kOp == kOpDiv) v = fp8_lanes::MarksteinDivN<true>(y, A, B);  // bf16: one correction
+    else if constexpr (kOp == kOpMul) v = hn::Mul(y, A);
+    else v = hn::Mul(hn::Mul(y, B), A);
+    return CastE4m3Mag(hn::Min(hn::BitCast(du, v), vbound)).raw;
+  };
+  bool next_all = nx != nullptr;
+  for (size_t gl = k0 / G - g0; k < k1; k += 2 * G, gl += 2) {
+    _mm_prefetch(reinterpret_cast<const char*>(s + k + ahead), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(s + k + ahead + 2 * N), _MM_HINT_T1);
+    if (nx) {
+      const uint32_t m0 = MaxU16(_mm512_and_si512(_mm512_loadu_si512(nx + (k - k0)), mag16));
+      const uint32_t m1 = MaxU16(_mm512_and_si512(_mm512_loadu_si512(nx + (k - k0) + 2 * N), mag16));
+      if (m0 >= 0x7F80u || m1 >= 0x7F80u) {  // an Inf or NaN in the next chunk: the caller scans it
+        next_all = false;
+        nx = nullptr;
+      } else {
+        namax[gl] = m0 << 16;
+        namax[gl + 1] = m1 << 16;
+      }
+    }
+    const VF A0 = hn::Set(df, a[gl]), B0 = hn::Set(df, b[gl]);
+    const VF A1 = hn::Set(df, a[gl + 1]), B1 = hn::Set(df, b[gl + 1]);
+    const __m512i x0 = _mm512_loadu_si512(reinterpret_cast<const void*>(s + k));
+    const __m512i x1 = _mm512_loadu_si512(reinterpret_cast<const void*>(s + k + 2 * N));
+    const __mmask64 neg = _mm512_kunpackd(_mm512_movepi16_mask(x1), _mm512_movepi16_mask(x0));
+    const __m512i m0 = _mm512_and_si512(x0, mag16), m1 = _mm512_and_si512(x1, mag16);
+    const __m512i c0 = cmag(_mm512_unpacklo_epi16(zero, m0), A0, B0), c1 = cmag(_mm512_unpackhi_epi16(zero, m0), A0, B0);
+    const __m512i c2 = cmag(_mm512_unpacklo_epi16(zero, m1), A1, B1), c3 = cmag(_mm512_unpackhi_epi16(zero, m1), A1, B1);
+    const __m512i bytes = _mm512_packus_epi16(_mm512_packus_epi32(c0, c1), _mm512_packus_epi32(c2, c3));
+    const __m512i ordered = _mm512_permutexvar_epi64(qidx, bytes);
+    _mm512_storeu_si512(q + (k - k0), _mm512_mask_add_epi8(ordered, neg, ordered, b80));
+  }
+  return next_all;
+}
+#endif
 // Steps 7–9 for [k0, k1) of a row whose every group is "fast" (ElemConst::fast_cast; quantize_rowlocal and
 // element_pass check fast_groups and that the chunk is finite): the codes into q[0, k1 - k0), no range test, no NaN, per
 // element. v = RN(y/a) by fp8_lanes::MarksteinDiv (x/s), RN(y·a) (x*(1/s)) or RN(RN(y·b)·a) (Triton's x/s); the
@@ -801,6 +856,12 @@ bool ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
       return next_all;
     }
   }
+#elif HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+  // bf16 with 32-element groups on AVX-512: ElemFastPairs (its own function, so that the per-group loop below
+  // compiles as it did without it)
+  if constexpr (kSrc == 1)
+    if (G == 2 * N && k0 % G == 0 && (k1 - k0) % (2 * G) == 0 && k1 > k0)
+      return ElemFastPairs<kOp>(static_cast<const uint16_t*>(src), k0, k1, g0, a, b, bound, q, nx, namax, ahead);
 #endif
   while (k < k1) {
     const size_t g = k / G;
