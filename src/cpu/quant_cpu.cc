@@ -432,6 +432,47 @@ HWY_INLINE hn::Mask<DU> InRange(VU absbits) {
   return hn::Not(hn::Gt(hn::Sub(absbits, hn::Set(du, 0x21800000u)), hn::Set(du, 0x5D800000u - 0x21800000u)));
 }
 
+// fast_group (the cpu namespace, below) for groups [0, n), a vector of them at a time: the same IEEE operations and
+// ordered compares in lanes (a NaN fails as it does there). Returns how many leading groups it checked, all passing —
+// the rest (a partial vector) for the scalar test — or n + 1 when one failed. (mx:32 tests 224 groups a row of
+// 7168: scalar, with compute_scales, ~30 % of the row's time in cache.)
+size_t FastGroupsV(uint32_t op, bool qmax, const float* a, const float* b, const uint32_t* amax_bits, size_t n) {
+  const DF df;
+  const DU du;
+  const size_t N = hn::Lanes(df);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const VF av = hn::LoadU(df, a + i), bv = hn::LoadU(df, b + i);
+    const VU ab = hn::BitCast(du, av), bb = hn::BitCast(du, bv);
+    const VF amax = hn::BitCast(df, hn::LoadU(du, amax_bits + i));
+    const VU one = hn::Set(du, 1u), fin = hn::Set(du, 0x7F7FFFFFu);
+    hn::Mask<DU> ok;
+    VF top;
+    switch (op) {
+      case kOpDiv:
+        ok = hn::And(hn::And(hn::Ne(bb, hn::Zero(du)), hn::Lt(ab, hn::Set(du, 0x80000000u))),
+                     hn::RebindMask(du, hn::Le(amax, hn::Mul(av, hn::Set(df, 0x1p60f)))));
+        top = hn::Div(amax, av);
+        break;
+      case kOpMul:
+        ok = hn::Lt(ab, hn::Set(du, 0x7F800000u));
+        top = hn::Mul(amax, av);
+        break;
+      case kOpPow2:
+        ok = hn::Lt(hn::Sub(ab, one), fin);
+        top = hn::Mul(amax, av);
+        break;
+      default:
+        ok = hn::And(hn::Lt(hn::Sub(ab, one), fin), hn::Lt(hn::Sub(bb, one), fin));
+        top = hn::Mul(hn::Mul(amax, bv), av);
+        break;
+    }
+    if (qmax) ok = hn::And(ok, hn::RebindMask(du, hn::Lt(top, hn::Set(df, 464.0f))));
+    if (!hn::AllTrue(du, ok)) return n + 1;
+  }
+  return i;
+}
+
 // Step 7's constants per group: a[i], b[i] from sv[i] (and the guarded amax[i]).
 void GroupParams(uint32_t kind, const float* sv, const float* amax, size_t n, float mx, float* a, float* b) {
   const DF df;
@@ -1206,6 +1247,7 @@ HWY_EXPORT(AmaxGroups);
 HWY_EXPORT(AmaxElems);
 HWY_EXPORT(GroupScales);
 HWY_EXPORT(GroupParams);
+HWY_EXPORT(FastGroupsV);
 HWY_EXPORT(ElemRange);
 HWY_EXPORT(ElemFast);
 HWY_EXPORT(DeqRange);
@@ -1565,7 +1607,9 @@ size_t element_chunk(const Ctx& c) { return c.G == 0 || c.G >= kChunk ? kChunk :
 bool fast_group(uint32_t op, bool qmax, float a, float b, uint32_t amax_bits);
 // Whether ElemFast may quantize n groups (fast_group for each).
 bool fast_groups(const Ctx& c, const float* a, const float* b, const uint32_t* amax_bits, size_t n) {
-  for (size_t i = 0; i < n; ++i)
+  const size_t done = HWY_DYNAMIC_DISPATCH(FastGroupsV)(c.ec.op, c.ec.fast_qmax != 0, a, b, amax_bits, n);
+  if (done > n) return false;
+  for (size_t i = done; i < n; ++i)
     if (!fast_group(c.ec.op, c.ec.fast_qmax != 0, a[i], b[i], amax_bits[i])) return false;
   return true;
 }
