@@ -310,7 +310,7 @@ TEST_SUITE("quant_cpu") {
   }
 
   TEST_CASE("ElemFast (finite chunks, no per-element range test): tiny quotients, scales at 2^±60, ±0, midpoints, 464/480") {
-    // src/cpu/quant_cpu.cc quantizes a finite chunk whose every group passes fast_group without per-element range
+    // src/cpu/quant_cpu.cc quantizes a finite chunk whose every group passes FastGroups without per-element range
     // tests (x/s by MarksteinDiv, x*(1/s), Triton's x/s; the clamp as a u32 min; the sign from y), and bf16 rows 64
     // elements at a time on AVX-512. Rows here are finite, so each takes that path unless a group's scale leaves
     // [2^-60, 2^60]: group amaxes put the scale on both sides of 2^-60 and 2^60; elements are quotients under 2^-11

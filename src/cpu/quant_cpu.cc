@@ -73,7 +73,7 @@
 //   Fast chunks (ElemFast; dynamic group/row quantization): e4m3fn, an RNE cast, a clamp to 0 < fp8-max <= 448 or
 //   no clamp with a satfinite cast (deepseek-act-quant), x/s, x*(1/s) or Triton's x/s: when the chunk's elements
 //   are all finite (AmaxGroups reports it; its max runs on raw |y| bits, a NaN group is rescanned for
-//   amax-nan=ignore) and every group passes fast_group (which states the argument: divisor in [2^-60, 2^60] with
+//   amax-nan=ignore) and every group passes FastGroups (which states the argument: divisor in [2^-60, 2^60] with
 //   max |y| <= sv·2^60 for x/s — quotients under 2^-11 may then be inexact but give code 0 — a finite
 //   non-negative multiplier for x*(1/s), positive finite constants for Triton), the chunk is quantized with no
 //   per-element range test and no NaN handling: the clamp as a u32 min of |v|'s bits, CastE4m3Mag, y's sign as
@@ -132,7 +132,7 @@ struct ElemConst {
   float mx;           // fp8-max
   uint32_t nan_bits;  // the NaN v takes
   uint32_t cast_lanes;  // 1: step 9 in lanes (CastE4m3: RNE e4m3fn after a NaN-replacing clamp to max <= 448)
-  uint32_t fast_cast;   // 1: finite chunks of "fast" groups take ElemFast (make_ctx and fast_group say when)
+  uint32_t fast_cast;   // 1: finite chunks of "fast" groups take ElemFast (make_ctx and FastGroups say when)
   uint32_t fast_bound;  // ElemFast's clamp: the bits of fp8-max (a clamp) or of 448 (clamp=none)
   uint32_t fast_qmax;   // 1: clamp=none with a non-saturating cast: a group is fast only if its largest quotient
                         //    is < 464 (then every quotient rounds to at most 448: no overflow to handle)
@@ -432,19 +432,42 @@ HWY_INLINE hn::Mask<DU> InRange(VU absbits) {
   return hn::Not(hn::Gt(hn::Sub(absbits, hn::Set(du, 0x21800000u)), hn::Set(du, 0x5D800000u - 0x21800000u)));
 }
 
-// fast_group (the cpu namespace, below) for groups [0, n), a vector of them at a time: the same IEEE operations and
-// ordered compares in lanes (a NaN fails as it does there). Returns how many leading groups it checked, all passing —
-// the rest (a partial vector) for the scalar test — or n + 1 when one failed. (mx:32 tests 224 groups a row of
-// 7168: scalar, with compute_scales, ~30 % of the row's time in cache.)
-size_t FastGroupsV(uint32_t op, bool qmax, const float* a, const float* b, const uint32_t* amax_bits, size_t n) {
+// FastGroups: whether ElemFast may quantize groups [0, n) of a finite chunk (every |y| finite; amax_bits: each group's
+// largest), each with its constants a, b: then every v is finite or overflows to ±Inf (clamped to the bound like any value beyond it), never NaN, and
+// has y's sign; for x/s MarksteinDiv is exact where it matters:
+//   x/s: b != 0 (b = RN(1/a) is set only for a in ±[2^-60, 2^60], and only on FMA targets), a > 0, max |y| <= a·2^60
+//        (a·2^60 is exact). Quotients |y/a| >= 2^-11 then have |y| >= 2^-71: inside Quotient's range (no remainder
+//        underflows; MarksteinDiv = RN(y/a)), and |y/a| <= 2^60. Quotients |y/a| < 2^-11 may have remainders that
+//        underflow, but every step stays within 2^-11·(1 + 2^-21) + 2^-88 < 2^-10 (|b| <= 2^60): code 0 with y's
+//        sign, as the reference's RN(y/a) (below the first e4m3fn midpoint 2^-10) gives.
+//   x*(1/s): a finite and >= +0 (y·a: no NaN from finite y).
+//   Triton's x/s RN(RN(y·b)·a): a and b finite and > 0 (an overflowed y·b times a stays ±Inf).
+//   exact with ue8m0 scales, y·2^-k: a = 2^-k positive and finite (a = 0 marks sv = 0, Inf or NaN: IEEE division).
+// qmax (ElemConst::fast_qmax): also the group's largest quotient — the op on amax, monotone in |y| — below 464.
+// A vector of groups at a time (a partial vector padded with a = b = 1, amax 0: a passing group).
+bool FastGroups(uint32_t op, bool qmax, const float* a, const float* b, const uint32_t* amax_bits, size_t n) {
   const DF df;
   const DU du;
   const size_t N = hn::Lanes(df);
-  size_t i = 0;
-  for (; i + N <= n; i += N) {
-    const VF av = hn::LoadU(df, a + i), bv = hn::LoadU(df, b + i);
+  for (size_t i = 0; i < n; i += N) {
+    VF av, bv, amax;
+    if (i + N <= n) {
+      av = hn::LoadU(df, a + i);
+      bv = hn::LoadU(df, b + i);
+      amax = hn::BitCast(df, hn::LoadU(du, amax_bits + i));
+    } else {
+      HWY_ALIGN float ta[kMaxLanes], tb[kMaxLanes];
+      HWY_ALIGN uint32_t tm[kMaxLanes] = {};
+      std::fill(ta, ta + N, 1.0f);
+      std::fill(tb, tb + N, 1.0f);
+      std::memcpy(ta, a + i, (n - i) * 4);
+      std::memcpy(tb, b + i, (n - i) * 4);
+      std::memcpy(tm, amax_bits + i, (n - i) * 4);
+      av = hn::Load(df, ta);
+      bv = hn::Load(df, tb);
+      amax = hn::BitCast(df, hn::Load(du, tm));
+    }
     const VU ab = hn::BitCast(du, av), bb = hn::BitCast(du, bv);
-    const VF amax = hn::BitCast(df, hn::LoadU(du, amax_bits + i));
     const VU one = hn::Set(du, 1u), fin = hn::Set(du, 0x7F7FFFFFu);
     hn::Mask<DU> ok;
     VF top;
@@ -468,9 +491,9 @@ size_t FastGroupsV(uint32_t op, bool qmax, const float* a, const float* b, const
         break;
     }
     if (qmax) ok = hn::And(ok, hn::RebindMask(du, hn::Lt(top, hn::Set(df, 464.0f))));
-    if (!hn::AllTrue(du, ok)) return n + 1;
+    if (!hn::AllTrue(du, ok)) return false;
   }
-  return i;
+  return true;
 }
 
 // Step 7's constants per group: a[i], b[i] from sv[i] (and the guarded amax[i]).
@@ -789,7 +812,7 @@ HWY_NOINLINE bool ElemFastPairs(const uint16_t* s, size_t k0, size_t k1, size_t 
 // clamp as a u32 min of |v|'s bits with `bound` (the clamp's fp8-max, or 448 for clamp=none with a satfinite cast:
 // the same code as the cast's saturation); the code of |v| by fp8_lanes::CastE4m3Mag; the sign is y's (every
 // divisor and multiplier here is > 0, so v has y's sign — also where MarksteinDiv returns +0 for y = -0 or a
-// quotient under 2^-11 comes out inexact: those give code 0 either way, see fast_group). x/s takes one FMA
+// quotient under 2^-11 comes out inexact: those give code 0 either way, see FastGroups). x/s takes one FMA
 // correction for bf16/f16 sources (fp8_lanes::MarksteinDiv1), two for f32.
 // Look-ahead (nx != null; bf16 on AVX-512 and AVX2): the next chunk's source at the same positions (nx[k - k0]) is
 // read in the same loop and its group maxima written to namax (as AmaxGroups: the f32 bits of max |x|), so that the next
@@ -976,7 +999,7 @@ template <int kSrc>
 bool ElemFastS(uint32_t op, const void* p, size_t k0, size_t k1, size_t G, size_t g0, const float* a, const float* b,
                uint32_t bound, uint8_t* q, const uint16_t* nx, uint32_t* namax) {
   if (op == kOpDiv) return ElemFastT<kSrc, kOpDiv>(p, k0, k1, G, g0, a, b, bound, q, nx, namax);
-  // exact formula with ue8m0 scales: y·2^-k, a multiply by a (fast_group: a positive and finite)
+  // exact formula with ue8m0 scales: y·2^-k, a multiply by a (FastGroups: a positive and finite)
   if (op == kOpMul || op == kOpPow2) return ElemFastT<kSrc, kOpMul>(p, k0, k1, G, g0, a, b, bound, q, nx, namax);
   return ElemFastT<kSrc, kOpTriton>(p, k0, k1, G, g0, a, b, bound, q, nx, namax);
 }
@@ -1247,7 +1270,7 @@ HWY_EXPORT(AmaxGroups);
 HWY_EXPORT(AmaxElems);
 HWY_EXPORT(GroupScales);
 HWY_EXPORT(GroupParams);
-HWY_EXPORT(FastGroupsV);
+HWY_EXPORT(FastGroups);
 HWY_EXPORT(ElemRange);
 HWY_EXPORT(ElemFast);
 HWY_EXPORT(DeqRange);
@@ -1408,7 +1431,7 @@ Ctx make_ctx(const QuantSpec& spec, Format from, const std::vector<int64_t>& sha
   c.ec.cast_lanes = spec.to == Format::e4m3fn && spec.cast.to == Format::e4m3fn && spec.cast.rounding == Rounding::rne &&
                     (spec.clamp == Clamp::nan_to_max || spec.clamp == Clamp::nan_to_min) && spec.fp8_max <= 448.0f &&
                     (c.ec.op == kOpDiv || c.ec.op == kOpMul || c.ec.op == kOpTriton) && c.G > 0;
-  // ElemFast (finite chunks, every group fast_group): the same cast for any clamp to 0 < fp8-max <= 448, or no
+  // ElemFast (finite chunks, every group passes FastGroups): the same cast for any clamp to 0 < fp8-max <= 448, or no
   // clamp with a saturating cast (satfinite / saturate: finite values beyond 448 -> ±448, i.e. a clamp to 448;
   // deepseek-act-quant, mx), or no clamp with a non-saturating one (deepgemm's torch cast) in groups whose largest
   // quotient is < 464 (fast_qmax): every quotient then rounds to at most 448 — no overflow, no NaN — and the u32
@@ -1602,17 +1625,12 @@ void for_each_chunk(const Ctx& c, size_t C, Fn fn) {
 // Chunks of the element pass: whole groups, or kChunk-element pieces of longer groups / per-element scales.
 size_t element_chunk(const Ctx& c) { return c.G == 0 || c.G >= kChunk ? kChunk : chunk_len(c); }
 
+// Whether ElemFast may quantize n groups (FastGroups, which states the argument).
+bool fast_groups(const Ctx& c, const float* a, const float* b, const uint32_t* amax_bits, size_t n) {
+  return HWY_DYNAMIC_DISPATCH(FastGroups)(c.ec.op, c.ec.fast_qmax != 0, a, b, amax_bits, n);
+}
 // The element pass over every row with constants a, b for all n_scales groups (tensor, col, block, static).
 // row_gid(r): the scale index of the row's first group.
-bool fast_group(uint32_t op, bool qmax, float a, float b, uint32_t amax_bits);
-// Whether ElemFast may quantize n groups (fast_group for each).
-bool fast_groups(const Ctx& c, const float* a, const float* b, const uint32_t* amax_bits, size_t n) {
-  const size_t done = HWY_DYNAMIC_DISPATCH(FastGroupsV)(c.ec.op, c.ec.fast_qmax != 0, a, b, amax_bits, n);
-  if (done > n) return false;
-  for (size_t i = done; i < n; ++i)
-    if (!fast_group(c.ec.op, c.ec.fast_qmax != 0, a[i], b[i], amax_bits[i])) return false;
-  return true;
-}
 template <typename RowGid>
 void element_pass(const Ctx& c, const void* x, const std::vector<float>& a, const std::vector<float>& b,
                   const void* scales, uint8_t* q, RowGid row_gid) {
@@ -1621,7 +1639,7 @@ void element_pass(const Ctx& c, const void* x, const std::vector<float>& a, cons
     const size_t gid = row_gid(r);
     const size_t off = c.G ? gid + k0 / c.G : gid + k0;
     if (c.ec.fast_cast && c.G > 0 && c.G <= kChunk && k0 % c.G == 0) {
-      // ElemFast as in quantize_rowlocal: the chunk's group maxima (AmaxGroups: finite?) for fast_group's test
+      // ElemFast as in quantize_rowlocal: the chunk's group maxima (AmaxGroups: finite?) for FastGroups' test
       const size_t g0 = k0 / c.G, ng = (k1 - 1) / c.G + 1 - g0;
       w.groups(ng);
       std::fill(w.amax_bits.begin(), w.amax_bits.begin() + static_cast<long>(ng), 0u);
@@ -1682,33 +1700,6 @@ void params_all(const Ctx& c, const std::vector<float>& sv, const std::vector<fl
 
 // ---- dynamic, by granularity ------------------------------------------------------------------------------------
 
-// Whether ElemFast may quantize a group of a finite chunk (every |y| finite, the largest amax_bits) with constants
-// a, b: then every v is finite or overflows to ±Inf (clamped to the bound like any value beyond it), never NaN, and
-// has y's sign; for x/s MarksteinDiv is exact where it matters:
-//   x/s: b != 0 (b = RN(1/a) is set only for a in ±[2^-60, 2^60], and only on FMA targets), a > 0, max |y| <= a·2^60
-//        (a·2^60 is exact). Quotients |y/a| >= 2^-11 then have |y| >= 2^-71: inside Quotient's range (no remainder
-//        underflows; MarksteinDiv = RN(y/a)), and |y/a| <= 2^60. Quotients |y/a| < 2^-11 may have remainders that
-//        underflow, but every step stays within 2^-11·(1 + 2^-21) + 2^-88 < 2^-10 (|b| <= 2^60): code 0 with y's
-//        sign, as the reference's RN(y/a) (below the first e4m3fn midpoint 2^-10) gives.
-//   x*(1/s): a finite and >= +0 (y·a: no NaN from finite y).
-//   Triton's x/s RN(RN(y·b)·a): a and b finite and > 0 (an overflowed y·b times a stays ±Inf).
-//   exact with ue8m0 scales, y·2^-k: a = 2^-k positive and finite (a = 0 marks sv = 0, Inf or NaN: IEEE division).
-// qmax (ElemConst::fast_qmax): also the group's largest quotient — the op on amax, monotone in |y| — below 464.
-bool fast_group(uint32_t op, bool qmax, float a, float b, uint32_t amax_bits) {
-  const uint32_t ab = bits_of(a), bb = bits_of(b);
-  const float amax = f32_of(amax_bits);
-  bool ok;
-  switch (op) {
-    case kOpDiv: ok = bb != 0 && ab < 0x80000000u && amax <= a * 0x1p60f; break;
-    case kOpMul: ok = ab < 0x7F800000u; break;
-    case kOpPow2: ok = ab - 1u < 0x7F7FFFFFu; break;
-    default: ok = ab - 1u < 0x7F7FFFFFu && bb - 1u < 0x7F7FFFFFu; break;
-  }
-  if (!ok || !qmax) return ok;
-  // the largest |v| of the group
-  const float top = op == kOpDiv ? amax / a : op == kOpMul || op == kOpPow2 ? amax * a : (amax * b) * a;
-  return top < 464.0f;
-}
 
 // group / mx / row (when a row's groups fit a chunk): amax, scales and elements per chunk, fused.
 void quantize_rowlocal(const Ctx& c, const void* x, uint8_t* q, void* scales) {

@@ -86,7 +86,7 @@ inline float group_scale(const QuantSpec& qs, float amax, bool nan, float rcp_ma
   return s;
 }
 // Whether a finite group (max |y| = amax) quantizes by x/s without per-element tests: s in [2^-60, 2^60] and
-// amax <= s·2^60 (the argument: quant_cpu.cc's fast_group).
+// amax <= s·2^60 (the argument: quant_cpu.cc's FastGroups).
 inline bool div_fast(float s, float amax) {
   return bits_of(s) - 0x21800000u <= 0x5D800000u - 0x21800000u && amax <= s * 0x1p60f;
 }
@@ -977,7 +977,7 @@ HWY_INLINE void RowQuantT(const float* y, size_t K, size_t G, const float* sv, f
 // x/s its divisor sv[g] lies in [2^-60, 2^60] with amax <= sv[g]·2^60 and rb[g] = RN(1/sv[g]); for x*(1/s) its
 // multiplier sv[g] is finite and >= 0) or as RowQuantT. Fast groups: v = |y|/s by fp8_lanes::MarksteinDiv or
 // |y|·sv, the clamp as a u32 min with max's bits, fp8_lanes::CastE4m3Mag, y's sign as bit 7 (the argument for the
-// division: quant_cpu.cc's fast_group). The group's tail (K % G) always goes through QuotClamp.
+// division: quant_cpu.cc's FastGroups). The group's tail (K % G) always goes through QuotClamp.
 // permuted: y in NormWeightBf16Avx2's order (AVX2 only): the all-fast loop puts the codes in order by one qword
 // permutation instead of StoreCodes4's dword one; any other row is put back in order first (y is scratch).
 template <bool mul, Clamp clamp, bool narrow>
@@ -1256,13 +1256,13 @@ bool NormQuantBf16(ZRow zr, const float* w, size_t K, float r, NormWeight mode, 
 #undef FP8REF_NQ
 }
 
-// The host loop's per-group steps for groups [0, n) a vector at a time, the same IEEE operations and NaN handling as
-// rmsnorm_cpu_detail::group_scale (guard: fmax_nan_loses or NaN-propagating; gpu: the canonical NaN), the divisor or
-// multiplier gsv, and RowQuantFast's per-group test gfast and reciprocal grb (lanes: cast_in_lanes). Returns how many
-// groups it did — the rest (a partial vector) for the scalar loop. (That loop was ~7 % of a vllm-rmsnorm-quant row in
-// cache on Zen 3: two divisions and a chain of branches per group.)
-size_t RowGroupScales(const QuantSpec& qs, float rcp_max, bool mul, bool lanes, const float* gamax, const uint8_t* gnan,
-                      size_t n, float* scales, float* gsv, uint8_t* gfast, float* grb) {
+// The host loop's per-group steps for groups [0, n), a vector at a time (a partial vector through padded copies):
+// the group's scale as rmsnorm_cpu_detail::group_scale computes it (guard: fmax_nan_loses or NaN-propagating; gpu:
+// the canonical NaN) — the same IEEE operations in lanes —, the divisor or multiplier gsv, and RowQuantFast's
+// per-group test gfast (div_fast for x/s) and reciprocal grb (lanes: cast_in_lanes). (As a scalar loop it was ~7 %
+// of a vllm-rmsnorm-quant row in cache on Zen 3: two divisions and a chain of branches per group.)
+void RowGroupScales(const QuantSpec& qs, float rcp_max, bool mul, bool lanes, const float* gamax, const uint8_t* gnan,
+                    size_t n, float* scales, float* gsv, uint8_t* gfast, float* grb) {
   const DF df;
   const DU du;
   const hn::Rebind<uint8_t, DF> d8;
@@ -1276,35 +1276,63 @@ size_t RowGroupScales(const QuantSpec& qs, float rcp_max, bool mul, bool lanes, 
     return hn::IfThenElse(hn::Or(hn::IsNaN(v), hn::IsNaN(f)), canon, mx);
   };
   const auto one = hn::Set(df, 1.0f);
-  size_t i = 0;
-  for (; i + N <= n; i += N) {
-    const auto am0 = hn::LoadU(df, gamax + i);
-    const auto nan = hn::RebindMask(df, hn::Ne(hn::PromoteTo(du, hn::LoadU(d8, gnan + i)), hn::Zero(du)));
+  constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+  // groups [i, i + N) from am0 / nan8; the results to the four outputs at i (m < N: through the buffers)
+  HWY_ALIGN float bs[kMaxLanes], bg[kMaxLanes], br[kMaxLanes];
+  HWY_ALIGN uint8_t bf[kMaxLanes];
+  for (size_t i = 0; i < n; i += N) {
+    const size_t m = n - i < N ? n - i : N;
+    hn::Vec<DF> am0;
+    hn::Vec<DU> nan8;
+    if (m == N) {
+      am0 = hn::LoadU(df, gamax + i);
+      nan8 = hn::PromoteTo(du, hn::LoadU(d8, gnan + i));
+    } else {
+      HWY_ALIGN float ta[kMaxLanes] = {};
+      HWY_ALIGN uint8_t tn[kMaxLanes] = {};
+      std::memcpy(ta, gamax + i, m * 4);
+      std::memcpy(tn, gnan + i, m);
+      am0 = hn::Load(df, ta);
+      nan8 = hn::PromoteTo(du, hn::Load(d8, tn));
+    }
+    const auto nan = hn::RebindMask(df, hn::Ne(nan8, hn::Zero(du)));
     auto amax = am0;
     if (qs.amax_nan == AmaxNan::propagate) amax = hn::IfThenElse(nan, canon, amax);
     if (qs.amax_floor) amax = guard(amax, *qs.amax_floor);
     auto sv = Canonical(qs.scale_formula == ScaleFormula::div ? hn::Div(amax, hn::Set(df, qs.fp8_max))
                                                               : hn::Mul(amax, hn::Set(df, rcp_max)));
     if (qs.min_scale) sv = guard(sv, *qs.min_scale);
-    hn::StoreU(sv, df, scales + i);
     const auto g = mul ? Canonical(hn::Div(one, sv)) : sv;
-    hn::StoreU(g, df, gsv + i);
-    if (!lanes) continue;
-    const auto inf = hn::Set(du, 0x7F800000u);
-    const auto finite = hn::AndNot(hn::RebindMask(du, nan), hn::Lt(hn::BitCast(du, am0), inf));
-    hn::Mask<DU> ok;
-    if (mul) {
-      ok = hn::Lt(hn::BitCast(du, g), inf);
-    } else {  // div_fast: s in [2^-60, 2^60] and amax <= s·2^60
-      const auto in_range = hn::Not(hn::Gt(hn::Sub(hn::BitCast(du, sv), hn::Set(du, 0x21800000u)),
-                                           hn::Set(du, 0x5D800000u - 0x21800000u)));
-      ok = hn::And(in_range, hn::RebindMask(du, hn::Le(am0, hn::Mul(sv, hn::Set(df, 0x1p60f)))));
+    float* os = m == N ? scales + i : bs;
+    float* og = m == N ? gsv + i : bg;
+    hn::StoreU(sv, df, os);
+    hn::StoreU(g, df, og);
+    if (lanes) {  // RowQuantFast's condition (a group with a NaN or an Inf: never fast)
+      const auto inf = hn::Set(du, 0x7F800000u);
+      const auto finite = hn::AndNot(hn::RebindMask(du, nan), hn::Lt(hn::BitCast(du, am0), inf));
+      hn::Mask<DU> ok;
+      if (mul) {
+        ok = hn::Lt(hn::BitCast(du, g), inf);
+      } else {  // div_fast: s in [2^-60, 2^60] and amax <= s·2^60
+        const auto in_range = hn::Not(hn::Gt(hn::Sub(hn::BitCast(du, sv), hn::Set(du, 0x21800000u)),
+                                             hn::Set(du, 0x5D800000u - 0x21800000u)));
+        ok = hn::And(in_range, hn::RebindMask(du, hn::Le(am0, hn::Mul(sv, hn::Set(df, 0x1p60f)))));
+      }
+      const auto fast = hn::And(finite, ok);
+      uint8_t* of = m == N ? gfast + i : bf;
+      float* orb = m == N ? grb + i : br;
+      hn::StoreU(hn::U8FromU32(hn::IfThenElseZero(fast, hn::Set(du, 1u))), d8, of);
+      hn::StoreU(mul ? hn::Zero(df) : hn::IfThenElseZero(hn::RebindMask(df, fast), hn::Div(one, sv)), df, orb);
+      if (m < N) {
+        std::memcpy(gfast + i, bf, m);
+        std::memcpy(grb + i, br, m * 4);
+      }
     }
-    const auto fast = hn::And(finite, ok);
-    hn::StoreU(hn::U8FromU32(hn::IfThenElseZero(fast, hn::Set(du, 1u))), d8, gfast + i);
-    hn::StoreU(mul ? hn::Zero(df) : hn::IfThenElseZero(hn::RebindMask(df, fast), hn::Div(one, sv)), df, grb + i);
+    if (m < N) {
+      std::memcpy(scales + i, bs, m * 4);
+      std::memcpy(gsv + i, bg, m * 4);
+    }
   }
-  return i;
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
@@ -1597,19 +1625,8 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
         HWY_DYNAMIC_DISPATCH(RowAmax)(y, static_cast<size_t>(K), static_cast<size_t>(G), gamax.data(), gnan.data());
       float* scales = static_cast<float*>(a.scales) + m * ngroups;
       const bool mul = qs.formula == QuantFormula::mul_rcp;
-      const auto done = static_cast<int64_t>(HWY_DYNAMIC_DISPATCH(RowGroupScales)(
-          qs, rcp_max, mul, cast_in_lanes, gamax.data(), gnan.data(), static_cast<size_t>(ngroups), scales, gsv.data(),
-          gfast.data(), grb.data()));
-      for (int64_t g = done; g < ngroups; ++g) {
-        const float s = group_scale(qs, gamax[g], gnan[g] != 0, rcp_max);
-        scales[g] = s;
-        gsv[g] = mul ? gpu(1.0f / s) : s;
-        if (cast_in_lanes) {  // RowQuantFast's condition (a group with a NaN or an Inf: never fast)
-          const bool finite = !gnan[g] && bits_of(gamax[g]) < 0x7F800000u;
-          gfast[g] = finite && (mul ? bits_of(gsv[g]) < 0x7F800000u : div_fast(s, gamax[g]));
-          grb[g] = gfast[g] && !mul ? 1.0f / s : 0.0f;
-        }
-      }
+      HWY_DYNAMIC_DISPATCH(RowGroupScales)(qs, rcp_max, mul, cast_in_lanes, gamax.data(), gnan.data(),
+                                           static_cast<size_t>(ngroups), scales, gsv.data(), gfast.data(), grb.data());
       if (cast_in_lanes) {
         HWY_DYNAMIC_DISPATCH(RowQuantFast)(y, static_cast<size_t>(K), static_cast<size_t>(G), gsv.data(), grb.data(),
                                            gfast.data(), mul, a.from != Format::f32 && spec.weight != NormWeight::f32,
