@@ -752,22 +752,15 @@ bool ElemRange(int src, const void* p, size_t k0, size_t k1, size_t G, size_t g0
 // into L2 rather than L1 measured ~0.02 better, within this VM's noise).
 constexpr size_t kPrefetchAhead = 8192;
 #if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
-// bf16 with 32-element groups (mx:32) on AVX-512, a chunk of an even number of whole groups: the 64-element step
-// of ElemFastT's per-group loop holds two groups — x0 is group g, x1 group g + 1, each widened and divided with its
-// own constants — and the look-ahead maxima are reduced per half each step. (Without it a 32-element group never
-// fills that loop's step and ran the 16-element generic loop: mx:32 at 0.32 of memcpy on the AVX-512 host,
-// session 12, against 0.67–0.84 for the 128-element groups; see bench/RESULTS.md, session 13.)
-// k0 % 32 == 0, (k1 - k0) % 64 == 0; the rest as ElemFastT.
+// One 64-element step of bf16 on AVX-512 (ElemFastT's bf16 loops): |x| widened by interleaving zero words below it
+// (per 128-bit block: unpacklo gives elements 0–3 of the block, unpackhi 4–7, and packus_epi32(lo, hi) restores their
+// order), v of |y| (>= 0) — elements 0–31 with the constants A0, B0, 32–63 with A1, B1 —, the codes packed and put in
+// order by one qword permutation, the signs added as bit 7 under the mask of x's sign bits (a byte add of 0x80 to a
+// code < 0x80), stored at dst.
 template <uint32_t kOp>
-HWY_NOINLINE bool ElemFastPairs(const uint16_t* s, size_t k0, size_t k1, size_t g0, const float* a, const float* b,
-                                uint32_t bound, uint8_t* q, const uint16_t* nx, uint32_t* namax, size_t ahead) {
-  const DF df;
+HWY_INLINE void Bf16Step64(const uint16_t* s, VF A0, VF B0, VF A1, VF B1, VU vbound, uint8_t* dst) {
   const DU du;
-  const size_t N = hn::Lanes(df), G = 2 * N;
-  const VU vbound = hn::Set(du, bound);
-  size_t k = k0;
   const __m512i mag16 = _mm512_set1_epi16(0x7FFF), zero = _mm512_setzero_si512();
-  const __m512i qidx = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), b80 = _mm512_set1_epi8(static_cast<char>(0x80));
   auto cmag = [&](__m512i ybits, VF A, VF B) HWY_ATTR {
     const VF y{_mm512_castsi512_ps(ybits)};
     VF v;
@@ -776,13 +769,33 @@ HWY_NOINLINE bool ElemFastPairs(const uint16_t* s, size_t k0, size_t k1, size_t 
     else v = hn::Mul(hn::Mul(y, B), A);
     return CastE4m3Mag(hn::Min(hn::BitCast(du, v), vbound)).raw;
   };
+  const __m512i x0 = _mm512_loadu_si512(reinterpret_cast<const void*>(s));
+  const __m512i x1 = _mm512_loadu_si512(reinterpret_cast<const void*>(s + 32));
+  const __mmask64 neg = _mm512_kunpackd(_mm512_movepi16_mask(x1), _mm512_movepi16_mask(x0));
+  const __m512i m0 = _mm512_and_si512(x0, mag16), m1 = _mm512_and_si512(x1, mag16);
+  const __m512i c0 = cmag(_mm512_unpacklo_epi16(zero, m0), A0, B0), c1 = cmag(_mm512_unpackhi_epi16(zero, m0), A0, B0);
+  const __m512i c2 = cmag(_mm512_unpacklo_epi16(zero, m1), A1, B1), c3 = cmag(_mm512_unpackhi_epi16(zero, m1), A1, B1);
+  const __m512i bytes = _mm512_packus_epi16(_mm512_packus_epi32(c0, c1), _mm512_packus_epi32(c2, c3));
+  const __m512i ordered = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), bytes);
+  _mm512_storeu_si512(dst, _mm512_mask_add_epi8(ordered, neg, ordered, _mm512_set1_epi8(static_cast<char>(0x80))));
+}
+// bf16 with 32-element groups (mx:32) on AVX-512, a chunk of an even number of whole groups (k0 % 32 == 0,
+// (k1 - k0) % 64 == 0): two groups a Bf16Step64 — group g's constants for its first half, g + 1's for the second —
+// and the look-ahead maxima reduced per half each step; the rest as ElemFastT. (Otherwise a 32-element group never
+// fills ElemFastT's 64-element steps and ran the 16-element generic loop: mx:32 at 0.32 of memcpy on the AVX-512
+// host, session 12; see bench/RESULTS.md, sessions 13–14.)
+template <uint32_t kOp>
+bool ElemFastPairs(const uint16_t* s, size_t k0, size_t k1, size_t g0, const float* a, const float* b, VU vbound,
+                   uint8_t* q, const uint16_t* nx, uint32_t* namax, size_t ahead) {
+  const DF df;
+  const __m512i mag16 = _mm512_set1_epi16(0x7FFF);
   bool next_all = nx != nullptr;
-  for (size_t gl = k0 / G - g0; k < k1; k += 2 * G, gl += 2) {
+  for (size_t k = k0, gl = k0 / 32 - g0; k < k1; k += 64, gl += 2) {
     _mm_prefetch(reinterpret_cast<const char*>(s + k + ahead), _MM_HINT_T1);
-    _mm_prefetch(reinterpret_cast<const char*>(s + k + ahead + 2 * N), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(s + k + ahead + 32), _MM_HINT_T1);
     if (nx) {
       const uint32_t m0 = MaxU16(_mm512_and_si512(_mm512_loadu_si512(nx + (k - k0)), mag16));
-      const uint32_t m1 = MaxU16(_mm512_and_si512(_mm512_loadu_si512(nx + (k - k0) + 2 * N), mag16));
+      const uint32_t m1 = MaxU16(_mm512_and_si512(_mm512_loadu_si512(nx + (k - k0) + 32), mag16));
       if (m0 >= 0x7F80u || m1 >= 0x7F80u) {  // an Inf or NaN in the next chunk: the caller scans it
         next_all = false;
         nx = nullptr;
@@ -791,17 +804,8 @@ HWY_NOINLINE bool ElemFastPairs(const uint16_t* s, size_t k0, size_t k1, size_t 
         namax[gl + 1] = m1 << 16;
       }
     }
-    const VF A0 = hn::Set(df, a[gl]), B0 = hn::Set(df, b[gl]);
-    const VF A1 = hn::Set(df, a[gl + 1]), B1 = hn::Set(df, b[gl + 1]);
-    const __m512i x0 = _mm512_loadu_si512(reinterpret_cast<const void*>(s + k));
-    const __m512i x1 = _mm512_loadu_si512(reinterpret_cast<const void*>(s + k + 2 * N));
-    const __mmask64 neg = _mm512_kunpackd(_mm512_movepi16_mask(x1), _mm512_movepi16_mask(x0));
-    const __m512i m0 = _mm512_and_si512(x0, mag16), m1 = _mm512_and_si512(x1, mag16);
-    const __m512i c0 = cmag(_mm512_unpacklo_epi16(zero, m0), A0, B0), c1 = cmag(_mm512_unpackhi_epi16(zero, m0), A0, B0);
-    const __m512i c2 = cmag(_mm512_unpacklo_epi16(zero, m1), A1, B1), c3 = cmag(_mm512_unpackhi_epi16(zero, m1), A1, B1);
-    const __m512i bytes = _mm512_packus_epi16(_mm512_packus_epi32(c0, c1), _mm512_packus_epi32(c2, c3));
-    const __m512i ordered = _mm512_permutexvar_epi64(qidx, bytes);
-    _mm512_storeu_si512(q + (k - k0), _mm512_mask_add_epi8(ordered, neg, ordered, b80));
+    Bf16Step64<kOp>(s + k, hn::Set(df, a[gl]), hn::Set(df, b[gl]), hn::Set(df, a[gl + 1]), hn::Set(df, b[gl + 1]),
+                    vbound, q + (k - k0));
   }
   return next_all;
 }
@@ -921,11 +925,9 @@ bool ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
     }
   }
 #elif HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
-  // bf16 with 32-element groups on AVX-512: ElemFastPairs (its own function, so that the per-group loop below
-  // compiles as it did without it)
-  if constexpr (kSrc == 1)
+  if constexpr (kSrc == 1)  // bf16 with 32-element groups on AVX-512
     if (G == 2 * N && k0 % G == 0 && (k1 - k0) % (2 * G) == 0 && k1 > k0)
-      return ElemFastPairs<kOp>(static_cast<const uint16_t*>(src), k0, k1, g0, a, b, bound, q, nx, namax, ahead);
+      return ElemFastPairs<kOp>(static_cast<const uint16_t*>(src), k0, k1, g0, a, b, vbound, q, nx, namax, ahead);
 #endif
   while (k < k1) {
     const size_t g = k / G;
@@ -933,22 +935,10 @@ bool ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
     const VF A = hn::Set(df, a[g - g0]), B = hn::Set(df, b[g - g0]);
 #if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
     if constexpr (kSrc == 1) {
-      // bf16, 64 elements a step: |x| widened by interleaving zero words below it (per 128-bit block: unpacklo gives
-      // elements 0–3 of the block, unpackhi 4–7, and packus_epi32(lo, hi) restores their order), v of |y| (>= 0),
-      // the codes packed and put in order by one qword permutation, the signs added as bit 7 under the mask of x's
-      // sign bits (a byte add of 0x80 to a code < 0x80).
-      const __m512i mag16 = _mm512_set1_epi16(0x7FFF), zero = _mm512_setzero_si512();
-      const __m512i qidx = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), b80 = _mm512_set1_epi8(static_cast<char>(0x80));
-      auto cmag = [&](__m512i ybits) {
-        const VF y{_mm512_castsi512_ps(ybits)};
-        VF v;
-        if constexpr (kOp == kOpDiv) v = fp8_lanes::MarksteinDivN<kSrc != 0>(y, A, B);  // bf16/f16: one correction
-        else if constexpr (kOp == kOpMul) v = hn::Mul(y, A);
-        else v = hn::Mul(hn::Mul(y, B), A);
-        return CastE4m3Mag(hn::Min(hn::BitCast(du, v), vbound)).raw;
-      };
+      // bf16, 64 elements a step (Bf16Step64 with the group's constants)
+      const __m512i mag16 = _mm512_set1_epi16(0x7FFF);
       const size_t kg = k;
-      __m512i nacc = zero;
+      __m512i nacc = _mm512_setzero_si512();
       for (; k + 4 * N <= e; k += 4 * N) {
         _mm_prefetch(reinterpret_cast<const char*>(s + k + ahead), _MM_HINT_T1);
         _mm_prefetch(reinterpret_cast<const char*>(s + k + ahead + 2 * N), _MM_HINT_T1);
@@ -957,17 +947,7 @@ bool ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
           const __m512i n1 = _mm512_loadu_si512(reinterpret_cast<const void*>(nx + (k - k0) + 2 * N));
           nacc = _mm512_max_epu16(nacc, _mm512_max_epu16(_mm512_and_si512(n0, mag16), _mm512_and_si512(n1, mag16)));
         }
-        const __m512i x0 = _mm512_loadu_si512(reinterpret_cast<const void*>(s + k));
-        const __m512i x1 = _mm512_loadu_si512(reinterpret_cast<const void*>(s + k + 2 * N));
-        const __mmask64 neg = _mm512_kunpackd(_mm512_movepi16_mask(x1), _mm512_movepi16_mask(x0));
-        const __m512i m0 = _mm512_and_si512(x0, mag16), m1 = _mm512_and_si512(x1, mag16);
-        const __m512i c0 = cmag(_mm512_unpacklo_epi16(zero, m0)), c1 = cmag(_mm512_unpackhi_epi16(zero, m0));
-        const __m512i c2 = cmag(_mm512_unpacklo_epi16(zero, m1)), c3 = cmag(_mm512_unpackhi_epi16(zero, m1));
-        const __m512i bytes = _mm512_packus_epi16(_mm512_packus_epi32(c0, c1), _mm512_packus_epi32(c2, c3));
-        const __m512i ordered = _mm512_permutexvar_epi64(qidx, bytes);
-        void* dst = q + (k - k0);
-        const __m512i out = _mm512_mask_add_epi8(ordered, neg, ordered, b80);
-        _mm512_storeu_si512(dst, out);
+        Bf16Step64<kOp>(s + k, A, B, A, B, vbound, q + (k - k0));
       }
       if (nx) {
         const uint32_t m16 = MaxU16(nacc);
