@@ -14,6 +14,7 @@
 // --hkv/--hq: other head counts (GQA Hq/Hkv); --softcap X: the logit soft-cap's cost — fast runs with and without it
 // in the same interleaved rounds (and, with --conv all, vllm-triton-unified with it).
 // Usage: bench_attention [--threads 2] [--reps 5] [--conv NAME|all] [--ctx 4096] [--batch 32] [--huge 0|1] [--hkv 8] [--hq 64] [--softcap 0]
+//        [--fast-paths avx512bf16,avx2,amx,portable]
 // Run with OMP_WAIT_POLICY=passive on this 2-core VM.
 #include <omp.h>
 #include <sys/mman.h>
@@ -31,6 +32,7 @@
 
 #include "fp8ref/attention.h"
 #include "fp8ref/convert.h"
+#include "cpu/attention_fast.h"
 
 using namespace fp8ref;
 
@@ -75,6 +77,7 @@ int main(int argc, char** argv) {
   double softcap = 0;
   bool huge = false;
   std::string conv = "all";
+  std::string fast_paths;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--threads") threads = std::atoi(argv[i + 1]);
@@ -86,6 +89,7 @@ int main(int argc, char** argv) {
     else if (a == "--hkv") Hkv = std::atoll(argv[i + 1]);
     else if (a == "--hq") Hq = std::atoll(argv[i + 1]);
     else if (a == "--softcap") softcap = std::atof(argv[i + 1]);
+    else if (a == "--fast-paths") fast_paths = argv[i + 1];
   }
   if (Hkv < 1 || Hq < Hkv || Hq % Hkv != 0 || !(softcap >= 0)) {
     std::fprintf(stderr, "bench_attention: --hq must be a positive multiple of --hkv, --softcap >= 0\n");
@@ -154,6 +158,7 @@ int main(int argc, char** argv) {
   struct Row {
     attn::AttnConvention conv;
     double softcap;
+    int path = -1;  // fast on a forced path (--fast-paths), else cpu::paged_attention
   };
   std::vector<Row> rows;
   if (conv == "all") {
@@ -175,6 +180,22 @@ int main(int argc, char** argv) {
     if (softcap <= 0 || c == attn::AttnConvention::fast) rows.push_back({c, 0.0});
     if (softcap > 0) rows.push_back({c, softcap});
   }
+  // --fast-paths avx512bf16,avx2,portable: fast on each of these paths as well, interleaved (A/B in one process)
+  for (size_t at = 0; !fast_paths.empty() && at <= fast_paths.size();) {
+    const size_t end = std::min(fast_paths.find(',', at), fast_paths.size());
+    const std::string name = fast_paths.substr(at, end - at);
+    const int pth = name == "avx512bf16" ? static_cast<int>(attn::cpu::FastPath::avx512bf16)
+                    : name == "avx2"     ? static_cast<int>(attn::cpu::FastPath::avx2)
+                    : name == "amx"      ? static_cast<int>(attn::cpu::FastPath::amx)
+                    : name == "portable" ? static_cast<int>(attn::cpu::FastPath::portable)
+                                         : -1;
+    if (pth < 0) {
+      std::fprintf(stderr, "bench_attention: unknown fast path %s (avx512bf16, avx2, amx, portable)\n", name.c_str());
+      return 2;
+    }
+    rows.push_back({attn::AttnConvention::fast, 0.0, pth});
+    at = end + 1;
+  }
   std::vector<std::vector<double>> t(rows.size() + 1);
   volatile uint64_t sink = 0;
   read_pass();
@@ -186,7 +207,8 @@ int main(int argc, char** argv) {
       spec.convention = rows[c].conv;
       spec.softcap = rows[c].softcap;
       t0 = now_s();
-      attn::cpu::paged_attention(spec, a);
+      if (rows[c].path >= 0) attn::cpu::paged_attention_fast(spec, a, static_cast<attn::cpu::FastPath>(rows[c].path));
+      else attn::cpu::paged_attention(spec, a);
       t[c + 1].push_back(now_s() - t0);
     }
   }
@@ -199,7 +221,9 @@ int main(int argc, char** argv) {
               anchor * 1e3, median(t[0]) * 1e3, static_cast<double>(2 * cache_bytes) / anchor / 1e9);
   for (size_t c = 0; c < rows.size(); ++c) {
     const double best = *std::min_element(t[c + 1].begin(), t[c + 1].end());
-    const std::string cap = rows[c].softcap > 0 ? " softcap=" + std::to_string(rows[c].softcap).substr(0, 5) : "";
+    static const char* const kPathNames[] = {"automatic", "amx", "avx2", "portable", "avx512bf16"};
+    const std::string cap = (rows[c].softcap > 0 ? " softcap=" + std::to_string(rows[c].softcap).substr(0, 5) : "") +
+                            (rows[c].path >= 0 ? std::string(" (") + kPathNames[rows[c].path] + " path)" : "");
     std::printf("| cpu::paged_attention %s%s | %d | %.2f GiB | %.1f ms (%.1f) | %.2f | %.3f |\n", attn::to_string(rows[c].conv),
                 cap.c_str(), threads, gib, best * 1e3, median(t[c + 1]) * 1e3, static_cast<double>(2 * cache_bytes) / best / 1e9,
                 anchor / best);

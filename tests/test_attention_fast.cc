@@ -161,9 +161,10 @@ TEST_SUITE("attention-fast") {
   TEST_CASE("fast: |fast − exact_f64| <= the derived bound, elementwise, both paths; the bound is not vacuous") {
     uint64_t seed = 100;
     MESSAGE("AMX path available: " << attn::cpu::fast_attention_has_amx()
+                                    << ", AVX-512 BF16 path available: " << attn::cpu::fast_attention_has_avx512bf16()
                                     << ", AVX2 path available: " << attn::cpu::fast_attention_has_avx2());
     for (const Case& c : cases()) {
-      for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::avx2, attn::cpu::FastPath::portable}) {
+      for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::avx512bf16, attn::cpu::FastPath::avx2, attn::cpu::FastPath::portable}) {
         CAPTURE(c.name);
         CAPTURE(static_cast<int>(path));
         PagedProblem p = test::random_problem(c.spec, c.seq_lens, c.q_lens, seed, c.csr);
@@ -181,7 +182,7 @@ TEST_SUITE("attention-fast") {
   TEST_CASE("fast: adversarial — near-ties (identical keys), cancelling dot products, a dominant key, extreme scales") {
     uint64_t seed = 7;
     for (int kind = 0; kind < 4; ++kind) {
-      for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::avx2, attn::cpu::FastPath::portable}) {
+      for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::avx512bf16, attn::cpu::FastPath::avx2, attn::cpu::FastPath::portable}) {
         CAPTURE(kind);
         AttnSpec s = spec_of(16, 2, 16, 128);
         PagedProblem p = test::random_problem(s, {129, 64, 1}, {1, 3, 1}, seed);
@@ -245,7 +246,7 @@ TEST_SUITE("attention-fast") {
     for (size_t i = 0; i < n; ++i) u.push_back(-u[i]);
     u.push_back(std::numeric_limits<float>::infinity());
     u.push_back(-std::numeric_limits<float>::infinity());
-    for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::avx2, attn::cpu::FastPath::portable}) {
+    for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::avx512bf16, attn::cpu::FastPath::avx2, attn::cpu::FastPath::portable}) {
       CAPTURE(static_cast<int>(path));
       std::vector<float> y(u.size());
       attn::cpu::fast_tanh(u.data(), y.data(), u.size(), path);
@@ -274,7 +275,7 @@ TEST_SUITE("attention-fast") {
     for (float v : {0.0f, -0.0f, -0.5f, -1.0f, -125.5f, -126.0f, -1e-30f}) z.push_back(v);
     for (int i = 0; i < 300000; ++i) z.push_back(u(rng));
     std::vector<float> y(z.size());
-    for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::avx2, attn::cpu::FastPath::portable}) {
+    for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::avx512bf16, attn::cpu::FastPath::avx2, attn::cpu::FastPath::portable}) {
       CAPTURE(static_cast<int>(path));
       attn::cpu::fast_exp2(z.data(), y.data(), z.size(), path);
       int diff = 0, inacc = 0;
@@ -304,8 +305,8 @@ TEST_SUITE("attention-fast") {
     CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
   }
 
-  TEST_CASE("fast: a non-finite code (e4m3fn NaN, e5m2 Inf/NaN) sends its AVX2 unit to the portable path, bit for bit") {
-    // the AVX2 path hands such a unit to the portable steps (masked keys would turn 0·Inf into NaN)
+  TEST_CASE("fast: a non-finite code (e4m3fn NaN, e5m2 Inf/NaN) sends its AVX2 / AVX-512 BF16 unit to the portable path, bit for bit") {
+    // the AVX2 and AVX-512 BF16 paths hand such a unit to the portable steps (masked keys would turn 0·Inf into NaN)
     for (Format f : {Format::e4m3fn, Format::e5m2})
       for (int where = 0; where < 2; ++where) {
         CAPTURE(format_name(f));
@@ -324,20 +325,25 @@ TEST_SUITE("attention-fast") {
         attn::AttnArgs a = p.args();
         attn::cpu::paged_attention_fast(p.spec, a, attn::cpu::FastPath::portable);
         const std::vector<uint8_t> want = p.out;
-        if (!attn::cpu::fast_attention_has_avx2()) continue;
-        std::fill(p.out.begin(), p.out.end(), 0xCD);
-        attn::cpu::paged_attention_fast(p.spec, a, attn::cpu::FastPath::avx2);
-        // the rows of KV head 1 (q heads 4..7) of every token: token 0 (sequence 0), tokens 1..3 (sequence 1)
-        const size_t e = p.out_elem(), row = static_cast<size_t>(D) * e;
-        for (size_t tok = 0; tok < 4; ++tok) {
-          CAPTURE(tok);
-          CHECK(std::memcmp(&p.out[(tok * 8 + 4) * row], &want[(tok * 8 + 4) * row], 4 * row) == 0);
-        }
-        // a V code's Inf/NaN shows in its column of the row that sees it, and only there (a K code's NaN: in every
-        // element of the rows that see it — the NaN-policy test below)
-        if (where == 1) {
-          CHECK(!std::isfinite(test::out_value(s.out_format, &p.out[(2 * 8 + 4) * row + 9 * e])));
-          CHECK(std::isfinite(test::out_value(s.out_format, &p.out[(1 * 8 + 4) * row + 9 * e])));
+        for (auto path : {attn::cpu::FastPath::avx2, attn::cpu::FastPath::avx512bf16}) {
+          if (path == attn::cpu::FastPath::avx2 ? !attn::cpu::fast_attention_has_avx2()
+                                                : !attn::cpu::fast_attention_has_avx512bf16())
+            continue;
+          CAPTURE(static_cast<int>(path));
+          std::fill(p.out.begin(), p.out.end(), 0xCD);
+          attn::cpu::paged_attention_fast(p.spec, a, path);
+          // the rows of KV head 1 (q heads 4..7) of every token: token 0 (sequence 0), tokens 1..3 (sequence 1)
+          const size_t e = p.out_elem(), row = static_cast<size_t>(D) * e;
+          for (size_t tok = 0; tok < 4; ++tok) {
+            CAPTURE(tok);
+            CHECK(std::memcmp(&p.out[(tok * 8 + 4) * row], &want[(tok * 8 + 4) * row], 4 * row) == 0);
+          }
+          // a V code's Inf/NaN shows in its column of the row that sees it, and only there (a K code's NaN: in every
+          // element of the rows that see it — the NaN-policy test below)
+          if (where == 1) {
+            CHECK(!std::isfinite(test::out_value(s.out_format, &p.out[(2 * 8 + 4) * row + 9 * e])));
+            CHECK(std::isfinite(test::out_value(s.out_format, &p.out[(1 * 8 + 4) * row + 9 * e])));
+          }
         }
       }
   }
@@ -457,7 +463,7 @@ TEST_SUITE("attention-fast") {
             int nonfinite = 0;
             for (double v : ex) nonfinite += !std::isfinite(v);
             if (extra == 0 || bd.kind != 1) CHECK(nonfinite > 0);  // NaN or Inf in exact (an Inf key may give −Inf logits)
-            for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::avx2, attn::cpu::FastPath::portable}) {
+            for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::avx512bf16, attn::cpu::FastPath::avx2, attn::cpu::FastPath::portable}) {
               CAPTURE(static_cast<int>(path));
               std::fill(p.out.begin(), p.out.end(), 0xCD);
               attn::cpu::paged_attention_fast(s, a, path);

@@ -252,6 +252,8 @@ void unit_portable(const Ctx& c, const Unit& u) {
 // ---- AMX path -----------------------------------------------------------------------------------------------------
 
 #define FP8REF_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16,amx-tile,amx-bf16")))
+// The decode helpers shared with the AVX-512 BF16 path (a subset of both kernels' targets, so they inline into each).
+#define FP8REF_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16")))
 
 struct alignas(64) TileCfg {
   uint8_t palette = 1, start = 0;
@@ -332,7 +334,7 @@ struct Regs {
   __m512i lo0, lo1, hi0, hi1, sign;
 };
 
-FP8REF_AMX_TARGET inline Regs load_regs(const AmxKernels& K) {
+FP8REF_AVX512_TARGET inline Regs load_regs(const AmxKernels& K) {
   return {_mm512_load_si512(K.tab.lo), _mm512_load_si512(K.tab.lo + 64), _mm512_load_si512(K.tab.hi),
           _mm512_load_si512(K.tab.hi + 64),
           _mm512_set1_epi8(static_cast<char>(0x80))};
@@ -344,7 +346,7 @@ FP8REF_AMX_TARGET inline Regs load_regs(const AmxKernels& K) {
 // is packed in the same order (the dot products are order-free: AMX sums in its own order anyway) and O's columns
 // are put back in order when the output is written.
 // *mx = max(*mx, c & 0x7F) bytewise (a non-finite code shows there: e4m3fn 0x7F, e5m2 >= 0x7C).
-FP8REF_AMX_TARGET inline void decode_pair_store(const Regs& g, __m512i c, uint16_t* dst, __m512i* mx) {
+FP8REF_AVX512_TARGET inline void decode_pair_store(const Regs& g, __m512i c, uint16_t* dst, __m512i* mx) {
   *mx = _mm512_max_epu8(*mx, _mm512_andnot_si512(g.sign, c));
   const __m512i lo = _mm512_permutex2var_epi8(g.lo0, c, g.lo1);
   __m512i hi = _mm512_permutex2var_epi8(g.hi0, c, g.hi1);
@@ -353,16 +355,16 @@ FP8REF_AMX_TARGET inline void decode_pair_store(const Regs& g, __m512i c, uint16
   _mm512_storeu_si512(dst + 32, _mm512_unpackhi_epi8(lo, hi));
 }
 
-FP8REF_AMX_TARGET inline __mmask64 tail_mask(int64_t m) { return m >= 64 ? ~__mmask64{0} : ((__mmask64{1} << m) - 1); }
+FP8REF_AVX512_TARGET inline __mmask64 tail_mask(int64_t m) { return m >= 64 ? ~__mmask64{0} : ((__mmask64{1} << m) - 1); }
 
 // n codes (the rest of the 64-multiple row zero) -> bf16, natural order.
-FP8REF_AMX_TARGET inline void decode_row(const Regs& g, const uint8_t* src, int64_t n, uint16_t* dst, __m512i* mx) {
+FP8REF_AVX512_TARGET inline void decode_row(const Regs& g, const uint8_t* src, int64_t n, uint16_t* dst, __m512i* mx) {
   for (int64_t d = 0; d < n; d += 64) decode_pair_store(g, _mm512_maskz_loadu_epi8(tail_mask(n - d), src + d), dst + d, mx);
 }
 
 // Two keys' V codes (b may be null: zeros) -> VNNI pairs (v_a[d], v_b[d]) for d < n (64-multiple): the codes
 // byte-interleaved in lane (a_d b_d pairs), then decoded as above; dword q of each 64-block holds column vperm64(q).
-FP8REF_AMX_TARGET inline void decode_vpair(const Regs& g, const uint8_t* a, const uint8_t* b, int64_t n, uint32_t* dst,
+FP8REF_AVX512_TARGET inline void decode_vpair(const Regs& g, const uint8_t* a, const uint8_t* b, int64_t n, uint32_t* dst,
                                             __m512i* mx) {
   for (int64_t d = 0; d < n; d += 64) {
     const __mmask64 mk = tail_mask(n - d);
@@ -1031,6 +1033,286 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
   return true;
 }
 
+// ---- AVX-512 BF16 path --------------------------------------------------------------------------------------------
+// CPUs with AVX-512 (F, BW, VL, VBMI) and AVX512_BF16 but no AMX (AMD Zen 4 and 5, Intel Cooper Lake; chosen at run
+// time). The AMX path's arithmetic — bf16 products (exact in f32) summed in f32 — by vdpbf16ps, twice the
+// multiply-adds per instruction of the AVX2 path's f32 FMAs; the softmax steps are the AVX2 path's (rows in 8 lanes).
+//   Decode: the AMX path's table decode (decode_row: K rows as bf16 in the perm64 order; decode_vpair: V as VNNI
+//     pairs of keys, columns in the vperm64 order).
+//   S = K·Q̃^T, 16 keys at a time: per key one accumulator of 8 lanes (rows); per d pair p, Q̃^T's pair p (8 rows'
+//     dwords, packed once per unit in the decoded K order) times the key's pair p broadcast (vdpbf16ps ymm with an
+//     embedded broadcast): 16 independent chains, no horizontal sums, the rows land in lanes as the softmax wants.
+//   Logits, the integer running maximum, exp2, P̃ = RN_bf16(p) (vcvtneps2bf16; p is 0 or >= 2^-126), L += P̃: as the
+//     AVX2 path; P̃ of two keys interleaved per row (dword = the even key's P̃ low, the odd one's high).
+//   O += P̃·V: O [8 rows][Dvp] f32 in memory; 4 rows × 64 columns (16 zmm accumulators) per pass over the chunk's key
+//     pairs, vdpbf16ps zmm of a V pair block by the row's P̃ pair broadcast.
+//   The NaN policy, units (<= 8 rows, a decode step's KV heads together) and prefetching as the AVX2/AMX paths.
+// Scratch per thread: the K chunk 32·Dks bf16, the V chunk 16·Dvp pairs, per KV head of the unit Q̃^T (Dks/2)·8 and
+// O 8·Dvp f32, P̃ 16·8 pairs, one output row, the row pointers of two chunks.
+
+#define FP8REF_BF16_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16")))
+
+struct Bf16Scratch {
+  Arena arena{nullptr, std::free};
+  uint16_t* kbuf = nullptr;  // [Dks / 64][kChunk][64] bf16 (perm64 order within a block)
+  uint32_t* vbuf = nullptr;  // [kChunk / 2][Dvp] bf16 pairs (vperm64 order)
+  uint32_t* qt = nullptr;    // [heads][Dks / 2][8] Q̃ pairs (rows past R zero)
+  float* o = nullptr;        // [heads][8][Dvp] (vperm64 order)
+  float* ord = nullptr;      // [Dvp]: one O row in d order
+  alignas(64) uint32_t pbuf[kChunk / 2 * kAvxRows] = {};
+  std::vector<const uint8_t*> kp, vp;  // row pointers [2][heads][kChunk]
+
+  void allocate(int64_t hg, int64_t Dks, int64_t Dvp) {
+    kp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
+    vp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
+    const size_t bytes[5] = {static_cast<size_t>(kChunk * Dks) * 2, static_cast<size_t>(kChunk / 2 * Dvp) * 4,
+                             static_cast<size_t>(hg * Dks / 2 * kAvxRows) * 4,
+                             static_cast<size_t>(hg * kAvxRows * Dvp) * 4, static_cast<size_t>(Dvp) * 4};
+    size_t off[5];
+    arena = staggered_arena(bytes, 5, off);
+    kbuf = reinterpret_cast<uint16_t*>(arena.get() + off[0]);
+    vbuf = reinterpret_cast<uint32_t*>(arena.get() + off[1]);
+    qt = reinterpret_cast<uint32_t*>(arena.get() + off[2]);
+    o = reinterpret_cast<float*>(arena.get() + off[3]);
+    ord = reinterpret_cast<float*>(arena.get() + off[4]);
+  }
+};
+
+// The next chunk's K and V rows of every head of the unit, one 64-byte line a tick, in address order (key by key, the
+// heads of a slot, K's lines then V's) into L2: the S loop ticks every other d pair and the P̃·V loop once per key
+// pair, so the lines are requested at a steady pace through a whole chunk's compute. Measured on Zen 4 (decode
+// B=32 ctx=4096, 2 threads, `bench_attention --conv fast`): the AVX2 path's scheme (the next head-chunk's rows
+// into L1 in one burst at its decode) 36–53 ms, the next head-chunk paced 41–44 ms, the next chunk paced into L1
+// 26–31 ms, into L2 21–25 ms (alternated runs); the software prefetches of a burst stall in the line-fill buffers
+// and on 4 KiB-page walks (45 % of the samples sat on a prefetcht0; with the cache on 2 MiB pages the burst scheme
+// ran at 26.6 ms).
+struct PrefetchCursor {
+  const uint8_t* const* kr = nullptr;  // [heads][kChunk] row pointers of the chunk to prefetch
+  const uint8_t* const* vr = nullptr;
+  int64_t heads = 0, nkeys = 0, lk = 0, lkv = 0, key = 0, h = 0, j = 0;
+  FP8REF_BF16_TARGET void tick() {
+    if (key >= nkeys) return;
+    const uint8_t* a = j < lk ? kr[h * kChunk + key] + 64 * j : vr[h * kChunk + key] + 64 * (j - lk);
+    _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T1);
+    if (++j == lkv) {
+      j = 0;
+      if (++h == heads) {
+        h = 0;
+        ++key;
+      }
+    }
+  }
+};
+
+// S for 16 keys of the chunk, from key k0: acc[k] lane r = Σ_p Q̃ pair (r, p) · K pair (k0 + k, p). K is blocked
+// [Dks / 64][kChunk][32 pairs] (one pointer and constant offsets for the 16 broadcasts of a pair). One prefetch tick
+// per pair.
+FP8REF_BF16_TARGET inline void s16_bf16(const uint32_t* qt, const uint32_t* kbuf, int64_t k0, int64_t Dks, __m256* acc,
+                                        PrefetchCursor* pf) {
+  for (int k = 0; k < 16; ++k) acc[k] = _mm256_setzero_ps();
+  for (int64_t db = 0; db < Dks / 64; ++db) {
+    const uint32_t* kb = kbuf + (db * kChunk + k0) * 32;
+    const uint32_t* q = qt + db * 32 * kAvxRows;
+    for (int p = 0; p < 32; ++p) {
+      if (p & 1) pf->tick();
+      const __m256bh qv = (__m256bh)_mm256_load_si256(reinterpret_cast<const __m256i*>(q + p * kAvxRows));
+      for (int k = 0; k < 16; ++k)
+        acc[k] = _mm256_dpbf16_ps(acc[k], qv, (__m256bh)_mm256_set1_epi32(static_cast<int>(kb[k * 32 + p])));
+    }
+  }
+}
+
+// Returns false (nothing written) when the unit's queries or the codes it reads hold a non-finite value, or a scale
+// overflows the logit multiplier: the caller runs the portable path then.
+FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Bf16Scratch& w, const Unit& u) {
+  const SeqPages sp = seq_pages(c.s, c.a, u.b);
+  const int64_t R = u.r1 - u.r0, HG = u.g1 - u.g0, Dks = round_up(c.Dk, 64), Dvp = round_up(c.Dv, 64);
+  const int64_t qs = Dks / 2 * kAvxRows, os = kAvxRows * Dvp;  // per-head strides of Q̃^T and O
+  const bool capped = c.s.softcap > 0;
+  const Regs g = load_regs(K);
+  alignas(32) int32_t lo_a[kAvxRows], hi_a[kAvxRows];
+  RowInfo ri[kAvxRows];
+  int64_t LO = std::numeric_limits<int64_t>::max(), HI = -1;
+  for (int64_t r = 0; r < kAvxRows; ++r) {
+    lo_a[r] = std::numeric_limits<int32_t>::max();
+    hi_a[r] = -1;
+    if (r >= R) continue;
+    ri[r] = row_info(c, sp, u, u.r0 + r);  // q head of KV head g0 (+ gi·G for head g0 + gi)
+    if (ri[r].hi >= ri[r].lo) {
+      lo_a[r] = static_cast<int32_t>(ri[r].lo);
+      hi_a[r] = static_cast<int32_t>(ri[r].hi);
+      LO = std::min(LO, ri[r].lo);
+      HI = std::max(HI, ri[r].hi);
+    }
+  }
+  float mult[kMaxHeads], sv[kMaxHeads];
+  std::fill(w.qt, w.qt + HG * qs, 0u);
+  for (int64_t gi = 0; gi < HG; ++gi) {
+    const int64_t si = scale_index(c.s.scale_kind, u.b, u.g0 + gi);
+    const float sk = c.a.k_scale[si];
+    sv[gi] = c.s.v_from_k ? sk : c.a.v_scale[si];
+    mult[gi] = capped ? capped_scale(c, sk) : logit_scale(c, sk);
+    if (!(std::fabs(mult[gi]) <= std::numeric_limits<float>::max())) return false;
+    uint32_t* qt = w.qt + gi * qs;
+    uint32_t qmax = 0;  // the largest |Q̃| bits: a NaN or Inf query goes to the portable path (the NaN policy)
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t qbase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * c.Dk;
+      for (int64_t d = 0; d < c.Dk; ++d) {
+        const uint32_t h = q_tilde(c.s.q_format, c.a.q, qbase + d);
+        qmax = std::max(qmax, h & 0x7FFFu);
+        const int64_t p = d / 64 * 64 + pos64(d % 64);  // d's position in a decoded K row
+        qt[(p / 2) * kAvxRows + r] |= h << (16 * (p & 1));
+      }
+    }
+    if (qmax >= 0x7F80u) return false;
+  }
+  std::fill(w.o, w.o + HG * os, 0.0f);
+  const __m256i lo_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo_a));
+  const __m256i hi_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi_a));
+  const __m256 clv = _mm256_set1_ps(capped ? cap_log2e(c) : 0.0f);
+  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 m2[kMaxHeads], L[kMaxHeads];
+  for (int64_t gi = 0; gi < HG; ++gi) {
+    m2[gi] = ninf;
+    L[gi] = _mm256_setzero_ps();
+  }
+  __m512i cmx = _mm512_setzero_si512();  // max of c & 0x7F over the codes read
+  const __m512i nonfinite = _mm512_set1_epi8(c.s.cache.format == Format::e5m2 ? 0x7C : 0x7F);
+  ChunkRows rows(c, sp, u, w.kp, w.vp);
+  auto& kp = rows.kp;
+  auto& vp = rows.vp;
+  if (LO <= HI) rows.set(0, LO, std::min<int64_t>(kChunk, HI + 1 - LO));
+  for (int64_t j0 = LO, cur = 0; j0 <= HI; j0 += kChunk, cur ^= 1) {
+    const int64_t nk = std::min<int64_t>(kChunk, HI + 1 - j0), nx = cur ^ 1, nn = rows.next(cur, j0, HI);
+    const int64_t npairs = (nk + 1) / 2;
+    PrefetchCursor pf;  // the next chunk's rows (every head, in address order), paced through this chunk's compute
+    pf.kr = kp[nx];
+    pf.vr = vp[nx];
+    pf.heads = HG;
+    pf.nkeys = nn;
+    pf.lk = (c.Dk + 63) / 64;
+    pf.lkv = pf.lk + (c.s.v_from_k ? 0 : (c.Dv + 63) / 64);
+    for (int64_t gi = 0; gi < HG; ++gi) {
+      const uint8_t* const* kpc = kp[cur] + gi * kChunk;
+      const uint8_t* const* vpc = vp[cur] + gi * kChunk;
+      // decode the chunk's K rows and V pairs
+      for (int64_t k = 0; k < nk; ++k) {
+        for (int64_t d = 0; d < c.Dk; d += 64)  // K blocked [Dks / 64][kChunk][64] (s16_bf16)
+          decode_pair_store(g, _mm512_maskz_loadu_epi8(tail_mask(c.Dk - d), kpc[k] + d), w.kbuf + ((d / 64) * kChunk + k) * 64,
+                            &cmx);
+      }
+      for (int64_t k = 0; k < nk; k += 2)
+        decode_vpair(g, vpc[k], k + 1 < nk ? vpc[k + 1] : nullptr, c.Dv, w.vbuf + (k / 2) * Dvp, &cmx);
+      // S and the logits (keys past nk: −inf); the next (head, chunk)'s rows prefetched in processing order
+      const uint32_t* qt = w.qt + gi * qs;
+      const __m256 c2v = _mm256_set1_ps(mult[gi]);
+      __m256 x[kChunk];
+      __m256 cmax = ninf;
+      for (int64_t kb = 0; kb < kChunk; kb += 16) {
+        if (kb >= nk) {
+          for (int64_t k = kb; k < kb + 16; ++k) x[k] = ninf;
+          continue;
+        }
+        __m256 acc[16];
+        s16_bf16(qt, reinterpret_cast<const uint32_t*>(w.kbuf), kb, Dks, acc, &pf);
+        for (int64_t k = 0; k < 16; ++k) {
+          const __m256i jv = _mm256_set1_epi32(static_cast<int32_t>(j0 + kb + k));
+          const __m256 vis = _mm256_castsi256_ps(_mm256_andnot_si256(
+              _mm256_or_si256(_mm256_cmpgt_epi32(lo_v, jv), _mm256_cmpgt_epi32(jv, hi_v)), _mm256_set1_epi32(-1)));
+          const __m256 t = capped ? _mm256_mul_ps(clv, tanh_avx2(_mm256_mul_ps(acc[k], c2v))) : _mm256_mul_ps(acc[k], c2v);
+          x[kb + k] = kb + k < nk ? _mm256_blendv_ps(ninf, t, vis) : ninf;
+          cmax = _mm256_max_ps(cmax, x[kb + k]);
+        }
+      }
+      // running maximum (an integer), exact rescale of O and L where it grows
+      float* ob = w.o + gi * os;
+      const __m256 mn = _mm256_max_ps(m2[gi], _mm256_round_ps(cmax, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC));
+      const int changed = _mm256_movemask_ps(_mm256_cmp_ps(mn, m2[gi], _CMP_GT_OQ));
+      if (changed) {
+        alignas(32) float a_m2[kAvxRows], a_mn[kAvxRows], al[kAvxRows];
+        _mm256_store_ps(a_m2, m2[gi]);
+        _mm256_store_ps(a_mn, mn);
+        for (int64_t r = 0; r < kAvxRows; ++r) {
+          al[r] = 1.0f;
+          if (!((changed >> r) & 1)) continue;
+          al[r] = a_m2[r] == -std::numeric_limits<float>::infinity()
+                      ? 0.0f
+                      : std::ldexp(1.0f, static_cast<int>(std::max(-300.0f, a_m2[r] - a_mn[r])));
+          if (r >= R) continue;
+          const __m512 av = _mm512_set1_ps(al[r]);
+          float* orow = ob + r * Dvp;
+          for (int64_t d = 0; d < Dvp; d += 16) _mm512_store_ps(orow + d, _mm512_mul_ps(_mm512_load_ps(orow + d), av));
+        }
+        L[gi] = _mm256_mul_ps(L[gi], _mm256_load_ps(al));
+        m2[gi] = mn;
+      }
+      // P̃ = RN_bf16(exp2(t' − m2)), L += P̃; pairs of keys interleaved per row
+      __m256 Lg = L[gi];
+      for (int64_t kq = 0; kq < npairs; ++kq) {
+        const __m128i b0 = (__m128i)_mm256_cvtneps_pbh(exp2_avx2(_mm256_sub_ps(x[2 * kq], m2[gi])));
+        const __m128i b1 = (__m128i)_mm256_cvtneps_pbh(exp2_avx2(_mm256_sub_ps(x[2 * kq + 1], m2[gi])));
+        Lg = _mm256_add_ps(Lg, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b0), 16)));
+        Lg = _mm256_add_ps(Lg, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b1), 16)));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(w.pbuf + kq * kAvxRows),
+                           _mm256_set_m128i(_mm_unpackhi_epi16(b0, b1), _mm_unpacklo_epi16(b0, b1)));
+      }
+      L[gi] = Lg;
+      // O += P̃ · V: 4 rows × 64 columns a pass
+      for (int64_t r0 = 0; r0 < R; r0 += 4) {
+        for (int64_t d0 = 0; d0 < Dvp; d0 += 64) {
+          __m512 o[4][4];
+          for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 4; ++j) o[i][j] = _mm512_load_ps(ob + (r0 + i) * Dvp + d0 + 16 * j);
+          for (int64_t kq = 0; kq < npairs; ++kq) {
+            pf.tick();
+            const uint32_t* vq = w.vbuf + kq * Dvp + d0;
+            __m512bh v[4];
+            for (int j = 0; j < 4; ++j) v[j] = (__m512bh)_mm512_load_si512(vq + 16 * j);
+            const uint32_t* pq = w.pbuf + kq * kAvxRows + r0;
+            for (int i = 0; i < 4; ++i) {
+              const __m512bh pb = (__m512bh)_mm512_set1_epi32(static_cast<int>(pq[i]));
+              for (int j = 0; j < 4; ++j) o[i][j] = _mm512_dpbf16_ps(o[i][j], v[j], pb);
+            }
+          }
+          for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 4; ++j) _mm512_store_ps(ob + (r0 + i) * Dvp + d0 + 16 * j, o[i][j]);
+        }
+      }
+    }
+    while (pf.key < pf.nkeys) pf.tick();  // the lines the S and P̃·V loops' ticks did not reach
+    if (_mm512_cmpge_epu8_mask(cmx, nonfinite)) return false;  // a non-finite code: the portable path
+  }
+  for (int64_t gi = 0; gi < HG; ++gi) {
+    alignas(32) float Ls[kAvxRows];
+    _mm256_store_ps(Ls, L[gi]);
+    for (int64_t r = 0; r < R; ++r) {
+      const float Lr = Ls[r];
+      const int64_t obase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * c.Dv;
+      const float fac = Lr > 0 ? sv[gi] / Lr : 0.0f;
+      const float* orow = w.o + gi * os + r * Dvp;
+      for (int64_t q = 0; q < Dvp; ++q) w.ord[q / 64 * 64 + vperm64(q % 64)] = orow[q];
+      for (int64_t d = 0; d < c.Dv; ++d) store_out(c.s.out_format, c.a.out, obase + d, Lr > 0 ? w.ord[d] * fac : 0.0f);
+    }
+  }
+  return true;
+}
+
+bool bf16_usable() {
+  static const bool ok = [] {
+    // leaf 7.0 EBX AVX512F (16), BW (30), VL (31); ECX AVX512_VBMI (1); leaf 7.1 EAX AVX512_BF16 (5); leaf 1 ECX
+    // FMA (12), OSXSAVE (27), F16C (29); XCR0: SSE, AVX and the AVX-512 state (bits 1, 2, 5-7)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(1, 0, &a, &b, &c, &d) || !((c >> 12) & 1) || !((c >> 27) & 1) || !((c >> 29) & 1)) return false;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    if (!((b >> 16) & 1) || !((b >> 30) & 1) || !((b >> 31) & 1) || !((c >> 1) & 1)) return false;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1)) return false;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    return (xlo & 0xE6u) == 0xE6u;
+  }();
+  return ok;
+}
+
 bool avx2_usable() {
   static const bool ok = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
@@ -1065,6 +1347,7 @@ void check_fast(const AttnSpec& spec, const AttnArgs& args) {
 
 bool fast_attention_has_amx() { return amx_usable(); }
 bool fast_attention_has_avx2() { return avx2_usable(); }
+bool fast_attention_has_avx512bf16() { return bf16_usable(); }
 
 void fast_exp2(const float* z, float* out, size_t n, FastPath path) {
   if ((path == FastPath::automatic || path == FastPath::amx) && amx_usable()) return map_lanes<exp2_vec>(z, out, n);
@@ -1084,18 +1367,19 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
         spec.cache, static_cast<float>(1.44269504088896340736)};
   c.vshape.head_dim = c.Dv;
   const bool amx = (path == FastPath::automatic || path == FastPath::amx) && amx_usable();
-  const bool avx2 = !amx && path != FastPath::portable && avx2_usable();
+  const bool bf16 = !amx && path != FastPath::portable && path != FastPath::avx2 && bf16_usable();
+  const bool avx2 = !amx && !bf16 && path != FastPath::portable && avx2_usable();
   // AMX: a decode-like sequence (<= 16 rows per KV head) is one unit over a group of KV heads (whole pages read in
   // one pass, NHD), as many heads as keep >= 4 units per thread; longer chunks: one unit per (head, 16 rows).
   const int64_t Hkv = spec.cache.num_kv_heads;
   int64_t hg = 1;
-  if (amx || avx2) {
+  if (amx || bf16 || avx2) {
     const int64_t want = 4 * static_cast<int64_t>(omp_get_max_threads());
     hg = std::min<int64_t>(Hkv, kMaxHeads);
     while (hg > 1 && args.num_seqs * ((Hkv + hg - 1) / hg) < want) hg = (hg + 1) / 2;
   }
   std::vector<Unit> units;
-  const int64_t unit_rows = avx2 ? kAvxRows : kRows;
+  const int64_t unit_rows = avx2 || bf16 ? kAvxRows : kRows;
   for (int64_t b = 0; b < args.num_seqs; ++b) {
     const int64_t rows = (args.query_start_loc[b + 1] - args.query_start_loc[b]) * c.G;
     const int64_t step = rows <= unit_rows ? hg : 1;
@@ -1118,6 +1402,18 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
                              : (four ? unit_avx2<false, 4>(c, w, un) : unit_avx2<false, 8>(c, w, un));
         if (!ok) unit_portable(c, un);
       }
+    }
+    return;
+  }
+  if (bf16) {
+    const AmxKernels K = make_kernels(spec.cache.format);
+#pragma omp parallel
+    {
+      Bf16Scratch w;
+      w.allocate(hg, round_up(c.Dk, 64), round_up(c.Dv, 64));
+#pragma omp for schedule(dynamic)
+      for (int64_t i = 0; i < nu; ++i)
+        if (!unit_bf16(c, K, w, units[static_cast<size_t>(i)])) unit_portable(c, units[static_cast<size_t>(i)]);
     }
     return;
   }

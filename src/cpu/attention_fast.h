@@ -10,12 +10,13 @@
 
 namespace fp8ref::attn::cpu {
 
-enum class FastPath : uint8_t { automatic, amx, avx2, portable };
+enum class FastPath : uint8_t { automatic, amx, avx2, portable, avx512bf16 };
 
 // The fast convention over every sequence (spec.convention is not consulted). automatic: AMX-BF16 + AVX-512 VBMI/BF16
-// when the CPU has them (and the OS grants the AMX tile state), else AVX2 + FMA + F16C when it has those, else the
-// portable C++ path; amx on a CPU without AMX takes the AVX2 path (or portable), avx2 forces the AVX2 path where the
-// CPU has it (also on an AMX machine), else portable. Throws InputError for what check_paged_attention refuses and
+// when the CPU has them (and the OS grants the AMX tile state), else AVX-512 VBMI + BF16 without AMX (vdpbf16ps: AMD
+// Zen 4/5) when it has those, else AVX2 + FMA + F16C when it has those, else the portable C++ path; amx on a CPU
+// without AMX goes on as automatic, avx512bf16 takes the AVX-512 BF16 path where the CPU has it (also on an AMX
+// machine), else the AVX2 path (or portable), avx2 forces the AVX2 path where the CPU has it, else portable. Throws InputError for what check_paged_attention refuses and
 // for unquantized chunks (not supported by fast).
 void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath path = FastPath::automatic);
 
@@ -23,6 +24,8 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
 bool fast_attention_has_amx();
 // Whether the CPU has the AVX2 path's instructions (automatic takes it where there is no AMX).
 bool fast_attention_has_avx2();
+// Whether the CPU has the AVX-512 BF16 path's instructions (automatic takes it where there is no AMX).
+bool fast_attention_has_avx512bf16();
 
 // Per output element [Tq, Hq, Dv]: |fast − exact_f64| <= bound, exact_f64 = ref::paged_attention's exact_out (the
 // exact convention before its output rounding); +Inf where no claim is made (a non-finite code in a (sequence,
