@@ -1081,24 +1081,48 @@ struct Bf16Scratch {
 // The next chunk's K and V rows of every head of the unit, one 64-byte line a tick, in address order (key by key, the
 // heads of a slot, K's lines then V's) into L2: the S loop ticks every other d pair and the P̃·V loop once per key
 // pair, so the lines are requested at a steady pace through a whole chunk's compute. Measured on Zen 4 (decode
-// B=32 ctx=4096, 2 threads, `bench_attention --conv fast`): the AVX2 path's scheme (the next head-chunk's rows
-// into L1 in one burst at its decode) 36–53 ms, the next head-chunk paced 41–44 ms, the next chunk paced into L1
-// 26–31 ms, into L2 21–25 ms (alternated runs); the software prefetches of a burst stall in the line-fill buffers
-// and on 4 KiB-page walks (45 % of the samples sat on a prefetcht0; with the cache on 2 MiB pages the burst scheme
-// ran at 26.6 ms).
+// B=32 ctx=4096, 2 threads, `bench_attention --conv fast`, same-process A/B where noted): the AVX2 path's scheme
+// (the next head-chunk's rows into L1 in one burst at its decode) 36–53 ms; the next head-chunk paced 41–44 ms; the
+// next chunk paced into L1 26–31 ms, into L2 21–25 ms (alternated runs); two or three chunks ahead equal (A/B); no
+// software prefetch 55 ms, or 35 ms with the chunk decoded for every head first in address order (A/B: the hardware
+// prefetchers then follow, but not as well); only each 1 KiB or 4 KiB line of the rows 41 ms (A/B). The
+// prefetches of a burst stall in the line-fill buffers and on 4 KiB-page walks (45 % of the samples sat on a
+// prefetcht0; with the cache on 2 MiB pages the burst scheme ran at 26.6 ms).
 struct PrefetchCursor {
-  const uint8_t* const* kr = nullptr;  // [heads][kChunk] row pointers of the chunk to prefetch
-  const uint8_t* const* vr = nullptr;
-  int64_t heads = 0, nkeys = 0, lk = 0, lkv = 0, key = 0, h = 0, j = 0;
+  const Ctx* c = nullptr;
+  const SeqPages* sp = nullptr;
+  int64_t g0 = 0, heads = 0, key = 0, kend = 0, lk = 0, lkv = 0, h = 0, j = 0, page = 0, slot = 0;
+  // keys [a, b) of heads [g0, g0 + heads)
+  void start(const Ctx& cx, const SeqPages& s, int64_t g, int64_t hg, int64_t a, int64_t b) {
+    c = &cx;
+    sp = &s;
+    g0 = g;
+    heads = hg;
+    key = a;
+    kend = b;
+    lk = (cx.Dk + 63) / 64;
+    lkv = lk + (cx.s.v_from_k ? 0 : (cx.Dv + 63) / 64);
+    h = j = 0;
+    if (key < kend) {
+      page = sp->pages[key / cx.s.cache.block_size];
+      slot = key % cx.s.cache.block_size;
+    }
+  }
   FP8REF_BF16_TARGET void tick() {
-    if (key >= nkeys) return;
-    const uint8_t* a = j < lk ? kr[h * kChunk + key] + 64 * j : vr[h * kChunk + key] + 64 * (j - lk);
+    if (key >= kend) return;
+    const uint8_t* a = j < lk ? c->a.k_cache + c->s.cache.offset(page, slot, g0 + h) + 64 * j
+                              : c->a.v_cache + c->vshape.offset(page, slot, g0 + h) + 64 * (j - lk);
     _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T1);
     if (++j == lkv) {
       j = 0;
       if (++h == heads) {
         h = 0;
-        ++key;
+        if (++key < kend) {
+          if (++slot == c->s.cache.block_size) {
+            slot = 0;
+            page = sp->pages[key / c->s.cache.block_size];
+          }
+        }
       }
     }
   }
@@ -1183,15 +1207,12 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Bf16Scratch
   auto& vp = rows.vp;
   if (LO <= HI) rows.set(0, LO, std::min<int64_t>(kChunk, HI + 1 - LO));
   for (int64_t j0 = LO, cur = 0; j0 <= HI; j0 += kChunk, cur ^= 1) {
-    const int64_t nk = std::min<int64_t>(kChunk, HI + 1 - j0), nx = cur ^ 1, nn = rows.next(cur, j0, HI);
+    const int64_t nk = std::min<int64_t>(kChunk, HI + 1 - j0);
+    rows.next(cur, j0, HI);
     const int64_t npairs = (nk + 1) / 2;
-    PrefetchCursor pf;  // the next chunk's rows (every head, in address order), paced through this chunk's compute
-    pf.kr = kp[nx];
-    pf.vr = vp[nx];
-    pf.heads = HG;
-    pf.nkeys = nn;
-    pf.lk = (c.Dk + 63) / 64;
-    pf.lkv = pf.lk + (c.s.v_from_k ? 0 : (c.Dv + 63) / 64);
+    // the next chunk's rows (every head, in address order), paced through this chunk's compute
+    PrefetchCursor pf;
+    pf.start(c, sp, u.g0, HG, j0 + kChunk, std::min(HI + 1, j0 + 2 * kChunk));
     for (int64_t gi = 0; gi < HG; ++gi) {
       const uint8_t* const* kpc = kp[cur] + gi * kChunk;
       const uint8_t* const* vpc = vp[cur] + gi * kChunk;
@@ -1279,7 +1300,7 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Bf16Scratch
         }
       }
     }
-    while (pf.key < pf.nkeys) pf.tick();  // the lines the S and P̃·V loops' ticks did not reach
+    while (pf.key < pf.kend) pf.tick();  // the lines the S and P̃·V loops' ticks did not reach
     if (_mm512_cmpge_epu8_mask(cmx, nonfinite)) return false;  // a non-finite code: the portable path
   }
   for (int64_t gi = 0; gi < HG; ++gi) {
