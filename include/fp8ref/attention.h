@@ -112,7 +112,8 @@
 //   row with a NaN or +Inf logit t_j, or whose visible logits are all −Inf, is NaN in every element (a NaN or ±Inf
 //   query, a NaN code in a visible key, e5m2 ±Inf codes); a −Inf logit has weight 0; NaN/Inf V codes propagate
 //   through P̃·v (0·Inf = NaN). The vector paths hand a unit whose queries or codes read hold a non-finite value to
-//   the portable steps. Paths: AMX (bf16 tiles), AVX2 (f32 FMA; e4m3fn codes as value·2^-8, scaled
+//   the portable steps. Paths: AMX (bf16 tiles), AVX-512 BF16 (vdpbf16ps: bf16 pairs into f32, CPUs with
+//   AVX512_BF16 and VBMI but no AMX, e.g. AMD Zen 4/5), AVX2 (f32 FMA; e4m3fn codes as value·2^-8, scaled
 //   back exactly in c2 and before the final factor — their f32 underflow errors, <= 2^-142 per operation in natural
 //   units, sit inside the η terms below), portable (scalar).
 //   Soft-cap (cap > 0): t_j = RN32(c_l·τ(RN32(c1'·acc_j))), c1' = RN32(sm_scale·sk / cap) (f64, rounded once),
@@ -304,7 +305,7 @@ float exp2_sleef(float x);
 
 namespace cpu {
 // OpenMP over (sequence, chunk of 4 query positions), Highway inner loops (src/cpu/attention_cpu.cc); bit-identical
-// to ref:: per convention. Convention fast runs src/cpu/attention_fast.cc (AMX or AVX2; within its bound of exact); the exact
+// to ref:: per convention. Convention fast runs src/cpu/attention_fast.cc (AMX, AVX-512 BF16 or AVX2; within its bound of exact); the exact
 // convention runs ref's f64 path per (sequence, head) in parallel. kv_cache_write: every convention vectorised over
 // blocks of tokens (vllm-cuda through the vector group quantizer cpu::quantize_static; sglang/spyre: the md quotient in
 // vector lanes, then the vector torch cast; exact: the f64 quotient, then the vector exact cast), dynamic scales from
