@@ -1079,13 +1079,14 @@ struct Bf16Scratch {
 };
 
 // The next chunk's K and V rows of every head of the unit, one 64-byte line a tick, in address order (key by key, the
-// heads of a slot, K's lines then V's) into L2: the S loop ticks every other d pair and the P̃·V loop once per key
-// pair, so the lines are requested at a steady pace through a whole chunk's compute. Measured on Zen 4 (decode
-// B=32 ctx=4096, 2 threads, `bench_attention --conv fast`, same-process A/B where noted): the AVX2 path's scheme
-// (the next head-chunk's rows into L1 in one burst at its decode) 36–53 ms; the next head-chunk paced 41–44 ms; the
-// next chunk paced into L1 26–31 ms, into L2 21–25 ms (alternated runs); two or three chunks ahead equal (A/B); no
-// software prefetch 55 ms, or 35 ms with the chunk decoded for every head first in address order (A/B: the hardware
-// prefetchers then follow, but not as well); only each 1 KiB or 4 KiB line of the rows 41 ms (A/B). The
+// heads of a slot, K's lines then V's) into L2, ticked from the P̃·V loop (enough ticks a step to cover a chunk's
+// lines), so the lines are requested at a steady pace through the chunk's compute. Measured on Zen 4 (decode B=32
+// ctx=4096, 2 threads, `bench_attention --conv fast`; "A/B": two variants alternated call by call in one process):
+// the AVX2 path's scheme (the next head-chunk's rows into L1 in one burst at its decode) 36–53 ms; the next
+// head-chunk paced 41–44 ms; the next chunk paced into L1 26–31 ms, into L2 21–25 ms (alternated runs); two or three
+// chunks ahead equal (A/B); ticks in the S loop as well (every other d pair, one a P̃·V step) 26.0–28.5 vs 24.2–24.5
+// ms (A/B); no software prefetch 55 ms, or 35 ms with the chunk decoded for every head first in address order (A/B:
+// the hardware prefetchers then follow, but not as well); only each 1 KiB or 4 KiB line of the rows 41 ms (A/B). The
 // prefetches of a burst stall in the line-fill buffers and on 4 KiB-page walks (45 % of the samples sat on a
 // prefetcht0; with the cache on 2 MiB pages the burst scheme ran at 26.6 ms).
 struct PrefetchCursor {
@@ -1129,16 +1130,13 @@ struct PrefetchCursor {
 };
 
 // S for 16 keys of the chunk, from key k0: acc[k] lane r = Σ_p Q̃ pair (r, p) · K pair (k0 + k, p). K is blocked
-// [Dks / 64][kChunk][32 pairs] (one pointer and constant offsets for the 16 broadcasts of a pair). One prefetch tick
-// per pair.
-FP8REF_BF16_TARGET inline void s16_bf16(const uint32_t* qt, const uint32_t* kbuf, int64_t k0, int64_t Dks, __m256* acc,
-                                        PrefetchCursor* pf) {
+// [Dks / 64][kChunk][32 pairs] (one pointer and constant offsets for the 16 broadcasts of a pair).
+FP8REF_BF16_TARGET inline void s16_bf16(const uint32_t* qt, const uint32_t* kbuf, int64_t k0, int64_t Dks, __m256* acc) {
   for (int k = 0; k < 16; ++k) acc[k] = _mm256_setzero_ps();
   for (int64_t db = 0; db < Dks / 64; ++db) {
     const uint32_t* kb = kbuf + (db * kChunk + k0) * 32;
     const uint32_t* q = qt + db * 32 * kAvxRows;
     for (int p = 0; p < 32; ++p) {
-      if (p & 1) pf->tick();
       const __m256bh qv = (__m256bh)_mm256_load_si256(reinterpret_cast<const __m256i*>(q + p * kAvxRows));
       for (int k = 0; k < 16; ++k)
         acc[k] = _mm256_dpbf16_ps(acc[k], qv, (__m256bh)_mm256_set1_epi32(static_cast<int>(kb[k * 32 + p])));
@@ -1213,6 +1211,9 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Bf16Scratch
     // the next chunk's rows (every head, in address order), paced through this chunk's compute
     PrefetchCursor pf;
     pf.start(c, sp, u.g0, HG, j0 + kChunk, std::min(HI + 1, j0 + 2 * kChunk));
+    // lines per P̃·V step: a head's share of the chunk's lines over its P̃·V steps of a full chunk
+    const int64_t steps = (R + 3) / 4 * (Dvp / 64) * (kChunk / 2);
+    const int64_t ticks = (kChunk * pf.lkv + steps - 1) / steps;
     for (int64_t gi = 0; gi < HG; ++gi) {
       const uint8_t* const* kpc = kp[cur] + gi * kChunk;
       const uint8_t* const* vpc = vp[cur] + gi * kChunk;
@@ -1235,7 +1236,7 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Bf16Scratch
           continue;
         }
         __m256 acc[16];
-        s16_bf16(qt, reinterpret_cast<const uint32_t*>(w.kbuf), kb, Dks, acc, &pf);
+        s16_bf16(qt, reinterpret_cast<const uint32_t*>(w.kbuf), kb, Dks, acc);
         for (int64_t k = 0; k < 16; ++k) {
           const __m256i jv = _mm256_set1_epi32(static_cast<int32_t>(j0 + kb + k));
           const __m256 vis = _mm256_castsi256_ps(_mm256_andnot_si256(
@@ -1285,7 +1286,7 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Bf16Scratch
           for (int i = 0; i < 4; ++i)
             for (int j = 0; j < 4; ++j) o[i][j] = _mm512_load_ps(ob + (r0 + i) * Dvp + d0 + 16 * j);
           for (int64_t kq = 0; kq < npairs; ++kq) {
-            pf.tick();
+            for (int64_t t = 0; t < ticks; ++t) pf.tick();
             const uint32_t* vq = w.vbuf + kq * Dvp + d0;
             __m512bh v[4];
             for (int j = 0; j < 4; ++j) v[j] = (__m512bh)_mm512_load_si512(vq + 16 * j);
