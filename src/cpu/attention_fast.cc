@@ -56,6 +56,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <cstdlib>
@@ -310,12 +311,20 @@ struct Scratch {
   alignas(64) float sbuf[kChunk * 16] = {};
   alignas(64) uint32_t pbuf[16 * 16] = {};  // P̃ rows [16][16 key pairs]
 
+  // The AMX path's sizes.
   void allocate(int64_t hg, int64_t Dks, int64_t Dvp) {
-    const size_t bytes[5] = {static_cast<size_t>(kChunk * Dks) * 2, static_cast<size_t>(2 * (kChunk / 2) * Dvp) * 4,
-                             static_cast<size_t>(hg * (Dks / 32) * 16 * 16) * 4, static_cast<size_t>(hg * kRows * Dvp) * 4,
-                             static_cast<size_t>(Dvp) * 4};
+    place({static_cast<size_t>(kChunk * Dks) * 2, static_cast<size_t>(2 * (kChunk / 2) * Dvp) * 4,
+           static_cast<size_t>(hg * (Dks / 32) * 16 * 16) * 4, static_cast<size_t>(hg * kRows * Dvp) * 4,
+           static_cast<size_t>(Dvp) * 4});
+  }
+  // The AVX-512 BF16 path's (the AVX2 path's units; see there): kbuf [Dks / 64][kChunk][64] bf16, vbuf
+  // [kChunk / 2][Dvp] pairs, qb (Q̃ᵀ) [heads][Dks / 2][8] pairs, obuf [heads][8][Dvp]; pbuf's first 16·8 pairs.
+  void allocate_bf16(int64_t hg, int64_t Dks, int64_t Dvp);
+
+ private:
+  void place(const std::array<size_t, 5>& bytes) {
     size_t off[5];
-    arena = staggered_arena(bytes, 5, off);
+    arena = staggered_arena(bytes.data(), 5, off);
     kbuf = reinterpret_cast<uint16_t*>(arena.get() + off[0]);
     vbuf = reinterpret_cast<uint32_t*>(arena.get() + off[1]);
     qb = reinterpret_cast<uint32_t*>(arena.get() + off[2]);
@@ -835,6 +844,104 @@ FP8REF_AVX2_TARGET inline __m256 reduce4(const __m256* a) {
   return _mm256_add_ps(t, _mm256_permute2f128_ps(t, t, 0x01));
 }
 
+// Rows [0, R) of a unit of the AVX2 / AVX-512 BF16 paths (<= 8 rows, a row per lane): their visible key ranges in
+// lo_a / hi_a (rows past R and rows that see nothing: an empty range), and [*LO, *HI] over them (*HI < *LO: none).
+void lane_rows(const Ctx& c, const SeqPages& sp, const Unit& u, int32_t* lo_a, int32_t* hi_a, RowInfo* ri, int64_t* LO,
+               int64_t* HI) {
+  *LO = std::numeric_limits<int64_t>::max();
+  *HI = -1;
+  for (int64_t r = 0; r < kAvxRows; ++r) {
+    lo_a[r] = std::numeric_limits<int32_t>::max();
+    hi_a[r] = -1;
+    if (r >= u.r1 - u.r0) continue;
+    ri[r] = row_info(c, sp, u, u.r0 + r);  // q head of KV head g0 (+ gi·G for head g0 + gi)
+    if (ri[r].hi >= ri[r].lo) {
+      lo_a[r] = static_cast<int32_t>(ri[r].lo);
+      hi_a[r] = static_cast<int32_t>(ri[r].hi);
+      *LO = std::min(*LO, ri[r].lo);
+      *HI = std::max(*HI, ri[r].hi);
+    }
+  }
+}
+
+// Per KV head gi of a lane unit: sv[gi], the logit multiplier mult[gi] (·ks: the AVX2 path's e4m3fn scaling) and Q̃'s
+// bf16 bits of each (row r < R, d) handed to put(gi, r, d, bits). False (the unit goes to the portable path) when a
+// multiplier overflows or a query is NaN or ±Inf (the NaN policy).
+template <class Put>
+bool lane_heads(const Ctx& c, const Unit& u, const RowInfo* ri, float ks, float* mult, float* sv, Put&& put) {
+  const bool capped = c.s.softcap > 0;
+  for (int64_t gi = 0; gi < u.g1 - u.g0; ++gi) {
+    const int64_t si = scale_index(c.s.scale_kind, u.b, u.g0 + gi);
+    const float sk = c.a.k_scale[si];
+    sv[gi] = c.s.v_from_k ? sk : c.a.v_scale[si];
+    mult[gi] = (capped ? capped_scale(c, sk) : logit_scale(c, sk)) * ks;  // exact, unless it overflows
+    if (!(std::fabs(mult[gi]) <= std::numeric_limits<float>::max())) return false;
+    uint32_t qmax = 0;  // the largest |Q̃| bits
+    for (int64_t r = 0; r < u.r1 - u.r0; ++r) {
+      const int64_t qbase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * c.Dk;
+      for (int64_t d = 0; d < c.Dk; ++d) {
+        const uint32_t h = q_tilde(c.s.q_format, c.a.q, qbase + d);
+        qmax = std::max(qmax, h & 0x7FFFu);
+        put(gi, r, d, h);
+      }
+    }
+    if (qmax >= 0x7F80u) return false;
+  }
+  return true;
+}
+
+// A lane unit's visible ranges and soft-cap constant in lanes, and its heads' online-softmax state (running maxima
+// −inf, sums 0).
+struct LaneState {
+  __m256i lo_v, hi_v;
+  __m256 clv;
+  __m256 m2[kMaxHeads], L[kMaxHeads];
+};
+FP8REF_AVX2_TARGET inline void lane_state(const Ctx& c, int64_t HG, const int32_t* lo_a, const int32_t* hi_a, LaneState* st) {
+  st->lo_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo_a));
+  st->hi_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi_a));
+  st->clv = _mm256_set1_ps(c.s.softcap > 0 ? cap_log2e(c) : 0.0f);
+  for (int64_t gi = 0; gi < HG; ++gi) {
+    st->m2[gi] = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    st->L[gi] = _mm256_setzero_ps();
+  }
+}
+
+// The base-2 logits t' of key j for the 8 rows in lanes (s: their dot products; c2v: the multiplier, c1' when capped;
+// clv: cap·log2 e), −inf in the lanes of rows that do not see key j.
+FP8REF_AVX2_TARGET inline __m256 lane_logits(__m256 s, __m256 c2v, __m256 clv, bool capped, int64_t j, __m256i lo_v,
+                                             __m256i hi_v) {
+  const __m256i jv = _mm256_set1_epi32(static_cast<int32_t>(j));
+  const __m256 vis = _mm256_castsi256_ps(
+      _mm256_andnot_si256(_mm256_or_si256(_mm256_cmpgt_epi32(lo_v, jv), _mm256_cmpgt_epi32(jv, hi_v)), _mm256_set1_epi32(-1)));
+  const __m256 t = capped ? _mm256_mul_ps(clv, tanh_avx2(_mm256_mul_ps(s, c2v))) : _mm256_mul_ps(s, c2v);
+  return _mm256_blendv_ps(_mm256_set1_ps(-std::numeric_limits<float>::infinity()), t, vis);
+}
+
+// The running maximum m2 (an integer per row) raised to ceil(cmax) where that is larger, with the exact
+// power-of-two rescale of L and of the O rows [0, R) (ob: [8][Dvp] f32) where it grows (0 from −inf).
+FP8REF_AVX2_TARGET inline void lane_running_max(__m256 cmax, int64_t R, float* ob, int64_t Dvp, __m256* m2, __m256* L) {
+  const __m256 mn = _mm256_max_ps(*m2, _mm256_round_ps(cmax, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC));
+  const int changed = _mm256_movemask_ps(_mm256_cmp_ps(mn, *m2, _CMP_GT_OQ));
+  if (!changed) return;
+  alignas(32) float a_m2[kAvxRows], a_mn[kAvxRows], al[kAvxRows];
+  _mm256_store_ps(a_m2, *m2);
+  _mm256_store_ps(a_mn, mn);
+  for (int64_t r = 0; r < kAvxRows; ++r) {
+    al[r] = 1.0f;
+    if (!((changed >> r) & 1)) continue;
+    al[r] = a_m2[r] == -std::numeric_limits<float>::infinity()
+                ? 0.0f
+                : std::ldexp(1.0f, static_cast<int>(std::max(-300.0f, a_m2[r] - a_mn[r])));
+    if (r >= R) continue;
+    const __m256 av = _mm256_set1_ps(al[r]);
+    float* orow = ob + r * Dvp;
+    for (int64_t d = 0; d < Dvp; d += 8) _mm256_store_ps(orow + d, _mm256_mul_ps(_mm256_load_ps(orow + d), av));
+  }
+  *L = _mm256_mul_ps(*L, _mm256_load_ps(al));
+  *m2 = mn;
+}
+
 // RP: row accumulators of the S loop, 8 or (units of <= 4 rows) 4.
 // Returns false (nothing written) when the unit's codes hold a non-finite value or its scales overflow the e4m3fn
 // rescaling; the caller runs the portable path then.
@@ -848,50 +955,19 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
   // rows: visible ranges (the same for every head of the unit)
   alignas(32) int32_t lo_a[kAvxRows], hi_a[kAvxRows];
   RowInfo ri[kAvxRows];
-  int64_t LO = std::numeric_limits<int64_t>::max(), HI = -1;
-  for (int64_t r = 0; r < kAvxRows; ++r) {
-    lo_a[r] = std::numeric_limits<int32_t>::max();
-    hi_a[r] = -1;
-    if (r >= R) continue;
-    ri[r] = row_info(c, sp, u, u.r0 + r);  // q head of KV head g0 (+ gi·G for head g0 + gi)
-    if (ri[r].hi >= ri[r].lo) {
-      lo_a[r] = static_cast<int32_t>(ri[r].lo);
-      hi_a[r] = static_cast<int32_t>(ri[r].hi);
-      LO = std::min(LO, ri[r].lo);
-      HI = std::max(HI, ri[r].hi);
-    }
-  }
+  int64_t LO, HI;
+  lane_rows(c, sp, u, lo_a, hi_a, ri, &LO, &HI);
   // per head: Q̃ (rows past R and d past Dk zero), the logit multiplier (·2^8 for e4m3fn), sv, state
   float mult[kMaxHeads], sv[kMaxHeads];
-  for (int64_t gi = 0; gi < HG; ++gi) {
-    const int64_t si = scale_index(c.s.scale_kind, u.b, u.g0 + gi);
-    const float sk = c.a.k_scale[si];
-    sv[gi] = c.s.v_from_k ? sk : c.a.v_scale[si];
-    mult[gi] = (capped ? capped_scale(c, sk) : logit_scale(c, sk)) * KS;  // exact, unless it overflows
-    if (!(std::fabs(mult[gi]) <= std::numeric_limits<float>::max())) return false;
-    float* q = w.q + gi * qs;
-    std::fill(q, q + qs, 0.0f);
-    uint32_t qmax = 0;  // the largest |Q̃| bits: a NaN or Inf query goes to the portable path (the NaN policy)
-    for (int64_t r = 0; r < R; ++r) {
-      const int64_t qbase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * c.Dk;
-      for (int64_t d = 0; d < c.Dk; ++d) {
-        const uint32_t h = q_tilde(c.s.q_format, c.a.q, qbase + d);
-        qmax = std::max(qmax, h & 0x7FFFu);
-        q[r * Dkp + d] = bf16_val(static_cast<uint16_t>(h));
-      }
-    }
-    if (qmax >= 0x7F80u) return false;
-  }
+  std::fill(w.q, w.q + HG * qs, 0.0f);
+  if (!lane_heads(c, u, ri, KS, mult, sv, [&](int64_t gi, int64_t r, int64_t d, uint32_t h) {
+        w.q[gi * qs + r * Dkp + d] = bf16_val(static_cast<uint16_t>(h));
+      }))
+    return false;
   std::fill(w.o, w.o + HG * os, 0.0f);
-  const __m256i lo_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo_a));
-  const __m256i hi_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi_a));
-  const __m256 clv = _mm256_set1_ps(capped ? cap_log2e(c) : 0.0f);
   const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  __m256 m2[kMaxHeads], L[kMaxHeads];
-  for (int64_t gi = 0; gi < HG; ++gi) {
-    m2[gi] = ninf;
-    L[gi] = _mm256_setzero_ps();
-  }
+  LaneState st;
+  lane_state(c, HG, lo_a, hi_a, &st);
   __m128i mx = _mm_setzero_si128();
   const int64_t Dk16 = c.Dk / 16 * 16, Dv16 = c.Dv / 16 * 16;
   ChunkRows rows(c, sp, u, w.kp, w.vp);
@@ -940,40 +1016,14 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
           const uint8_t* pk = gi + 1 < HG ? kp[cur][(gi + 1) * kChunk + k] : kp[nx][k];
           for (int64_t b = 0; b < c.Dk; b += 64) _mm_prefetch(reinterpret_cast<const char*>(pk + b), _MM_HINT_T0);
         }
-        const __m256 s = RP == 8 ? reduce8(acc) : reduce4(acc);
-        const __m256i jv = _mm256_set1_epi32(static_cast<int32_t>(j0 + k));
-        const __m256 vis = _mm256_castsi256_ps(
-            _mm256_andnot_si256(_mm256_or_si256(_mm256_cmpgt_epi32(lo_v, jv), _mm256_cmpgt_epi32(jv, hi_v)),
-                                _mm256_set1_epi32(-1)));
-        const __m256 t = capped ? _mm256_mul_ps(clv, tanh_avx2(_mm256_mul_ps(s, c2v))) : _mm256_mul_ps(s, c2v);
-        x[k] = _mm256_blendv_ps(ninf, t, vis);
+        x[k] = lane_logits(RP == 8 ? reduce8(acc) : reduce4(acc), c2v, st.clv, capped, j0 + k, st.lo_v, st.hi_v);
         cmax = _mm256_max_ps(cmax, x[k]);
       }
-      // running maximum (an integer), exact rescale of O and L where it grows
-      const __m256 mn = _mm256_max_ps(m2[gi], _mm256_round_ps(cmax, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC));
-      const int changed = _mm256_movemask_ps(_mm256_cmp_ps(mn, m2[gi], _CMP_GT_OQ));
-      if (changed) {
-        alignas(32) float a_m2[kAvxRows], a_mn[kAvxRows], al[kAvxRows];
-        _mm256_store_ps(a_m2, m2[gi]);
-        _mm256_store_ps(a_mn, mn);
-        for (int64_t r = 0; r < kAvxRows; ++r) {
-          al[r] = 1.0f;
-          if (!((changed >> r) & 1)) continue;
-          al[r] = a_m2[r] == -std::numeric_limits<float>::infinity()
-                      ? 0.0f
-                      : std::ldexp(1.0f, static_cast<int>(std::max(-300.0f, a_m2[r] - a_mn[r])));
-          if (r >= R) continue;
-          const __m256 av = _mm256_set1_ps(al[r]);
-          float* orow = ob + r * Dvp;
-          for (int64_t d = 0; d < Dvp; d += 8) _mm256_store_ps(orow + d, _mm256_mul_ps(_mm256_load_ps(orow + d), av));
-        }
-        L[gi] = _mm256_mul_ps(L[gi], _mm256_load_ps(al));
-        m2[gi] = mn;
-      }
+      lane_running_max(cmax, R, ob, Dvp, &st.m2[gi], &st.L[gi]);  // the running maximum, exact rescale of O and L
       // P̃ = RN_bf16(exp2(t' − m2)) (p >= 0: round half to even on the bits), L += P̃
-      __m256 Lg = L[gi];
+      __m256 Lg = st.L[gi];
       for (int64_t k = 0; k < nk; ++k) {
-        const __m256i b = _mm256_castps_si256(exp2_avx2(_mm256_sub_ps(x[k], m2[gi])));
+        const __m256i b = _mm256_castps_si256(exp2_avx2(_mm256_sub_ps(x[k], st.m2[gi])));
         const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
         const __m256i rb = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7FFF)), odd),
                                             _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u)));
@@ -981,7 +1031,7 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
         Lg = _mm256_add_ps(Lg, pt);
         _mm256_store_ps(w.pbuf + k * kAvxRows, pt);
       }
-      L[gi] = Lg;
+      st.L[gi] = Lg;
       // V chunk -> f32, then O += P̃·V in 4-row × 16-d tiles
       for (int64_t k = 0; k < nk; ++k) {
         const uint8_t* vr = vpc[k];
@@ -1021,7 +1071,7 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
   }
   for (int64_t gi = 0; gi < HG; ++gi) {
     alignas(32) float Ls[kAvxRows];
-    _mm256_store_ps(Ls, L[gi]);
+    _mm256_store_ps(Ls, st.L[gi]);
     for (int64_t r = 0; r < R; ++r) {
       const int64_t obase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * c.Dv;
       const float fac = Ls[r] > 0 ? sv[gi] / Ls[r] : 0.0f;
@@ -1047,36 +1097,18 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
 //   O += P̃·V: O [8 rows][Dvp] f32 in memory; 4 rows × 64 columns (16 zmm accumulators) per pass over the chunk's key
 //     pairs, vdpbf16ps zmm of a V pair block by the row's P̃ pair broadcast.
 //   The NaN policy, units (<= 8 rows, a decode step's KV heads together) and prefetching as the AVX2/AMX paths.
-// Scratch per thread: the K chunk 32·Dks bf16, the V chunk 16·Dvp pairs, per KV head of the unit Q̃^T (Dks/2)·8 and
-// O 8·Dvp f32, P̃ 16·8 pairs, one output row, the row pointers of two chunks.
+// Scratch per thread (the AMX path's Scratch, allocate_bf16): the K chunk 32·Dks bf16, the V chunk 16·Dvp pairs, per KV
+// head of the unit Q̃^T (Dks/2)·8 and O 8·Dvp f32, P̃ 16·8 pairs, one output row, the row pointers of two chunks.
 
 #define FP8REF_BF16_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16")))
 
-struct Bf16Scratch {
-  Arena arena{nullptr, std::free};
-  uint16_t* kbuf = nullptr;  // [Dks / 64][kChunk][64] bf16 (perm64 order within a block)
-  uint32_t* vbuf = nullptr;  // [kChunk / 2][Dvp] bf16 pairs (vperm64 order)
-  uint32_t* qt = nullptr;    // [heads][Dks / 2][8] Q̃ pairs (rows past R zero)
-  float* o = nullptr;        // [heads][8][Dvp] (vperm64 order)
-  float* ord = nullptr;      // [Dvp]: one O row in d order
-  alignas(64) uint32_t pbuf[kChunk / 2 * kAvxRows] = {};
-  std::vector<const uint8_t*> kp, vp;  // row pointers [2][heads][kChunk]
-
-  void allocate(int64_t hg, int64_t Dks, int64_t Dvp) {
-    kp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
-    vp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
-    const size_t bytes[5] = {static_cast<size_t>(kChunk * Dks) * 2, static_cast<size_t>(kChunk / 2 * Dvp) * 4,
-                             static_cast<size_t>(hg * Dks / 2 * kAvxRows) * 4,
-                             static_cast<size_t>(hg * kAvxRows * Dvp) * 4, static_cast<size_t>(Dvp) * 4};
-    size_t off[5];
-    arena = staggered_arena(bytes, 5, off);
-    kbuf = reinterpret_cast<uint16_t*>(arena.get() + off[0]);
-    vbuf = reinterpret_cast<uint32_t*>(arena.get() + off[1]);
-    qt = reinterpret_cast<uint32_t*>(arena.get() + off[2]);
-    o = reinterpret_cast<float*>(arena.get() + off[3]);
-    ord = reinterpret_cast<float*>(arena.get() + off[4]);
-  }
-};
+void Scratch::allocate_bf16(int64_t hg, int64_t Dks, int64_t Dvp) {
+  kp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
+  vp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
+  place({static_cast<size_t>(kChunk * Dks) * 2, static_cast<size_t>(kChunk / 2 * Dvp) * 4,
+         static_cast<size_t>(hg * Dks / 2 * kAvxRows) * 4, static_cast<size_t>(hg * kAvxRows * Dvp) * 4,
+         static_cast<size_t>(Dvp) * 4});
+}
 
 // The next chunk's K and V rows of every head of the unit, one 64-byte line a tick, in address order (key by key, the
 // heads of a slot, K's lines then V's) into L2, ticked from the P̃·V loop (enough ticks a step to cover a chunk's
@@ -1146,7 +1178,7 @@ FP8REF_BF16_TARGET inline void s16_bf16(const uint32_t* qt, const uint32_t* kbuf
 
 // Returns false (nothing written) when the unit's queries or the codes it reads hold a non-finite value, or a scale
 // overflows the logit multiplier: the caller runs the portable path then.
-FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Bf16Scratch& w, const Unit& u) {
+FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w, const Unit& u) {
   const SeqPages sp = seq_pages(c.s, c.a, u.b);
   const int64_t R = u.r1 - u.r0, HG = u.g1 - u.g0, Dks = round_up(c.Dk, 64), Dvp = round_up(c.Dv, 64);
   const int64_t qs = Dks / 2 * kAvxRows, os = kAvxRows * Dvp;  // per-head strides of Q̃^T and O
@@ -1154,50 +1186,19 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Bf16Scratch
   const Regs g = load_regs(K);
   alignas(32) int32_t lo_a[kAvxRows], hi_a[kAvxRows];
   RowInfo ri[kAvxRows];
-  int64_t LO = std::numeric_limits<int64_t>::max(), HI = -1;
-  for (int64_t r = 0; r < kAvxRows; ++r) {
-    lo_a[r] = std::numeric_limits<int32_t>::max();
-    hi_a[r] = -1;
-    if (r >= R) continue;
-    ri[r] = row_info(c, sp, u, u.r0 + r);  // q head of KV head g0 (+ gi·G for head g0 + gi)
-    if (ri[r].hi >= ri[r].lo) {
-      lo_a[r] = static_cast<int32_t>(ri[r].lo);
-      hi_a[r] = static_cast<int32_t>(ri[r].hi);
-      LO = std::min(LO, ri[r].lo);
-      HI = std::max(HI, ri[r].hi);
-    }
-  }
+  int64_t LO, HI;
+  lane_rows(c, sp, u, lo_a, hi_a, ri, &LO, &HI);
   float mult[kMaxHeads], sv[kMaxHeads];
-  std::fill(w.qt, w.qt + HG * qs, 0u);
-  for (int64_t gi = 0; gi < HG; ++gi) {
-    const int64_t si = scale_index(c.s.scale_kind, u.b, u.g0 + gi);
-    const float sk = c.a.k_scale[si];
-    sv[gi] = c.s.v_from_k ? sk : c.a.v_scale[si];
-    mult[gi] = capped ? capped_scale(c, sk) : logit_scale(c, sk);
-    if (!(std::fabs(mult[gi]) <= std::numeric_limits<float>::max())) return false;
-    uint32_t* qt = w.qt + gi * qs;
-    uint32_t qmax = 0;  // the largest |Q̃| bits: a NaN or Inf query goes to the portable path (the NaN policy)
-    for (int64_t r = 0; r < R; ++r) {
-      const int64_t qbase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * c.Dk;
-      for (int64_t d = 0; d < c.Dk; ++d) {
-        const uint32_t h = q_tilde(c.s.q_format, c.a.q, qbase + d);
-        qmax = std::max(qmax, h & 0x7FFFu);
+  std::fill(w.qb, w.qb + HG * qs, 0u);
+  if (!lane_heads(c, u, ri, 1.0f, mult, sv, [&](int64_t gi, int64_t r, int64_t d, uint32_t h) {
         const int64_t p = d / 64 * 64 + pos64(d % 64);  // d's position in a decoded K row
-        qt[(p / 2) * kAvxRows + r] |= h << (16 * (p & 1));
-      }
-    }
-    if (qmax >= 0x7F80u) return false;
-  }
-  std::fill(w.o, w.o + HG * os, 0.0f);
-  const __m256i lo_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo_a));
-  const __m256i hi_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi_a));
-  const __m256 clv = _mm256_set1_ps(capped ? cap_log2e(c) : 0.0f);
+        w.qb[gi * qs + (p / 2) * kAvxRows + r] |= h << (16 * (p & 1));
+      }))
+    return false;
+  std::fill(w.obuf, w.obuf + HG * os, 0.0f);
   const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  __m256 m2[kMaxHeads], L[kMaxHeads];
-  for (int64_t gi = 0; gi < HG; ++gi) {
-    m2[gi] = ninf;
-    L[gi] = _mm256_setzero_ps();
-  }
+  LaneState st;
+  lane_state(c, HG, lo_a, hi_a, &st);
   __m512i cmx = _mm512_setzero_si512();  // max of c & 0x7F over the codes read
   const __m512i nonfinite = _mm512_set1_epi8(c.s.cache.format == Format::e5m2 ? 0x7C : 0x7F);
   ChunkRows rows(c, sp, u, w.kp, w.vp);
@@ -1226,7 +1227,7 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Bf16Scratch
       for (int64_t k = 0; k < nk; k += 2)
         decode_vpair(g, vpc[k], k + 1 < nk ? vpc[k + 1] : nullptr, c.Dv, w.vbuf + (k / 2) * Dvp, &cmx);
       // S and the logits (keys past nk: −inf); the next (head, chunk)'s rows prefetched in processing order
-      const uint32_t* qt = w.qt + gi * qs;
+      const uint32_t* qt = w.qb + gi * qs;
       const __m256 c2v = _mm256_set1_ps(mult[gi]);
       __m256 x[kChunk];
       __m256 cmax = ninf;
@@ -1238,47 +1239,23 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Bf16Scratch
         __m256 acc[16];
         s16_bf16(qt, reinterpret_cast<const uint32_t*>(w.kbuf), kb, Dks, acc);
         for (int64_t k = 0; k < 16; ++k) {
-          const __m256i jv = _mm256_set1_epi32(static_cast<int32_t>(j0 + kb + k));
-          const __m256 vis = _mm256_castsi256_ps(_mm256_andnot_si256(
-              _mm256_or_si256(_mm256_cmpgt_epi32(lo_v, jv), _mm256_cmpgt_epi32(jv, hi_v)), _mm256_set1_epi32(-1)));
-          const __m256 t = capped ? _mm256_mul_ps(clv, tanh_avx2(_mm256_mul_ps(acc[k], c2v))) : _mm256_mul_ps(acc[k], c2v);
-          x[kb + k] = kb + k < nk ? _mm256_blendv_ps(ninf, t, vis) : ninf;
+          x[kb + k] = kb + k < nk ? lane_logits(acc[k], c2v, st.clv, capped, j0 + kb + k, st.lo_v, st.hi_v) : ninf;
           cmax = _mm256_max_ps(cmax, x[kb + k]);
         }
       }
-      // running maximum (an integer), exact rescale of O and L where it grows
-      float* ob = w.o + gi * os;
-      const __m256 mn = _mm256_max_ps(m2[gi], _mm256_round_ps(cmax, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC));
-      const int changed = _mm256_movemask_ps(_mm256_cmp_ps(mn, m2[gi], _CMP_GT_OQ));
-      if (changed) {
-        alignas(32) float a_m2[kAvxRows], a_mn[kAvxRows], al[kAvxRows];
-        _mm256_store_ps(a_m2, m2[gi]);
-        _mm256_store_ps(a_mn, mn);
-        for (int64_t r = 0; r < kAvxRows; ++r) {
-          al[r] = 1.0f;
-          if (!((changed >> r) & 1)) continue;
-          al[r] = a_m2[r] == -std::numeric_limits<float>::infinity()
-                      ? 0.0f
-                      : std::ldexp(1.0f, static_cast<int>(std::max(-300.0f, a_m2[r] - a_mn[r])));
-          if (r >= R) continue;
-          const __m512 av = _mm512_set1_ps(al[r]);
-          float* orow = ob + r * Dvp;
-          for (int64_t d = 0; d < Dvp; d += 16) _mm512_store_ps(orow + d, _mm512_mul_ps(_mm512_load_ps(orow + d), av));
-        }
-        L[gi] = _mm256_mul_ps(L[gi], _mm256_load_ps(al));
-        m2[gi] = mn;
-      }
+      float* ob = w.obuf + gi * os;
+      lane_running_max(cmax, R, ob, Dvp, &st.m2[gi], &st.L[gi]);  // the running maximum, exact rescale of O and L
       // P̃ = RN_bf16(exp2(t' − m2)), L += P̃; pairs of keys interleaved per row
-      __m256 Lg = L[gi];
+      __m256 Lg = st.L[gi];
       for (int64_t kq = 0; kq < npairs; ++kq) {
-        const __m128i b0 = (__m128i)_mm256_cvtneps_pbh(exp2_avx2(_mm256_sub_ps(x[2 * kq], m2[gi])));
-        const __m128i b1 = (__m128i)_mm256_cvtneps_pbh(exp2_avx2(_mm256_sub_ps(x[2 * kq + 1], m2[gi])));
+        const __m128i b0 = (__m128i)_mm256_cvtneps_pbh(exp2_avx2(_mm256_sub_ps(x[2 * kq], st.m2[gi])));
+        const __m128i b1 = (__m128i)_mm256_cvtneps_pbh(exp2_avx2(_mm256_sub_ps(x[2 * kq + 1], st.m2[gi])));
         Lg = _mm256_add_ps(Lg, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b0), 16)));
         Lg = _mm256_add_ps(Lg, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b1), 16)));
         _mm256_store_si256(reinterpret_cast<__m256i*>(w.pbuf + kq * kAvxRows),
                            _mm256_set_m128i(_mm_unpackhi_epi16(b0, b1), _mm_unpacklo_epi16(b0, b1)));
       }
-      L[gi] = Lg;
+      st.L[gi] = Lg;
       // O += P̃ · V: 4 rows × 64 columns a pass
       for (int64_t r0 = 0; r0 < R; r0 += 4) {
         for (int64_t d0 = 0; d0 < Dvp; d0 += 64) {
@@ -1306,12 +1283,12 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Bf16Scratch
   }
   for (int64_t gi = 0; gi < HG; ++gi) {
     alignas(32) float Ls[kAvxRows];
-    _mm256_store_ps(Ls, L[gi]);
+    _mm256_store_ps(Ls, st.L[gi]);
     for (int64_t r = 0; r < R; ++r) {
       const float Lr = Ls[r];
       const int64_t obase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * c.Dv;
       const float fac = Lr > 0 ? sv[gi] / Lr : 0.0f;
-      const float* orow = w.o + gi * os + r * Dvp;
+      const float* orow = w.obuf + gi * os + r * Dvp;
       for (int64_t q = 0; q < Dvp; ++q) w.ord[q / 64 * 64 + vperm64(q % 64)] = orow[q];
       for (int64_t d = 0; d < c.Dv; ++d) store_out(c.s.out_format, c.a.out, obase + d, Lr > 0 ? w.ord[d] * fac : 0.0f);
     }
@@ -1431,8 +1408,8 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
     const AmxKernels K = make_kernels(spec.cache.format);
 #pragma omp parallel
     {
-      Bf16Scratch w;
-      w.allocate(hg, round_up(c.Dk, 64), round_up(c.Dv, 64));
+      Scratch w;
+      w.allocate_bf16(hg, round_up(c.Dk, 64), round_up(c.Dv, 64));
 #pragma omp for schedule(dynamic)
       for (int64_t i = 0; i < nu; ++i)
         if (!unit_bf16(c, K, w, units[static_cast<size_t>(i)])) unit_portable(c, units[static_cast<size_t>(i)]);
