@@ -220,6 +220,29 @@ TEST_SUITE("attention-fast") {
     const std::vector<uint8_t> via_cpu = p.out;
     attn::cpu::paged_attention_fast(s, a);
     CHECK(via_cpu == p.out);
+    {  // automatic takes the most capable path the CPU has: AMX, else AVX-512 BF16, else AVX2. Each path sums in its
+       // own order, so with f32 outputs theirs differ in low bits: the forced path's output identifies the choice.
+      AttnSpec s32 = spec_of(16, 2, 8, 128);
+      s32.out_format = Format::f32;
+      PagedProblem p32 = test::random_problem(s32, {300, 77}, {1, 3}, 4);
+      attn::AttnArgs a32 = p32.args();
+      const attn::cpu::FastPath want = attn::cpu::fast_attention_has_amx()            ? attn::cpu::FastPath::amx
+                                       : attn::cpu::fast_attention_has_avx512bf16() ? attn::cpu::FastPath::avx512bf16
+                                       : attn::cpu::fast_attention_has_avx2()       ? attn::cpu::FastPath::avx2
+                                                                                    : attn::cpu::FastPath::portable;
+      attn::cpu::paged_attention_fast(p32.spec, a32, want);
+      const std::vector<uint8_t> forced = p32.out;
+      attn::cpu::paged_attention(p32.spec, a32);
+      CHECK(forced == p32.out);
+      int differing = 0;  // the paths this CPU has besides the chosen one give other bits somewhere (else the check
+                          // above could not tell them apart)
+      for (auto other : {attn::cpu::FastPath::avx512bf16, attn::cpu::FastPath::avx2, attn::cpu::FastPath::portable}) {
+        if (other == want) continue;
+        attn::cpu::paged_attention_fast(p32.spec, a32, other);
+        differing += p32.out != forced;
+      }
+      CHECK(differing >= 1);
+    }
     CHECK_THROWS_AS(attn::ref::paged_attention(s, a), InputError);
     AttnSpec cap = s;  // soft-cap: accepted (checked against exact in the cases above); a negative one refused
     cap.softcap = 5;
