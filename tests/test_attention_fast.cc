@@ -241,7 +241,7 @@ TEST_SUITE("attention-fast") {
         attn::cpu::paged_attention_fast(p32.spec, a32, other);
         differing += p32.out != forced;
       }
-      CHECK(differing >= 1);
+      if (want != attn::cpu::FastPath::portable) CHECK(differing >= 1);  // (a CPU without AVX2 has one path only)
     }
     CHECK_THROWS_AS(attn::ref::paged_attention(s, a), InputError);
     AttnSpec cap = s;  // soft-cap: accepted (checked against exact in the cases above); a negative one refused
