@@ -366,9 +366,12 @@ FP8REF_AVX512_TARGET inline void decode_pair_store(const Regs& g, __m512i c, uin
 
 FP8REF_AVX512_TARGET inline __mmask64 tail_mask(int64_t m) { return m >= 64 ? ~__mmask64{0} : ((__mmask64{1} << m) - 1); }
 
-// n codes (the rest of the 64-multiple row zero) -> bf16, natural order.
-FP8REF_AVX512_TARGET inline void decode_row(const Regs& g, const uint8_t* src, int64_t n, uint16_t* dst, __m512i* mx) {
-  for (int64_t d = 0; d < n; d += 64) decode_pair_store(g, _mm512_maskz_loadu_epi8(tail_mask(n - d), src + d), dst + d, mx);
+// n codes (the rest of the 64-multiple row zero) -> bf16; the 64-code block b at dst + b·stride (stride 64: one row
+// in natural order; the AVX-512 BF16 path blocks its K chunk [Dks / 64][kChunk][64]).
+FP8REF_AVX512_TARGET inline void decode_row(const Regs& g, const uint8_t* src, int64_t n, uint16_t* dst, int64_t stride,
+                                            __m512i* mx) {
+  for (int64_t d = 0; d < n; d += 64)
+    decode_pair_store(g, _mm512_maskz_loadu_epi8(tail_mask(n - d), src + d), dst + d / 64 * stride, mx);
 }
 
 // Two keys' V codes (b may be null: zeros) -> VNNI pairs (v_a[d], v_b[d]) for d < n (64-multiple): the codes
@@ -578,7 +581,7 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
         const uint8_t* const* vpc = vp[cur] + gi * kChunk;
         uint32_t* vb = w.vbuf + h * (kChunk / 2) * Dvp;
         for (int64_t k = 0; k < nk; ++k) {
-          decode_row(g, kpc[k], c.Dk, w.kbuf + k * Dks, &cmx);
+          decode_row(g, kpc[k], c.Dk, w.kbuf + k * Dks, 64, &cmx);
           if (k < nn) {
             const uint8_t* nk8 = kp[nx][gi * kChunk + k];
             for (int64_t x = 0; x < c.Dk; x += 64) _mm_prefetch(reinterpret_cast<const char*>(nk8 + x), _MM_HINT_T0);
@@ -706,22 +709,34 @@ FP8REF_AMX_TARGET void map_lanes(const float* x, float* out, size_t n) {
   }
 }
 
-bool amx_usable() {
+// The CPU and OS have what the AVX-512 BF16 path's target needs: leaf 1 ECX FMA (12), OSXSAVE (27), F16C (29); leaf
+// 7.0 EBX AVX512F (16), BW (30), VL (31), ECX AVX512_VBMI (1); leaf 7.1 EAX AVX512_BF16 (5); XCR0 with the SSE, AVX
+// and AVX-512 state (bits 1, 2, 5-7). (CPUID rather than __builtin_cpu_supports: GCC's and clang's know different
+// feature names.)
+bool bf16_usable() {
   static const bool ok = [] {
-    // CPUID (GCC's and clang's __builtin_cpu_supports know different feature names): leaf 7.0 EBX AVX512F (16),
-    // BW (30), VL (31); ECX AVX512_VBMI (1); EDX AMX-BF16 (22), AMX-TILE (24); leaf 7.1 EAX AVX512_BF16 (5); and
-    // the OS: XCR0 with the AVX-512 state (bits 5-7) and XTILECFG/XTILEDATA (17, 18).
     unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(1, 0, &a, &b, &c, &d) || !((c >> 12) & 1) || !((c >> 27) & 1) || !((c >> 29) & 1)) return false;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    const bool f7 = ((b >> 16) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1) && ((c >> 1) & 1) && ((d >> 22) & 1) &&
-                    ((d >> 24) & 1);
-    unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
-    if (!f7 || !__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) || !((a1 >> 5) & 1)) return false;
-    if (!__get_cpuid_count(1, 0, &a, &b, &c, &d) || !((c >> 27) & 1)) return false;  // OSXSAVE
+    if (!((b >> 16) & 1) || !((b >> 30) & 1) || !((b >> 31) & 1) || !((c >> 1) & 1)) return false;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1)) return false;
     unsigned xlo, xhi;
     __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
-    const unsigned need = (7u << 5) | (3u << 17) | 6u;
-    if ((xlo & need) != need) return false;
+    return (xlo & 0xE6u) == 0xE6u;
+  }();
+  return ok;
+}
+
+// bf16_usable and AMX: leaf 7.0 EDX AMX-BF16 (22), AMX-TILE (24); XCR0 XTILECFG/XTILEDATA (17, 18); the tile state
+// granted by arch_prctl.
+bool amx_usable() {
+  static const bool ok = [] {
+    if (!bf16_usable()) return false;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !((d >> 22) & 1) || !((d >> 24) & 1)) return false;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & (3u << 17)) != (3u << 17)) return false;
     constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   }();
@@ -1090,8 +1105,8 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
 //   Decode: the AMX path's table decode (decode_row: K rows as bf16 in the perm64 order; decode_vpair: V as VNNI
 //     pairs of keys, columns in the vperm64 order).
 //   S = K·Q̃^T, 16 keys at a time: per key one accumulator of 8 lanes (rows); per d pair p, Q̃^T's pair p (8 rows'
-//     dwords, packed once per unit in the decoded K order) times the key's pair p broadcast (vdpbf16ps ymm with an
-//     embedded broadcast): 16 independent chains, no horizontal sums, the rows land in lanes as the softmax wants.
+//     dwords, packed once per unit in the decoded K order) times the key's pair p broadcast (vdpbf16ps ymm): 16
+//     independent chains, no horizontal sums, the rows land in lanes as the softmax wants.
 //   Logits, the integer running maximum, exp2, P̃ = RN_bf16(p) (vcvtneps2bf16; p is 0 or >= 2^-126), L += P̃: as the
 //     AVX2 path; P̃ of two keys interleaved per row (dword = the even key's P̃ low, the odd one's high).
 //   O += P̃·V: O [8 rows][Dvp] f32 in memory; 4 rows × 64 columns (16 zmm accumulators) per pass over the chunk's key
@@ -1219,14 +1234,11 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
       const uint8_t* const* kpc = kp[cur] + gi * kChunk;
       const uint8_t* const* vpc = vp[cur] + gi * kChunk;
       // decode the chunk's K rows and V pairs
-      for (int64_t k = 0; k < nk; ++k) {
-        for (int64_t d = 0; d < c.Dk; d += 64)  // K blocked [Dks / 64][kChunk][64] (s16_bf16)
-          decode_pair_store(g, _mm512_maskz_loadu_epi8(tail_mask(c.Dk - d), kpc[k] + d), w.kbuf + ((d / 64) * kChunk + k) * 64,
-                            &cmx);
-      }
+      for (int64_t k = 0; k < nk; ++k)  // K blocked [Dks / 64][kChunk][64] (s16_bf16)
+        decode_row(g, kpc[k], c.Dk, w.kbuf + k * 64, kChunk * 64, &cmx);
       for (int64_t k = 0; k < nk; k += 2)
         decode_vpair(g, vpc[k], k + 1 < nk ? vpc[k + 1] : nullptr, c.Dv, w.vbuf + (k / 2) * Dvp, &cmx);
-      // S and the logits (keys past nk: −inf); the next (head, chunk)'s rows prefetched in processing order
+      // S and the logits (keys past nk: −inf)
       const uint32_t* qt = w.qb + gi * qs;
       const __m256 c2v = _mm256_set1_ps(mult[gi]);
       __m256 x[kChunk];
@@ -1278,7 +1290,7 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
         }
       }
     }
-    while (pf.key < pf.kend) pf.tick();  // the lines the S and P̃·V loops' ticks did not reach
+    while (pf.key < pf.kend) pf.tick();  // the lines the P̃·V loop's ticks did not reach
     if (_mm512_cmpge_epu8_mask(cmx, nonfinite)) return false;  // a non-finite code: the portable path
   }
   for (int64_t gi = 0; gi < HG; ++gi) {
@@ -1294,22 +1306,6 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
     }
   }
   return true;
-}
-
-bool bf16_usable() {
-  static const bool ok = [] {
-    // leaf 7.0 EBX AVX512F (16), BW (30), VL (31); ECX AVX512_VBMI (1); leaf 7.1 EAX AVX512_BF16 (5); leaf 1 ECX
-    // FMA (12), OSXSAVE (27), F16C (29); XCR0: SSE, AVX and the AVX-512 state (bits 1, 2, 5-7)
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid_count(1, 0, &a, &b, &c, &d) || !((c >> 12) & 1) || !((c >> 27) & 1) || !((c >> 29) & 1)) return false;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    if (!((b >> 16) & 1) || !((b >> 30) & 1) || !((b >> 31) & 1) || !((c >> 1) & 1)) return false;
-    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1)) return false;
-    unsigned xlo, xhi;
-    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
-    return (xlo & 0xE6u) == 0xE6u;
-  }();
-  return ok;
 }
 
 bool avx2_usable() {

@@ -16,8 +16,8 @@ enum class FastPath : uint8_t { automatic, amx, avx2, portable, avx512bf16 };
 // when the CPU has them (and the OS grants the AMX tile state), else AVX-512 VBMI + BF16 without AMX (vdpbf16ps: AMD
 // Zen 4/5) when it has those, else AVX2 + FMA + F16C when it has those, else the portable C++ path; amx on a CPU
 // without AMX goes on as automatic, avx512bf16 takes the AVX-512 BF16 path where the CPU has it (also on an AMX
-// machine), else the AVX2 path (or portable), avx2 forces the AVX2 path where the CPU has it, else portable. Throws InputError for what check_paged_attention refuses and
-// for unquantized chunks (not supported by fast).
+// machine), else the AVX2 path (or portable), avx2 forces the AVX2 path where the CPU has it, else portable. Throws
+// InputError for what check_paged_attention refuses and for unquantized chunks (not supported by fast).
 void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath path = FastPath::automatic);
 
 // Whether automatic picks the AMX path on this machine.
@@ -36,9 +36,9 @@ void paged_attention_fast_bound(const AttnSpec& spec, const AttnArgs& args, doub
 // path's, or that), n values; for the tests of its accuracy (the bound assumes relative error <= 2^-22).
 void fast_exp2(const float* z, float* out, size_t n, FastPath path = FastPath::automatic);
 
-// The soft-cap's tanh as the given path evaluates it (automatic / amx: the AVX-512 lanes where the CPU has AMX; avx2:
-// the AVX2 lanes, bit for bit the scalar steps; else the scalar steps), n values; for the tests of its accuracy (the
-// bound assumes |error| <= kFastTanhErr).
+// The soft-cap's tanh as the given path evaluates it (automatic / amx: the AVX-512 lanes where the CPU has AMX; avx2,
+// avx512bf16 (whose softmax runs in the AVX2 lanes) and automatic without AMX: the AVX2 lanes, bit for bit the scalar
+// steps; else the scalar steps), n values; for the tests of its accuracy (the bound assumes |error| <= kFastTanhErr).
 constexpr double kFastTanhErr = 0x1p-20;
 void fast_tanh(const float* u, float* out, size_t n, FastPath path = FastPath::automatic);
 
