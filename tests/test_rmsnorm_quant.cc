@@ -57,7 +57,8 @@ struct Outputs {
 };
 
 Outputs run(bool cpu, const RmsNormQuantSpec& spec, Format from, const std::vector<uint8_t>& x,
-            const std::vector<uint8_t>& w, const std::vector<uint8_t>* res, std::vector<int64_t> shape, bool normed) {
+            const std::vector<uint8_t>& w, const std::vector<uint8_t>* res, std::vector<int64_t> shape, bool normed,
+            cpu::RmsNormPath path = cpu::RmsNormPath::automatic) {
   RmsNormQuantArgs a;
   a.from = from;
   a.shape = shape;
@@ -83,7 +84,7 @@ Outputs run(bool cpu, const RmsNormQuantSpec& spec, Format from, const std::vect
   for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
   o.rms.assign(static_cast<size_t>(rows), -1.0f);
   a.rms = o.rms.data();
-  if (cpu) cpu::rmsnorm_quant(spec, a);
+  if (cpu) cpu::rmsnorm_quant(spec, a, path);
   else ref::rmsnorm_quant(spec, a);
   return o;
 }
@@ -315,6 +316,80 @@ TEST_CASE("rmsnorm_quant: cpu backend bit-identical to the reference, every SIMD
     }
   }
   CHECK(compared == static_cast<int>(cases.size()) * 3 * 2 * 2);
+}
+
+TEST_CASE("rmsnorm_quant: cpu AVX-512 BF16 passes next to the f32 subnormal range (their row guard), every z kind") {
+  // vcvtne2ps2bf16 flushes subnormal inputs to ±0, so the passes decline a row where a nonzero z·r (or a product)
+  // falls below 2^-126. Rows of 4 groups of 64: group 0 normal values (r ~ 1), group 1 alternately ±2^-128·(1 + j/8)
+  // (z·r subnormal) and ±2^-118·(1 + j/8) under weights 2^100 — y ~ 2^-28 and 2^-18, so a flushed bf16(z·r) changes
+  // visible codes (vLLM's dtype-twice) —, group 2 the same magnitudes at the 2^-126 boundary (2^-126·(1 ± 2^-7)),
+  // group 3 with z = x + residual cancelling to 2^-128 (x = 2^-120, residual = −(2^-120 − 2^-128)). Compared with
+  // the reference on the automatic path (the passes where the CPU has them) and on the Highway path.
+  const int64_t K = 256, M = 6;
+  std::vector<float> xv(static_cast<size_t>(M * K)), rv(static_cast<size_t>(M * K), 0.0f), wv(static_cast<size_t>(K));
+  std::mt19937_64 rng(77);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) {
+      const size_t i = static_cast<size_t>(m * K + k);
+      const float sg = (k / 2) % 2 ? -1.0f : 1.0f, f = 1.0f + static_cast<float>((k + m) % 8) / 8.0f;
+      if (k < 64) xv[i] = nd(rng);
+      else if (k < 128) xv[i] = sg * f * (k % 2 ? 0x1p-118f : 0x1p-128f);
+      else if (k < 192) xv[i] = sg * (k % 2 ? 0x1p-118f : 0x1p-126f * (m % 2 ? 1.0f + 0x1p-7f : 1.0f - 0x1p-7f));
+      else if (m >= 3 && k % 2 == 0) xv[i] = 0x1p-120f, rv[i] = -(0x1p-120f - 0x1p-128f);
+      else xv[i] = nd(rng);
+    }
+  for (int64_t k = 0; k < K; ++k) wv[static_cast<size_t>(k)] = k >= 64 && k < 192 ? 0x1p100f : 1.0f + 0.25f * nd(rng);
+  const auto x = encode_as(Format::bf16, xv), w = encode_as(Format::bf16, wv), r = encode_as(Format::bf16, rv);
+  struct Case {
+    const char* convention;
+    std::vector<std::pair<std::string, std::string>> ov;
+  };
+  const std::vector<Case> cases = {{"vllm-rmsnorm-quant", {}},
+                                   {"vllm-rmsnorm-quant", {{"residual-sum", "dtype"}}},
+                                   {"deepseek-rmsnorm", {{"group", "64"}}},
+                                   {"vllm-rmsnorm-quant", {{"group", "64"}, {"formula", "x*(1/s)"}}}};
+  int visible = 0;
+  for (const Case& c : cases)
+    for (bool with_res : {false, true}) {
+      const RmsNormQuantSpec spec = spec_for(c.convention, Format::e4m3fn, c.ov);
+      INFO(spec.describe() << " residual " << with_res);
+      const std::vector<uint8_t>* rp = with_res ? &r : nullptr;
+      const Outputs want = run(false, spec, Format::bf16, x, w, rp, {M, K}, false);
+      for (auto path : {cpu::RmsNormPath::automatic, cpu::RmsNormPath::highway}) {
+        const Outputs got = run(true, spec, Format::bf16, x, w, rp, {M, K}, false, path);
+        CHECK(got.q == want.q);
+        CHECK(got.scales == want.scales);
+        CHECK(got.res == want.res);
+      }
+      // the tiny z's codes are not all zero: a flushed bf16(z·r) would show
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t k = 64; k < 128; k += 2) visible += (want.q[static_cast<size_t>(m * K + k)] & 0x7F) != 0;
+    }
+  CHECK(visible > 100);
+  // A product below 2^-126 with z·r normal: weights 2^-119 on group 0 (G = 64) of rows alternating ~1 and ~2^-8, so
+  // y = bf16(bf16(z·r)·w) is normal and subnormal in turn; without the guard on the scale (s ~ 2^-128) and with
+  // x·(1/s) that group is still fast and the subnormal y give codes near 1.75.
+  const int64_t K2 = 128, M2 = 4;
+  std::vector<float> x2(static_cast<size_t>(M2 * K2)), w2(static_cast<size_t>(K2));
+  for (int64_t m = 0; m < M2; ++m)
+    for (int64_t k = 0; k < K2; ++k)
+      x2[static_cast<size_t>(m * K2 + k)] = k < 64 ? (k % 2 ? 0x1p-8f : 1.0f) * (1.0f + static_cast<float>((k + m) % 8) / 8.0f)
+                                              : nd(rng);
+  for (int64_t k = 0; k < K2; ++k) w2[static_cast<size_t>(k)] = k < 64 ? 0x1p-119f : 1.0f;
+  const RmsNormQuantSpec spec2 =
+      spec_for("vllm-rmsnorm-quant", Format::e4m3fn, {{"group", "64"}, {"guard", "none"}, {"formula", "x*(1/s)"}});
+  const auto xb2 = encode_as(Format::bf16, x2), wb2 = encode_as(Format::bf16, w2);
+  const Outputs want2 = run(false, spec2, Format::bf16, xb2, wb2, nullptr, {M2, K2}, false);
+  for (auto path : {cpu::RmsNormPath::automatic, cpu::RmsNormPath::highway}) {
+    const Outputs got = run(true, spec2, Format::bf16, xb2, wb2, nullptr, {M2, K2}, false, path);
+    CHECK(got.q == want2.q);
+    CHECK(got.scales == want2.scales);
+  }
+  int visible2 = 0;
+  for (int64_t m = 0; m < M2; ++m)
+    for (int64_t k = 1; k < 64; k += 2) visible2 += (want2.q[static_cast<size_t>(m * K2 + k)] & 0x7F) != 0;
+  CHECK(visible2 == M2 * 32);
 }
 
 TEST_CASE("rmsnorm_quant: cpu exact variance next to f32 midpoints (the verified f64 sum and its fallback)") {

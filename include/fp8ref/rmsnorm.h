@@ -165,6 +165,13 @@ float rsqrt_cuda(float u);
 namespace cpu {
 // The CPU backend (src/cpu/rmsnorm_quant_cpu.cc): Highway + OpenMP over rows; bit-identical to ref::rmsnorm_quant.
 void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& args);
+// Which kernel bf16 rows take where more than one applies (the same bits either way; tests and benchmarks compare
+// them): automatic = the AVX-512 BF16 passes where the CPU has AVX512_BF16 + VBMI and Highway dispatches to an
+// AVX-512 target (weights rounded to bf16: dtype-twice, dtype-once; e4m3fn), else Highway; highway = never those.
+enum class RmsNormPath : uint8_t { automatic, highway };
+void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& args, RmsNormPath path);
+// Whether automatic takes the AVX-512 BF16 passes for some spec on this CPU and SIMD target.
+bool rmsnorm_quant_has_avx512bf16();
 }  // namespace cpu
 
 }  // namespace fp8ref

@@ -50,12 +50,14 @@
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "cpu/fp8_lanes-inl.h"
+#include "cpu/rmsnorm_quant_avx512.h"
 #include "fp8ref/convert.h"
 #include "fp8ref/rmsnorm.h"
 
@@ -1335,6 +1337,10 @@ void RowGroupScales(const QuantSpec& qs, float rcp_max, bool mul, bool lanes, co
   }
 }
 
+// Whether this target is AVX-512 (the dispatched target gates the AVX-512 BF16 passes: a test or a caller that
+// restricts Highway to AVX2 gets no AVX-512 code at all).
+bool TargetIsAvx3() { return HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3; }
+
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace fp8ref::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -1361,6 +1367,7 @@ HWY_EXPORT(RowQuant);
 HWY_EXPORT(RowGroupScales);
 HWY_EXPORT(RowQuantFast);
 HWY_EXPORT(NormQuantBf16);
+HWY_EXPORT(TargetIsAvx3);
 
 namespace {
 
@@ -1427,7 +1434,13 @@ float mean_square_cub(ZRow z, int64_t n, int threads, float* part, float* lane0,
 
 }  // namespace
 
+bool rmsnorm_quant_has_avx512bf16() { return cpu_has_avx512bf16() && HWY_DYNAMIC_DISPATCH(TargetIsAvx3)(); }
+
 void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
+  rmsnorm_quant(spec, a, RmsNormPath::automatic);
+}
+
+void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsNormPath path) {
   const RmsNormLayout L = rmsnorm_layout(spec, a.from, a.shape, a.weight_shape, a.residual ? &a.shape : nullptr);
   const int64_t M = L.M, K = L.K;
   const QuantSpec& qs = spec.quant;
@@ -1454,6 +1467,16 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
   const bool cast_in_lanes = fast && qs.to == Format::e4m3fn && qs.cast.rounding == Rounding::rne &&
                              (qs.clamp == Clamp::nan_to_max || qs.clamp == Clamp::nan_to_min) && max > 0.0f &&
                              max <= 448.0f;
+  // The AVX-512 BF16 passes (rmsnorm_quant_avx512.h) for bf16 rows whose y is rounded to bf16; z from x, from x +
+  // residual in f32 (the ZSum rows below) or from the f32 row (residual-sum=dtype, in-place residual_out).
+  const bool zfast_call = a.from == Format::bf16 && fast && !a.normed &&
+                          (spec.variance == Variance::exact || spec.variance == Variance::cub);
+  const rq512::ZKind zkind = zfast_call && !a.residual                                    ? rq512::ZKind::bf16
+                             : zfast_call && spec.residual_sum != ResidualSum::dtype && !out_overlaps ? rq512::ZKind::sum_f32
+                                                                                           : rq512::ZKind::f32;
+  const bool use512 = path == RmsNormPath::automatic && a.from == Format::bf16 && fast && !a.normed && cast_in_lanes &&
+                      (spec.weight == NormWeight::dtype_twice || spec.weight == NormWeight::dtype_once) && K % 64 == 0 &&
+                      G % 64 == 0 && K % G == 0 && rmsnorm_quant_has_avx512bf16();
 
 #pragma omp parallel
   {
@@ -1465,7 +1488,10 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
     std::vector<float> gamax(static_cast<size_t>(ngroups > 0 ? ngroups : 1)), gsv(gamax.size());
     std::vector<uint8_t> gnan(gamax.size()), gfast(gamax.size());
     std::vector<float> grb(gamax.size());
-    hwy::AlignedFreeUniquePtr<float[]> wf, wfp;
+    hwy::AlignedFreeUniquePtr<float[]> wf, wfp, w512;
+    hwy::AlignedFreeUniquePtr<uint16_t[]> y512;
+    std::vector<uint16_t> gmax16(use512 ? gamax.size() : 0);
+    rq512::Plan plan;
     if (a.from != Format::bf16 || fast) {  // weights widened once per thread (bf16: for the fast path)
       wf = hwy::AllocateAligned<float>(Ka);
       if (a.from == Format::bf16)  // (bf16 widened in lanes: LoadRowBf16 without a residual)
@@ -1481,6 +1507,11 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
             wfp[k + 8 + i] = wf[k + 4 + i];
             wfp[k + 12 + i] = wf[k + 12 + i];
           }
+      }
+      if (use512) {
+        w512 = hwy::AllocateAligned<float>(Ka);
+        y512 = hwy::AllocateAligned<uint16_t>(Ka);
+        rq512::make_plan(spec.weight == NormWeight::dtype_twice ? 1 : 2, zkind, wf.get(), Ka, w512.get(), &plan);
       }
       for (int64_t k = 0; k < K && a.from != Format::bf16; ++k) {
         if (a.from == Format::f32) {
@@ -1593,6 +1624,24 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
       const bool has_next = m + 1 < M && a.from == Format::bf16;
       const auto* next_x = has_next ? reinterpret_cast<const uint16_t*>(xr + K * esz) : nullptr;
       const auto* next_r = has_next && rr ? reinterpret_cast<const uint16_t*>(rr + K * esz) : nullptr;
+      // steps 5–9 as the AVX-512 BF16 passes (false: a row they decline; it goes on below)
+      if (bf16_fast && use512 &&
+          rq512::norm_pass(plan, reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr), z.get(),
+                           static_cast<size_t>(K), static_cast<size_t>(G), r, y512.get(), gmax16.data())) {
+        for (int64_t g = 0; g < ngroups; ++g) {
+          gamax[g] = f32_of(static_cast<uint32_t>(gmax16[g]) << 16);
+          gnan[g] = 0;
+        }
+        float* scales = static_cast<float*>(a.scales) + m * ngroups;
+        const bool mul = qs.formula == QuantFormula::mul_rcp;
+        HWY_DYNAMIC_DISPATCH(RowGroupScales)(qs, rcp_max, mul, true, gamax.data(), gnan.data(),
+                                             static_cast<size_t>(ngroups), scales, gsv.data(), gfast.data(), grb.data());
+        if (std::find(gfast.begin(), gfast.end(), uint8_t{0}) == gfast.end()) {
+          rq512::quant_pass(plan, y512.get(), static_cast<size_t>(K), static_cast<size_t>(G), gsv.data(), grb.data(), !mul,
+                            max, a.q + off, next_x, next_r);
+          continue;
+        }
+      }
       // steps 5–9 fused per group in registers (the cast in lanes; false: G or K does not fit it)
       if (bf16_fast && cast_in_lanes &&
           HWY_DYNAMIC_DISPATCH(NormQuantBf16)(zp, wf.get(), static_cast<size_t>(K), r, spec.weight,

@@ -1,0 +1,260 @@
+// fp8ref CPU backend — rmsnorm_quant steps 5–9 for bf16 rows with AVX-512 BF16 + VBMI (rmsnorm_quant_avx512.h).
+//
+// Why a second kernel: on AMD Zen 4 (and any core that runs 512-bit operations at two per cycle) the Highway path's
+// fused per-group loop (NormQuantBf16) spends ~22 cycles per 16 values — the scalar scale chain of each group, spills
+// of its 16 live vectors, and 4-instruction bf16 roundings. Here the row takes two passes through L1:
+//   A (norm_pass): 32 values per step from one 64-byte load of bf16 pairs (the even elements by a shift, the odd by a
+//     mask: no widening shuffle), a = z·r, bf16(a) for dtype-twice and y = bf16(…·w) each by one vcvtne2ps2bf16 per
+//     32 values, y stored packed (bf16), the group's max |y| as a u16 max; 32-lane u16 minimum of the nonzero |x|.
+//   (the caller: the groups' scales in lanes, RowGroupScales)
+//   B (quant_pass): y widened back by a shift or a mask, the quotient as the Highway path computes it (Markstein's
+//     one correction for x/s, fp8_lanes-inl.h MarksteinDiv1; or y·RN(1/s)), |q| clamped to max and its sign dropped by
+//     one vrangeps, the e4m3fn code by one f32 add of C' = 2^(E+20) + 8·(E+6) ulps (fp8_lanes-inl.h CastE4m3Mag's
+//     portable form: the code is the low byte of the sum; C' by one dword permutation of the exponent), y's sign as
+//     bit 7, and 64 codes by two word and one byte permutation (vpermt2w, vpermt2b), which also undo the lane order.
+// Lane order. Each step permutes the 32 values of its chunk: the pair load puts elements 2i in vector 0 and 2i + 1 in
+// vector 1; vcvtne2ps2bf16(v1, v0) packs vector 0 into words 0–15 and vector 1 into words 16–31; the next widening
+// takes words 2i and 2i + 1 again. make_plan follows each element through these steps, permutes the weights to the
+// lanes that multiply them and builds the byte index that puts the codes back in order. Every step between is
+// element-wise, so the values are the Highway path's bit for bit (tests/test_rmsnorm_quant.cc compares both with the
+// reference on every case).
+// Exactness of vcvtne2ps2bf16: RNE as (b + 0x7FFF + lsb) >> 16 for normal values, Inf kept, NaN quieted — but a
+// subnormal input becomes ±0. norm_pass therefore proves per row that no nonzero value there is subnormal: with zmin
+// the smallest nonzero |z| and wmin the smallest nonzero |w| (make_plan), RN(zmin·r) >= 2^-126 and
+// bf16(RN(zmin·r))·wmin >= 2^-126 (dtype-twice; RN(zmin·r)·wmin for dtype-once) bound every a and every product from
+// below (rounding is monotone). A row that fails (values near 2^-126 of the largest) goes the Highway way.
+#include "cpu/rmsnorm_quant_avx512.h"
+
+#include <cpuid.h>
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+
+// GCC 12 flags its own AVX-512 intrinsics (_mm512_undefined_*) as maybe-uninitialized.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#define FP8REF_RQ512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,avx512bf16")))
+
+namespace fp8ref::cpu {
+
+// leaf 1 ECX FMA (12), OSXSAVE (27), F16C (29); leaf 7.0 EBX AVX512F (16), DQ (17), BW (30), VL (31), ECX AVX512_VBMI
+// (1); leaf 7.1 EAX AVX512_BF16 (5); XCR0 with the SSE, AVX and AVX-512 state (bits 1, 2, 5–7). (CPUID rather than
+// __builtin_cpu_supports: GCC's and clang's know different feature names.)
+bool cpu_has_avx512bf16() {
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(1, 0, &a, &b, &c, &d) || !((c >> 12) & 1) || !((c >> 27) & 1) || !((c >> 29) & 1)) return false;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    if (!((b >> 16) & 1) || !((b >> 17) & 1) || !((b >> 30) & 1) || !((b >> 31) & 1) || !((c >> 1) & 1)) return false;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1)) return false;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    return (xlo & 0xE6u) == 0xE6u;
+  }();
+  return ok;
+}
+
+namespace rq512 {
+namespace {
+
+float f32_of(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+// C' per biased exponent e in [121, 135] (the magnitude's, at least 2^-6's), at index e mod 16: bits(2^(e-127+20)) +
+// 8·(e − 121) — fp8_lanes-inl.h CastE4m3Mag's portable form, whose low byte after the add is the code.
+struct CastTable {
+  alignas(64) uint32_t c[16];
+  CastTable() : c{} {
+    for (uint32_t e = 121; e <= 135; ++e) c[e % 16] = ((e + 20u) << 23) + 8u * (e - 121u);
+  }
+};
+const CastTable kCast;
+
+FP8REF_RQ512 inline uint16_t max_u16(__m512i v) {
+  const __m256i m = _mm256_max_epu16(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+  const __m128i m2 = _mm_max_epu16(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+  return static_cast<uint16_t>(~_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(m2, _mm_set1_epi32(-1)))));
+}
+
+template <int kMode, ZKind kZ>
+FP8REF_RQ512 bool norm_pass_t(const Plan& p, const uint16_t* x, const uint16_t* res, const float* zf, size_t K, size_t G,
+                              float r, uint16_t* y, uint16_t* gmax) {
+  const __m512 vr = _mm512_set1_ps(r);
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)), abs16 = _mm512_set1_epi16(0x7FFF);
+  const __m512i one16 = _mm512_set1_epi16(1), abs32 = _mm512_set1_epi32(0x7FFFFFFF), one32 = _mm512_set1_epi32(1);
+  // the smallest nonzero |z| less one ulp (zero and −0 wrap to the largest value)
+  __m512i zmin = _mm512_set1_epi32(-1);
+  auto zmin32 = [&](__m512 v) FP8REF_RQ512 {
+    zmin = _mm512_min_epu32(zmin, _mm512_and_si512(_mm512_sub_epi32(_mm512_castps_si512(v), one32), abs32));
+  };
+  for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
+    __m512i mx = _mm512_setzero_si512();
+    for (size_t k = k0; k < k0 + G; k += 32) {
+      __m512 v0, v1;
+      if constexpr (kZ == ZKind::f32) {
+        v0 = _mm512_loadu_ps(zf + k);
+        v1 = _mm512_loadu_ps(zf + k + 16);
+        zmin32(v0);
+        zmin32(v1);
+      } else {
+        const __m512i u = _mm512_loadu_si512(x + k);
+        v0 = _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+        v1 = _mm512_castsi512_ps(_mm512_and_si512(u, hi));
+        if constexpr (kZ == ZKind::sum_f32) {
+          const __m512i t = _mm512_loadu_si512(res + k);
+          v0 = _mm512_add_ps(v0, _mm512_castsi512_ps(_mm512_slli_epi32(t, 16)));
+          v1 = _mm512_add_ps(v1, _mm512_castsi512_ps(_mm512_and_si512(t, hi)));
+          zmin32(v0);
+          zmin32(v1);
+        } else {  // on the bf16 pairs themselves
+          zmin = _mm512_min_epu16(zmin, _mm512_and_si512(_mm512_sub_epi16(u, one16), abs16));
+        }
+      }
+      const float* w = p.wperm + k;
+      const __m512 a0 = _mm512_mul_ps(v0, vr), a1 = _mm512_mul_ps(v1, vr);
+      __m512i yb;
+      if constexpr (kMode == 2) {
+        yb = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(a1, _mm512_load_ps(w + 16)), _mm512_mul_ps(a0, _mm512_load_ps(w)));
+      } else {
+        const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(a1, a0);
+        const __m512 e = _mm512_castsi512_ps(_mm512_slli_epi32(ab, 16)), o = _mm512_castsi512_ps(_mm512_and_si512(ab, hi));
+        yb = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(o, _mm512_load_ps(w + 16)), _mm512_mul_ps(e, _mm512_load_ps(w)));
+      }
+      _mm512_store_si512(y + k, yb);
+      mx = _mm512_max_epu16(mx, _mm512_and_si512(yb, abs16));
+    }
+    gmax[g] = max_u16(mx);
+    if (gmax[g] >= 0x7F80u) return false;  // a NaN or an Inf in the group
+  }
+  // no nonzero a = RN(z·r) or product below 2^-126 (see the top)
+  float zmin_f;
+  if constexpr (kZ == ZKind::bf16) {
+    const uint16_t m = static_cast<uint16_t>(~max_u16(_mm512_xor_si512(zmin, _mm512_set1_epi32(-1))));
+    if (m == 0x7FFF) return true;  // every z is ±0
+    zmin_f = f32_of(static_cast<uint32_t>(m + 1) << 16);
+  } else {
+    const uint32_t m = static_cast<uint32_t>(_mm512_reduce_min_epu32(zmin));
+    if (m == 0x7FFFFFFFu) return true;
+    zmin_f = f32_of(m + 1);
+  }
+  const float amin = zmin_f * r;
+  if (!(amin >= 0x1p-126f)) return false;
+  if (!std::isfinite(p.wmin)) return true;  // every w is ±0
+  const float f = kMode == 1 ? f32_of(((bits_of(amin) + 0x7FFFu + ((bits_of(amin) >> 16) & 1u)) >> 16) << 16) : amin;
+  return static_cast<double>(f) * static_cast<double>(p.wmin) >= 0x1p-126;
+}
+
+template <bool kDiv>
+FP8REF_RQ512 void quant_pass_t(const Plan& p, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb,
+                               float mx, uint8_t* q, const uint16_t* next_x, const uint16_t* next_r) {
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)), emin = _mm512_set1_epi32(0x3C800000);
+  const __m512i sgn = _mm512_set1_epi32(0x80), ctab = _mm512_load_si512(kCast.c);
+  const __m512 bound = _mm512_set1_ps(mx);
+  // word j of (a, b) = the low word of dword j of their concatenation
+  const __m512i idxw = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26, 24,
+                                        22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i idxb = _mm512_load_si512(p.idxb);
+  for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
+    const __m512 vs = _mm512_set1_ps(gsv[g]), vb = _mm512_set1_ps(grb[g]);
+    auto code = [&](__m512 yv) FP8REF_RQ512 {
+      __m512 qv;
+      if constexpr (kDiv) {
+        const __m512 q0 = _mm512_mul_ps(yv, vb);
+        qv = _mm512_fmadd_ps(_mm512_fnmadd_ps(q0, vs, yv), vb, q0);
+      } else {
+        qv = _mm512_mul_ps(yv, vs);
+      }
+      const __m512 a = _mm512_range_ps(qv, bound, 0x0A);  // min(|q|, max), sign cleared
+      const __m512i e = _mm512_srli_epi32(_mm512_max_epu32(_mm512_castps_si512(a), emin), 23);
+      const __m512i t = _mm512_castps_si512(_mm512_add_ps(a, _mm512_castsi512_ps(_mm512_permutexvar_epi32(e, ctab))));
+      return _mm512_ternarylogic_epi32(t, _mm512_srli_epi32(_mm512_castps_si512(yv), 24), sgn, 0xF8);  // t | (s & 0x80)
+    };
+    for (size_t k = k0; k < k0 + G; k += 64) {
+      if (next_x) {
+        _mm_prefetch(reinterpret_cast<const char*>(next_x + k), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(next_x + k + 32), _MM_HINT_T0);
+        if (next_r) {
+          _mm_prefetch(reinterpret_cast<const char*>(next_r + k), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(next_r + k + 32), _MM_HINT_T0);
+        }
+      }
+      const __m512i u0 = _mm512_load_si512(y + k), u1 = _mm512_load_si512(y + k + 32);
+      const __m512i c0 = code(_mm512_castsi512_ps(_mm512_slli_epi32(u0, 16)));
+      const __m512i c1 = code(_mm512_castsi512_ps(_mm512_and_si512(u0, hi)));
+      const __m512i c2 = code(_mm512_castsi512_ps(_mm512_slli_epi32(u1, 16)));
+      const __m512i c3 = code(_mm512_castsi512_ps(_mm512_and_si512(u1, hi)));
+      const __m512i w0 = _mm512_permutex2var_epi16(c0, idxw, c1), w1 = _mm512_permutex2var_epi16(c2, idxw, c3);
+      _mm512_storeu_si512(q + k, _mm512_permutex2var_epi8(w0, idxb, w1));
+    }
+  }
+}
+
+}  // namespace
+
+void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, Plan* plan) {
+  plan->mode = mode;
+  plan->zkind = zkind;
+  plan->wperm = wperm;
+  // the element (within its 32-chunk) in each lane: v0/v1 after the load, W after the first pack, L0/L1 the lanes
+  // that multiply the weights, Y the packed y, E the words of pass B's word permutation
+  int v0[16], v1[16], W[32], L0[16], L1[16], Y[32], E[32];
+  for (int i = 0; i < 16; ++i) {
+    v0[i] = zkind == ZKind::f32 ? i : 2 * i;
+    v1[i] = zkind == ZKind::f32 ? 16 + i : 2 * i + 1;
+  }
+  for (int j = 0; j < 32; ++j) W[j] = j < 16 ? v0[j] : v1[j - 16];
+  for (int i = 0; i < 16; ++i) {
+    L0[i] = mode == 2 ? v0[i] : W[2 * i];
+    L1[i] = mode == 2 ? v1[i] : W[2 * i + 1];
+  }
+  for (int j = 0; j < 32; ++j) Y[j] = mode == 2 ? W[j] : (j < 16 ? L0[j] : L1[j - 16]);
+  for (int j = 0; j < 32; ++j) E[j] = j < 16 ? Y[2 * j] : Y[2 * (j - 16) + 1];
+  for (int j = 0; j < 32; ++j) {
+    plan->idxb[E[j]] = static_cast<uint8_t>(2 * j);
+    plan->idxb[32 + E[j]] = static_cast<uint8_t>(64 + 2 * j);
+  }
+  for (size_t c = 0; c < K; c += 32)
+    for (int i = 0; i < 16; ++i) {
+      wperm[c + static_cast<size_t>(i)] = wf[c + static_cast<size_t>(L0[i])];
+      wperm[c + 16 + static_cast<size_t>(i)] = wf[c + static_cast<size_t>(L1[i])];
+    }
+  float m = INFINITY;
+  for (size_t k = 0; k < K; ++k) {
+    const float a = std::fabs(wf[k]);
+    if (a > 0.0f && a < m) m = a;
+  }
+  plan->wmin = m;
+}
+
+bool norm_pass(const Plan& p, const uint16_t* x, const uint16_t* res, const float* zf, size_t K, size_t G, float r,
+               uint16_t* y, uint16_t* gmax) {
+#define FP8REF_RQ512_NORM(M)                                                                                       \
+  switch (p.zkind) {                                                                                               \
+    case ZKind::bf16: return norm_pass_t<M, ZKind::bf16>(p, x, res, zf, K, G, r, y, gmax);                         \
+    case ZKind::sum_f32: return norm_pass_t<M, ZKind::sum_f32>(p, x, res, zf, K, G, r, y, gmax);                   \
+    default: return norm_pass_t<M, ZKind::f32>(p, x, res, zf, K, G, r, y, gmax);                                   \
+  }
+  if (p.mode == 1) FP8REF_RQ512_NORM(1)
+  FP8REF_RQ512_NORM(2)
+#undef FP8REF_RQ512_NORM
+}
+
+void quant_pass(const Plan& p, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb, bool div,
+                float mx, uint8_t* q, const uint16_t* next_x, const uint16_t* next_r) {
+  if (div) quant_pass_t<true>(p, y, K, G, gsv, grb, mx, q, next_x, next_r);
+  else quant_pass_t<false>(p, y, K, G, gsv, grb, mx, q, next_x, next_r);
+}
+
+}  // namespace rq512
+}  // namespace fp8ref::cpu

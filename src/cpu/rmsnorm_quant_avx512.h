@@ -1,0 +1,46 @@
+// fp8ref CPU backend — rmsnorm_quant's bf16 rows on CPUs with AVX-512 BF16 and VBMI (AMD Zen 4, Intel Sapphire
+// Rapids and later): steps 5–9 as two passes over the row with y held as packed bf16 (src/cpu/rmsnorm_quant_avx512.cc).
+// Only for weight modes that round y to bf16 (dtype-twice: vLLM; dtype-once: DeepSeek) and the e4m3fn cast in lanes;
+// every other row goes the Highway way (src/cpu/rmsnorm_quant_cpu.cc), and so does any row this path declines.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace fp8ref::cpu {
+
+// The CPU and OS provide AVX-512 F/BW/DQ/VL/VBMI and AVX512_BF16 (CPUID, XCR0). Shared with the attention kernels.
+bool cpu_has_avx512bf16();
+
+namespace rq512 {
+
+// How the row's z arrives: bf16 x (z = x widened), bf16 x + bf16 residual summed in f32, or an f32 row.
+enum class ZKind : uint8_t { bf16, sum_f32, f32 };
+
+// Per-thread state for one call: the weights in the lane order of the passes, and the byte order that puts the codes
+// back in element order. mode: 1 = y = bf16(bf16(z·r)·w) (dtype-twice), 2 = y = bf16(z·r·w) (dtype-once).
+struct Plan {
+  int mode = 0;
+  ZKind zkind = ZKind::bf16;
+  const float* wperm = nullptr;  // K floats: per 32-element chunk the weights of lane vector 0, then of vector 1
+  float wmin = 0;                // the smallest nonzero |w| (+Inf: none)
+  alignas(64) uint8_t idxb[64] = {};
+};
+// Fills plan (wperm: K floats to write, from the f32-widened weights wf) for K % 32 == 0.
+void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, Plan* plan);
+
+// Pass A: y (K bf16 values, packed in the plan's lane order) and the u16 max of |y| bits per group of G (G % 32 == 0,
+// K % G == 0). z from x (and res) or zf per the plan's kind. Returns false when the row must go the Highway way: a
+// nonzero z·r or product below the f32 normal range (vcvtne2ps2bf16 flushes subnormals) or a group with a NaN/Inf y.
+bool norm_pass(const Plan& plan, const uint16_t* x, const uint16_t* res, const float* zf, size_t K, size_t G, float r,
+               uint16_t* y, uint16_t* gmax);
+
+// Pass B: the codes of y per group g: q = RN(y / gsv[g]) by Markstein's correction with grb[g] = RN(1/gsv[g]) (div)
+// or RN(y · gsv[g]) (!div), clamped to ±mx (<= 448), cast RNE to e4m3fn. G % 64 == 0, every group fast (finite y, and
+// for div gsv[g] in [2^-60, 2^60] with amax <= gsv[g]·2^60: fp8_lanes-inl.h MarksteinDiv1's conditions).
+// next_x/next_r: the next row's inputs, prefetched (null: none).
+void quant_pass(const Plan& plan, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb, bool div,
+                float mx, uint8_t* q, const uint16_t* next_x, const uint16_t* next_r);
+
+}  // namespace rq512
+}  // namespace fp8ref::cpu
