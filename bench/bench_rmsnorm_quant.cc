@@ -6,13 +6,15 @@
 //                 thread count (each thread one contiguous half) — the bandwidth anchor;
 //   * copy, non-temporal stores: the same copy by bench_common.h stream_copy (no read for ownership of the
 //                 destination, which glibc's memcpy of this size pays) — the stricter anchor, ratios printed below;
-//   * cpu::rmsnorm_quant per convention (with and without the residual), 2 threads and 1;
+//   * cpu::rmsnorm_quant per convention (with and without the residual), 2 threads and 1; with --highway also the
+//                 conventions the AVX-512 BF16 passes serve on the Highway path (cpu::RmsNormPath::highway), "[highway]"
+//                 rows: the two kernels side by side in one run;
 //   * numpy     : a vectorised numpy + ml_dtypes rmsnorm + group quant on the same shape, measured by
 //                 bench/anchor_rmsnorm_quant.py and passed in with --numpy-gbs (bench/run_rmsnorm_quant.sh).
 // Bandwidth = bytes read + bytes written per second: x (2 B/elem) [+ residual 2 B + residual out 2 B] + weight
 // (K·2) + codes (1 B/elem) + scales (4 B per group).
 //
-// Usage: bench_rmsnorm_quant [--m 4096] [--k 7168] [--reps 5] [--numpy-gbs G] [--only PREFIX]
+// Usage: bench_rmsnorm_quant [--m 4096] [--k 7168] [--reps 5] [--numpy-gbs G] [--only PREFIX] [--highway]
 #include <omp.h>
 
 #include <algorithm>
@@ -67,6 +69,7 @@ int main(int argc, char** argv) {
   int reps = 5;
   double numpy_gbs = 0;
   std::string only;  // a row-name prefix: time only those rows (for perf)
+  bool highway = false;
   for (int a = 1; a < argc; ++a) {
     const std::string s = argv[a];
     auto val = [&]() -> std::string {
@@ -81,8 +84,10 @@ int main(int argc, char** argv) {
     else if (s == "--reps") reps = std::stoi(val());
     else if (s == "--numpy-gbs") numpy_gbs = std::stod(val());
     else if (s == "--only") only = val();
+    else if (s == "--highway") highway = true;
     else {
-      std::fprintf(stderr, "usage: bench_rmsnorm_quant [--m 4096] [--k 7168] [--reps 5] [--numpy-gbs G] [--only PREFIX]\n");
+      std::fprintf(stderr, "usage: bench_rmsnorm_quant [--m 4096] [--k 7168] [--reps 5] [--numpy-gbs G] [--only PREFIX] "
+                           "[--highway]\n");
       return 2;
     }
   }
@@ -150,11 +155,15 @@ int main(int argc, char** argv) {
                     },
                     {}});
     for (const char* conv : {"vllm-rmsnorm-quant", "aiter-rmsnorm-quant", "exact"}) {
-      for (bool residual : {false, true}) {
+      for (int v = 0; v < 4; ++v) {
+        const bool residual = v % 2 == 1;
+        const auto path = v < 2 ? fp8ref::cpu::RmsNormPath::automatic : fp8ref::cpu::RmsNormPath::highway;
         if (std::string(conv) == "exact" && (residual || t != max_threads)) continue;
         const fp8ref::RmsNormQuantSpec spec = spec_of(conv);
-        rows.push_back({std::string(conv) + (residual ? " + residual" : ""), t, residual ? with_res : plain,
-                        [&, spec, residual] {
+        const bool bf16_weights = spec.weight != fp8ref::NormWeight::f32;
+        if (v >= 2 && !(highway && bf16_weights && fp8ref::cpu::rmsnorm_quant_has_avx512bf16())) continue;
+        rows.push_back({std::string(conv) + (residual ? " + residual" : "") + (v >= 2 ? " [highway]" : ""), t,
+                        residual ? with_res : plain, [&, spec, residual, path] {
                           fp8ref::RmsNormQuantArgs a;
                           a.from = fp8ref::Format::bf16;
                           a.x = x.data();
@@ -167,7 +176,7 @@ int main(int argc, char** argv) {
                             a.residual = res.data();
                             a.residual_out = res_out.data();
                           }
-                          fp8ref::cpu::rmsnorm_quant(spec, a);
+                          fp8ref::cpu::rmsnorm_quant(spec, a, path);
                         },
                         {}});
       }

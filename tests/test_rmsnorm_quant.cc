@@ -272,6 +272,7 @@ TEST_CASE("rmsnorm_quant: cpu backend bit-identical to the reference, every SIMD
       {"vllm-rmsnorm-quant", Format::e4m3fn, {{"group", "64"}, {"variance", "cub:100"}}},
       {"vllm-rmsnorm-quant", Format::e4m3fnuz, {{"residual-sum", "dtype"}, {"variance", "cub:37"}}},
       {"deepseek-rmsnorm", Format::e4m3fn, {}},
+      {"vllm-rmsnorm-quant", Format::e4m3fn, {{"weight", "dtype-once"}}},
       {"vllm-rmsnorm-quant", Format::e4m3fn, {{"granularity", "row"}, {"eps", "0"}}},
       {"aiter-rmsnorm-quant", Format::e4m3fn, {{"tail", "partial"}, {"amax-nan", "propagate"}, {"clamp", "nan-kept"}}},
       {"exact", Format::e4m3fn, {{"tail", "partial"}, {"variance", "f32-seq"}, {"weight", "dtype-once"}}},
@@ -347,7 +348,8 @@ TEST_CASE("rmsnorm_quant: cpu AVX-512 BF16 passes next to the f32 subnormal rang
   };
   const std::vector<Case> cases = {{"vllm-rmsnorm-quant", {}},
                                    {"vllm-rmsnorm-quant", {{"residual-sum", "dtype"}}},
-                                   {"deepseek-rmsnorm", {{"group", "64"}}},
+                                   {"vllm-rmsnorm-quant", {{"group", "64"}, {"weight", "dtype-once"}}},
+                                   {"vllm-rmsnorm-quant", {{"weight", "dtype-once"}, {"residual-sum", "dtype"}}},
                                    {"vllm-rmsnorm-quant", {{"group", "64"}, {"formula", "x*(1/s)"}}}};
   int visible = 0;
   for (const Case& c : cases)
