@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/rmsnorm_quant_avx512.h"
 #include "fp8ref/convert.h"
 #include "fp8ref/error.h"
 #include "fp8ref/io.h"
@@ -392,6 +393,51 @@ TEST_CASE("rmsnorm_quant: cpu AVX-512 BF16 passes next to the f32 subnormal rang
   for (int64_t m = 0; m < M2; ++m)
     for (int64_t k = 1; k < 64; k += 2) visible2 += (want2.q[static_cast<size_t>(m * K2 + k)] & 0x7F) != 0;
   CHECK(visible2 == M2 * 32);
+}
+
+TEST_CASE("rmsnorm_quant: the AVX-512 BF16 quant pass streams codes to any alignment (lines non-temporal, ends masked)") {
+  // quant_pass with stream = true writes whole cache lines by non-temporal stores and the partial lines at both ends
+  // by masked stores; the same row at every offset d within a line must give the bytes of the plain stores and leave
+  // the bytes around it alone (they belong to the neighbouring rows).
+  if (!cpu::cpu_has_avx512bf16()) {
+    MESSAGE("this CPU has no AVX-512 BF16: nothing to check");
+    return;
+  }
+  const size_t K = 256, G = 128;
+  std::mt19937_64 rng(9);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<uint16_t> x(K);
+  for (uint16_t& v : x) v = static_cast<uint16_t>(bits_of(nd(rng)) >> 16);
+  auto wf = hwy::AllocateAligned<float>(K), wperm = hwy::AllocateAligned<float>(K);
+  for (size_t k = 0; k < K; ++k) wf[k] = f32_of(bits_of(1.0f + 0.25f * nd(rng)) & 0xFFFF0000u);
+  cpu::rq512::Plan plan;
+  cpu::rq512::make_plan(1, cpu::rq512::ZKind::bf16, wf.get(), K, wperm.get(), &plan);
+  auto y = hwy::AllocateAligned<uint16_t>(K);
+  uint16_t gmax[2];
+  REQUIRE(cpu::rq512::norm_pass(plan, x.data(), nullptr, nullptr, K, G, 0.75f, y.get(), gmax));
+  float gsv[2], grb[2];
+  for (int g = 0; g < 2; ++g) {
+    gsv[g] = f32_of(static_cast<uint32_t>(gmax[g]) << 16) / 448.0f;
+    grb[g] = 1.0f / gsv[g];
+  }
+  for (size_t d : {0, 1, 15, 16, 33, 63}) {
+    INFO("offset " << d);
+    auto a = hwy::AllocateAligned<uint8_t>(K + 192), b = hwy::AllocateAligned<uint8_t>(K + 192);
+    std::memset(a.get(), 0x5A, K + 192);
+    std::memset(b.get(), 0x5A, K + 192);
+    cpu::rq512::quant_pass(plan, y.get(), K, G, gsv, grb, true, 448.0f, a.get() + 64 + d, nullptr, nullptr, true);
+    cpu::rq512::fence();
+    cpu::rq512::quant_pass(plan, y.get(), K, G, gsv, grb, true, 448.0f, b.get() + 64 + d, nullptr, nullptr, false);
+    CHECK(std::memcmp(a.get(), b.get(), K + 192) == 0);
+    size_t untouched = 0, codes = 0;
+    for (size_t i = 0; i < K + 192; ++i) {
+      const bool inside = i >= 64 + d && i < 64 + d + K;
+      if (!inside) untouched += a[i] == 0x5A;
+      else codes += a[i] != 0x5A;
+    }
+    CHECK(untouched == 192);
+    CHECK(codes > K / 2);
+  }
 }
 
 TEST_CASE("rmsnorm_quant: cpu exact variance next to f32 midpoints (the verified f64 sum and its fallback)") {

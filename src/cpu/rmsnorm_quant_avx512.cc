@@ -29,6 +29,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 // GCC 12 flags its own AVX-512 intrinsics (_mm512_undefined_*) as maybe-uninitialized.
@@ -155,18 +156,48 @@ FP8REF_RQ512 bool norm_pass_t(const Plan& p, const uint16_t* x, const uint16_t* 
   return static_cast<double>(f) * static_cast<double>(p.wmin) >= 0x1p-126;
 }
 
+// Consecutive 64-byte vectors to dst at any alignment d = dst mod 64: every whole cache line by a non-temporal store
+// (no read for ownership; the output is not read again here), the partial lines at both ends by masked stores (they
+// hold the neighbouring rows' bytes, which another thread may be writing). Line j of the aligned destination takes
+// the last d bytes of vector j − 1 and the first 64 − d of vector j (one vpermt2b).
+struct LineStream {
+  uint8_t* base;  // dst − d: 64-byte aligned
+  unsigned d;
+  __m512i idx, prev;
+  size_t j = 0;
+  FP8REF_RQ512 explicit LineStream(uint8_t* dst)
+      : base(dst - (reinterpret_cast<uintptr_t>(dst) & 63)), d(static_cast<unsigned>(reinterpret_cast<uintptr_t>(dst) & 63)) {
+    alignas(64) uint8_t ix[64];
+    for (unsigned i = 0; i < 64; ++i) ix[i] = static_cast<uint8_t>(64 - d + i);
+    idx = _mm512_load_si512(ix);
+    prev = _mm512_setzero_si512();
+  }
+  FP8REF_RQ512 void put(__m512i v) {
+    const __m512i line = _mm512_permutex2var_epi8(prev, idx, v);
+    if (j == 0 && d) _mm512_mask_storeu_epi8(base, ~__mmask64{0} << d, line);
+    else _mm512_stream_si512(reinterpret_cast<__m512i*>(base + 64 * j), line);
+    prev = v;
+    ++j;
+  }
+  FP8REF_RQ512 void finish() {
+    if (d) _mm512_mask_storeu_epi8(base + 64 * j, (__mmask64{1} << d) - 1, _mm512_permutex2var_epi8(prev, idx, prev));
+  }
+};
+
 template <bool kDiv>
 FP8REF_RQ512 void quant_pass_t(const Plan& p, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb,
-                               float mx, uint8_t* q, const uint16_t* next_x, const uint16_t* next_r) {
+                               float mx, uint8_t* q, const uint16_t* next_x, const uint16_t* next_r, bool stream) {
+  LineStream out(q);
   const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)), emin = _mm512_set1_epi32(0x3C800000);
-  const __m512i sgn = _mm512_set1_epi32(0x80), ctab = _mm512_load_si512(kCast.c);
+  const __m512i sgn = _mm512_set1_epi16(0x80), ctab = _mm512_load_si512(kCast.c);
   const __m512 bound = _mm512_set1_ps(mx);
-  // word j of (a, b) = the low word of dword j of their concatenation
-  const __m512i idxw = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26, 24,
-                                        22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  // word j of (even, odd) = the low word of the code of packed word j: dword j/2 of even (j even), of odd (j odd)
+  const __m512i idxw = _mm512_set_epi16(62, 30, 60, 28, 58, 26, 56, 24, 54, 22, 52, 20, 50, 18, 48, 16, 46, 14, 44, 12,
+                                        42, 10, 40, 8, 38, 6, 36, 4, 34, 2, 32, 0);
   const __m512i idxb = _mm512_load_si512(p.idxb);
   for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
     const __m512 vs = _mm512_set1_ps(gsv[g]), vb = _mm512_set1_ps(grb[g]);
+    // the code of |y| (low byte; bit 7 clear)
     auto code = [&](__m512 yv) FP8REF_RQ512 {
       __m512 qv;
       if constexpr (kDiv) {
@@ -177,8 +208,14 @@ FP8REF_RQ512 void quant_pass_t(const Plan& p, const uint16_t* y, size_t K, size_
       }
       const __m512 a = _mm512_range_ps(qv, bound, 0x0A);  // min(|q|, max), sign cleared
       const __m512i e = _mm512_srli_epi32(_mm512_max_epu32(_mm512_castps_si512(a), emin), 23);
-      const __m512i t = _mm512_castps_si512(_mm512_add_ps(a, _mm512_castsi512_ps(_mm512_permutexvar_epi32(e, ctab))));
-      return _mm512_ternarylogic_epi32(t, _mm512_srli_epi32(_mm512_castps_si512(yv), 24), sgn, 0xF8);  // t | (s & 0x80)
+      return _mm512_castps_si512(_mm512_add_ps(a, _mm512_castsi512_ps(_mm512_permutexvar_epi32(e, ctab))));
+    };
+    // 32 codes as words in packed order, y's sign (bit 15 of its bf16 word) as bit 7
+    auto codes32 = [&](__m512i u) FP8REF_RQ512 {
+      const __m512i c0 = code(_mm512_castsi512_ps(_mm512_slli_epi32(u, 16)));
+      const __m512i c1 = code(_mm512_castsi512_ps(_mm512_and_si512(u, hi)));
+      const __m512i w = _mm512_permutex2var_epi16(c0, idxw, c1);
+      return _mm512_mask_add_epi16(w, _mm512_movepi16_mask(u), w, sgn);
     };
     for (size_t k = k0; k < k0 + G; k += 64) {
       if (next_x) {
@@ -189,15 +226,13 @@ FP8REF_RQ512 void quant_pass_t(const Plan& p, const uint16_t* y, size_t K, size_
           _mm_prefetch(reinterpret_cast<const char*>(next_r + k + 32), _MM_HINT_T0);
         }
       }
-      const __m512i u0 = _mm512_load_si512(y + k), u1 = _mm512_load_si512(y + k + 32);
-      const __m512i c0 = code(_mm512_castsi512_ps(_mm512_slli_epi32(u0, 16)));
-      const __m512i c1 = code(_mm512_castsi512_ps(_mm512_and_si512(u0, hi)));
-      const __m512i c2 = code(_mm512_castsi512_ps(_mm512_slli_epi32(u1, 16)));
-      const __m512i c3 = code(_mm512_castsi512_ps(_mm512_and_si512(u1, hi)));
-      const __m512i w0 = _mm512_permutex2var_epi16(c0, idxw, c1), w1 = _mm512_permutex2var_epi16(c2, idxw, c3);
-      _mm512_storeu_si512(q + k, _mm512_permutex2var_epi8(w0, idxb, w1));
+      const __m512i w0 = codes32(_mm512_load_si512(y + k)), w1 = codes32(_mm512_load_si512(y + k + 32));
+      const __m512i c = _mm512_permutex2var_epi8(w0, idxb, w1);
+      if (stream) out.put(c);
+      else _mm512_storeu_si512(q + k, c);
     }
   }
+  if (stream) out.finish();
 }
 
 }  // namespace
@@ -207,8 +242,8 @@ void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, P
   plan->zkind = zkind;
   plan->wperm = wperm;
   // the element (within its 32-chunk) in each lane: v0/v1 after the load, W after the first pack, L0/L1 the lanes
-  // that multiply the weights, Y the packed y, E the words of pass B's word permutation
-  int v0[16], v1[16], W[32], L0[16], L1[16], Y[32], E[32];
+  // that multiply the weights, Y the packed y (also the order of pass B's words)
+  int v0[16], v1[16], W[32], L0[16], L1[16], Y[32];
   for (int i = 0; i < 16; ++i) {
     v0[i] = zkind == ZKind::f32 ? i : 2 * i;
     v1[i] = zkind == ZKind::f32 ? 16 + i : 2 * i + 1;
@@ -219,10 +254,9 @@ void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, P
     L1[i] = mode == 2 ? v1[i] : W[2 * i + 1];
   }
   for (int j = 0; j < 32; ++j) Y[j] = mode == 2 ? W[j] : (j < 16 ? L0[j] : L1[j - 16]);
-  for (int j = 0; j < 32; ++j) E[j] = j < 16 ? Y[2 * j] : Y[2 * (j - 16) + 1];
   for (int j = 0; j < 32; ++j) {
-    plan->idxb[E[j]] = static_cast<uint8_t>(2 * j);
-    plan->idxb[32 + E[j]] = static_cast<uint8_t>(64 + 2 * j);
+    plan->idxb[Y[j]] = static_cast<uint8_t>(2 * j);
+    plan->idxb[32 + Y[j]] = static_cast<uint8_t>(64 + 2 * j);
   }
   for (size_t c = 0; c < K; c += 32)
     for (int i = 0; i < 16; ++i) {
@@ -236,6 +270,8 @@ void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, P
   }
   plan->wmin = m;
 }
+
+void fence() { _mm_sfence(); }
 
 bool norm_pass(const Plan& p, const uint16_t* x, const uint16_t* res, const float* zf, size_t K, size_t G, float r,
                uint16_t* y, uint16_t* gmax) {
@@ -251,9 +287,9 @@ bool norm_pass(const Plan& p, const uint16_t* x, const uint16_t* res, const floa
 }
 
 void quant_pass(const Plan& p, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb, bool div,
-                float mx, uint8_t* q, const uint16_t* next_x, const uint16_t* next_r) {
-  if (div) quant_pass_t<true>(p, y, K, G, gsv, grb, mx, q, next_x, next_r);
-  else quant_pass_t<false>(p, y, K, G, gsv, grb, mx, q, next_x, next_r);
+                float mx, uint8_t* q, const uint16_t* next_x, const uint16_t* next_r, bool stream) {
+  if (div) quant_pass_t<true>(p, y, K, G, gsv, grb, mx, q, next_x, next_r, stream);
+  else quant_pass_t<false>(p, y, K, G, gsv, grb, mx, q, next_x, next_r, stream);
 }
 
 }  // namespace rq512

@@ -38,9 +38,13 @@ bool norm_pass(const Plan& plan, const uint16_t* x, const uint16_t* res, const f
 // Pass B: the codes of y per group g: q = RN(y / gsv[g]) by Markstein's correction with grb[g] = RN(1/gsv[g]) (div)
 // or RN(y · gsv[g]) (!div), clamped to ±mx (<= 448), cast RNE to e4m3fn. G % 64 == 0, every group fast (finite y, and
 // for div gsv[g] in [2^-60, 2^60] with amax <= gsv[g]·2^60: fp8_lanes-inl.h MarksteinDiv1's conditions).
-// next_x/next_r: the next row's inputs, prefetched (null: none).
+// next_x/next_r: the next row's inputs, prefetched (null: none). stream: q by non-temporal stores (whole cache lines;
+// the partial lines at the ends by masked stores), for outputs far larger than the caches; the caller fences
+// (_mm_sfence) before the codes are read.
 void quant_pass(const Plan& plan, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb, bool div,
-                float mx, uint8_t* q, const uint16_t* next_x, const uint16_t* next_r);
+                float mx, uint8_t* q, const uint16_t* next_x, const uint16_t* next_r, bool stream);
+// _mm_sfence: the non-temporal stores of this thread ordered before its later stores (and the end of a parallel region).
+void fence();
 
 }  // namespace rq512
 }  // namespace fp8ref::cpu

@@ -1464,6 +1464,8 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
   const bool out_overlaps = a.residual && (overlaps(a.x) || overlaps(a.residual));
   // residual_out of 16 MiB or more goes out by non-temporal stores (LoadRowBf16)
   const bool stream_out = a.residual_out && static_cast<size_t>(M * K) * esz >= (size_t{16} << 20);
+  // the codes likewise on the AVX-512 BF16 passes
+  const bool stream_q = static_cast<size_t>(M * K) >= (size_t{16} << 20);
   const bool cast_in_lanes = fast && qs.to == Format::e4m3fn && qs.cast.rounding == Rounding::rne &&
                              (qs.clamp == Clamp::nan_to_max || qs.clamp == Clamp::nan_to_min) && max > 0.0f &&
                              max <= 448.0f;
@@ -1638,7 +1640,8 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
                                              static_cast<size_t>(ngroups), scales, gsv.data(), gfast.data(), grb.data());
         if (std::find(gfast.begin(), gfast.end(), uint8_t{0}) == gfast.end()) {
           rq512::quant_pass(plan, y512.get(), static_cast<size_t>(K), static_cast<size_t>(G), gsv.data(), grb.data(), !mul,
-                            max, a.q + off, next_x, next_r);
+                            max, a.q + off, next_x, next_r, stream_q);
+          if (stream_q) rq512::fence();
           continue;
         }
       }
