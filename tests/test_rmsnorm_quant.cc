@@ -714,7 +714,9 @@ TEST_CASE("rmsnorm_quant: residual_out may be the residual or x itself (in place
 }
 
 TEST_CASE("rmsnorm_quant: a residual_out of 16 MiB (non-temporal stores on AVX-512) bit-identical to the reference") {
-  // The cpu backend streams residual_out past the caches from 16 MiB on when it is 64-byte aligned.
+  // The cpu backend streams residual_out past the caches from 16 MiB on (at any alignment: whole lines non-temporal,
+  // the partial lines at a row's ends masked); row 5 holds a NaN at element 1000, where the streaming loop stops and
+  // the generic one takes over.
   const int64_t M = 1024, K = 8192;
   const size_t n = static_cast<size_t>(M * K);
   std::mt19937_64 rng(5);
@@ -723,17 +725,24 @@ TEST_CASE("rmsnorm_quant: a residual_out of 16 MiB (non-temporal stores on AVX-5
   for (float& v : xv) v = nd(rng);
   for (float& v : rv) v = nd(rng);
   for (float& v : wv) v = 1.0f + 0.25f * nd(rng);
+  xv[5 * K + 1000] = std::nanf("");
   const auto x = encode_as(Format::bf16, xv), w = encode_as(Format::bf16, wv), r = encode_as(Format::bf16, rv);
   for (const char* conv : {"aiter-rmsnorm-quant", "vllm-rmsnorm-quant"}) {
     const RmsNormQuantSpec spec = spec_for(conv, Format::e4m3fn);
     const Outputs want = run(false, spec, Format::bf16, x, w, &r, {M, K}, false);
-    auto out = hwy::AllocateAligned<uint16_t>(n);  // 64-byte aligned
-    std::vector<uint8_t> q(n), s(want.scales.size());
-    const RmsNormQuantArgs a = bf16_residual_args(M, K, x.data(), w.data(), r.data(), out.get(), q.data(), s.data());
-    cpu::rmsnorm_quant(spec, a);
-    INFO(conv);
-    CHECK(q == want.q);
-    CHECK(s == want.scales);
-    CHECK(std::memcmp(out.get(), want.res.data(), 2 * n) == 0);
+    for (size_t off : {0, 3}) {  // residual_out 64-byte aligned, then 6 bytes past a line
+      auto buf = hwy::AllocateAligned<uint16_t>(n + 64);
+      std::fill(buf.get(), buf.get() + n + 64, uint16_t{0x5A5A});
+      uint16_t* out = buf.get() + off;
+      std::vector<uint8_t> q(n), s(want.scales.size());
+      const RmsNormQuantArgs a = bf16_residual_args(M, K, x.data(), w.data(), r.data(), out, q.data(), s.data());
+      cpu::rmsnorm_quant(spec, a);
+      INFO(conv << " residual_out at +" << 2 * off << " bytes");
+      CHECK(q == want.q);
+      CHECK(s == want.scales);
+      CHECK(std::memcmp(out, want.res.data(), 2 * n) == 0);
+      CHECK(std::count(buf.get(), out, uint16_t{0x5A5A}) == static_cast<std::ptrdiff_t>(off));
+      CHECK(std::count(out + n, buf.get() + n + 64, uint16_t{0x5A5A}) == static_cast<std::ptrdiff_t>(64 - off));
+    }
   }
 }

@@ -177,6 +177,38 @@ HWY_INLINE __m256i RoundBf16NoNanAvx2(__m256i b) {
 }
 #endif
 
+#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+// Consecutive 32-word vectors to dst (2-byte aligned) at d = (dst mod 64) / 2 words into a cache line: every whole
+// line by a non-temporal store, the partial lines at both ends by masked stores (the neighbouring rows' words, another
+// thread's perhaps). Line j of the aligned destination is the last d words of vector j − 1 and the first 32 − d of
+// vector j (one vpermt2w). finish() writes what is pending: then every vector put is in memory.
+struct WordLineStream {
+  uint16_t* base;
+  unsigned d;
+  __m512i idx, prev;
+  size_t j = 0;
+  explicit WordLineStream(uint16_t* dst)
+      : base(dst - (reinterpret_cast<uintptr_t>(dst) & 63) / 2),
+        d(static_cast<unsigned>((reinterpret_cast<uintptr_t>(dst) & 63) / 2)) {
+    alignas(64) uint16_t ix[32];
+    for (unsigned i = 0; i < 32; ++i) ix[i] = static_cast<uint16_t>(32 - d + i);
+    idx = _mm512_load_si512(ix);
+    prev = _mm512_setzero_si512();
+  }
+  void put(__m512i v) {
+    const __m512i line = _mm512_permutex2var_epi16(prev, idx, v);
+    if (j == 0 && d) _mm512_mask_storeu_epi16(base, ~__mmask32{0} << d, line);
+    else _mm512_stream_si512(reinterpret_cast<__m512i*>(base + 32 * j), line);
+    prev = v;
+    ++j;
+  }
+  void finish() {
+    if (d && j) _mm512_mask_storeu_epi16(base + 32 * j, (__mmask32{1} << d) - 1, _mm512_permutex2var_epi16(prev, idx, prev));
+    _mm_sfence();
+  }
+};
+#endif
+
 // Step 1 for bf16 rows. z[k] (f32; z null: not written); residual_out bits when a residual is given.
 bool LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_sum, float* z, uint16_t* res_out,
                  double* sumsq, bool stream, float* part, size_t T) {
@@ -198,7 +230,7 @@ bool LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
   // by one shift and one or, and z (rounded first for dtype_sum) is put back
   // in element order by two dword permutations. sumsq (not null): Σ z² in f64 lanes as SumSquaresF64 (any order),
   // set when this loop covered the whole row (else left at -1: the caller sums z itself). stream: residual_out by
-  // non-temporal stores where it is 64-byte aligned (the caller asks for it on large tensors: no read for ownership
+  // non-temporal stores at any (2-byte) alignment, WordLineStream (the caller asks for it on large tensors: no read for ownership
   // of lines that the next op would not find in cache anyway; bf16 [4096, 7168] with a residual on 2 threads, the
   // same process alternating: 5–8 % faster in 5 of 6 rounds), fenced before returning. part (not null; T % 16 == 0,
   // K % 64 == 0): vLLM's cub partials part[t], t < T, as CubPartialsT computes them — every 64 elements are the 16
@@ -211,7 +243,8 @@ bool LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
     const __m512i c_od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     __m512 pe = _mm512_setzero_ps(), po = pe;  // the previous step's halves (the first 32 of a 64-element block)
     __m512d s0 = _mm512_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
-    stream = stream && res_out && (reinterpret_cast<uintptr_t>(res_out) & 63) == 0;
+    stream = stream && res_out && (reinterpret_cast<uintptr_t>(res_out) & 1) == 0;
+    WordLineStream ws(stream ? res_out : nullptr);
     const __m512i hi16 = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
     const __m512i i_lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i i_hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
@@ -227,7 +260,7 @@ bool LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
         const __m512 be = RoundBf16NoNan(hn::Vec<DF>{ze}).raw, bo = RoundBf16NoNan(hn::Vec<DF>{zo}).raw;
         if (res_out) {  // the pair (even, odd) = (be >> 16, bo)
           const __m512i pr = _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(be), 16), _mm512_castps_si512(bo));
-          if (stream) _mm512_stream_si512(reinterpret_cast<__m512i*>(res_out + k), pr);
+          if (stream) ws.put(pr);
           else _mm512_storeu_si512(reinterpret_cast<void*>(res_out + k), pr);
         }
         if (dtype_sum) {
@@ -264,7 +297,7 @@ bool LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
         s3 = _mm512_fmadd_pd(o1, o1, s3);
       }
     }
-    if (stream) _mm_sfence();
+    if (stream) ws.finish();
     done = k == K;
     if (sumsq && done) *sumsq = _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(s0, s1), _mm512_add_pd(s2, s3)));
   }
