@@ -47,6 +47,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "cpu/rmsnorm_quant_avx512.h"
 #include "fp8ref/convert.h"
 
 #ifndef FP8REF_CONVERT_PARAMS_ONCE
@@ -856,6 +857,7 @@ uint64_t EncodeRange(const EncodeParams& p, uint64_t begin, uint64_t end, uint8_
 }
 
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+bool TargetIsX86Avx3() { return HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3; }
 
 }  // namespace fp8ref::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -873,6 +875,7 @@ HWY_EXPORT(EncodeBf16);
 HWY_EXPORT(EncodeF16);
 HWY_EXPORT(EncodeRange);
 HWY_EXPORT(TargetName);
+HWY_EXPORT(TargetIsX86Avx3);
 
 namespace cpu {
 namespace {
@@ -1032,6 +1035,14 @@ std::vector<std::string> for_each_simd_target(const std::function<void()>& fn) {
     hwy::GetChosenTarget().Update(hwy::SupportedTargets());
     names.push_back(hwy::TargetName(t));
     fn();
+    // AVX-512 targets once more without the AVX-512 BF16 kernels (rmsnorm_quant_avx512.h), so that the Highway
+    // kernels they replace on this CPU stay under test too
+    if (avx512bf16_kernels() && HWY_DYNAMIC_DISPATCH(TargetIsX86Avx3)()) {
+      set_avx512bf16_kernels_for_test(false);
+      names.push_back(std::string(hwy::TargetName(t)) + " without the AVX-512 BF16 kernels");
+      fn();
+      set_avx512bf16_kernels_for_test(true);
+    }
   }
   hwy::SetSupportedTargetsForTest(0);
   hwy::GetChosenTarget().Update(hwy::SupportedTargets());

@@ -109,6 +109,7 @@
 #endif
 
 #include "cpu/fp8_lanes-inl.h"
+#include "cpu/rmsnorm_quant_avx512.h"
 #include "fp8ref/quant.h"
 
 #ifndef FP8REF_QUANT_CPU_ONCE
@@ -925,6 +926,17 @@ bool ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
     }
   }
 #elif HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+  // bf16 in whole groups of a multiple of 64 on CPUs with AVX512_BF16 + VBMI: rmsnorm_quant's pass B on x itself (one
+  // permutation per cast instead of two, the clamp and the sign dropped by one vrangeps, the codes put in order by a
+  // word and a byte permutation: ~20 % fewer instructions per 64 values than Bf16Step64); the same bits.
+  if constexpr (kSrc == 1)
+    if (G % 64 == 0 && k0 % G == 0 && (k1 - k0) % G == 0 && k1 > k0 && cpu::avx512bf16_kernels()) {
+      float bf;
+      std::memcpy(&bf, &bound, 4);
+      const size_t g = k0 / G - g0;
+      return cpu::rq512::quant_bf16(static_cast<const uint16_t*>(src) + k0, k1 - k0, G, a + g, b + g,
+                                    kOp == kOpDiv ? 0 : kOp == kOpMul ? 1 : 2, bf, q, nx, nx ? namax + g : nullptr, ahead);
+    }
   if constexpr (kSrc == 1)  // bf16 with 32-element groups on AVX-512
     if (G == 2 * N && k0 % G == 0 && (k1 - k0) % (2 * G) == 0 && k1 > k0)
       return ElemFastPairs<kOp>(static_cast<const uint16_t*>(src), k0, k1, g0, a, b, vbound, q, nx, namax, ahead);

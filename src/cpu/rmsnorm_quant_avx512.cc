@@ -28,6 +28,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -57,6 +58,12 @@ bool cpu_has_avx512bf16() {
   }();
   return ok;
 }
+
+namespace {
+std::atomic<bool> g_kernels_off{false};
+}  // namespace
+bool avx512bf16_kernels() { return cpu_has_avx512bf16() && !g_kernels_off.load(std::memory_order_relaxed); }
+void set_avx512bf16_kernels_for_test(bool on) { g_kernels_off.store(!on, std::memory_order_relaxed); }
 
 namespace rq512 {
 namespace {
@@ -184,39 +191,59 @@ struct LineStream {
   }
 };
 
-template <bool kDiv>
+// The codes of 32 bf16 values y (a 64-byte vector of words) as words in the same order: q = RN(y / a) by Markstein's
+// correction with b = RN(1/a) (kOp 0: x/s), RN(y · a) (1: x*(1/s), and y·2^-k), RN(RN(y · b) · a) (2: Triton's x/s);
+// min(|q|, bound) with the sign dropped (vrangeps), the e4m3fn code by the C' add (its low byte), y's sign (bit 15 of
+// its word) added as bit 7 under a word mask. The bits of fp8_lanes' CastE4m3Mag and of ElemFastT's code().
+template <int kOp>
+struct Coder {
+  __m512 va, vb, bound;
+  __m512i hi, emin, sgn, ctab, idxw;
+  FP8REF_RQ512 Coder(float mx) {
+    hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    emin = _mm512_set1_epi32(0x3C800000);
+    sgn = _mm512_set1_epi16(0x80);
+    ctab = _mm512_load_si512(kCast.c);
+    bound = _mm512_set1_ps(mx);
+    // word j of (even, odd) = the low word of the code of y's word j: dword j/2 of even (j even), of odd (j odd)
+    idxw = _mm512_set_epi16(62, 30, 60, 28, 58, 26, 56, 24, 54, 22, 52, 20, 50, 18, 48, 16, 46, 14, 44, 12, 42, 10, 40, 8,
+                            38, 6, 36, 4, 34, 2, 32, 0);
+    va = vb = _mm512_setzero_ps();
+  }
+  FP8REF_RQ512 void group(float a, float b) {
+    va = _mm512_set1_ps(a);
+    vb = _mm512_set1_ps(b);
+  }
+  FP8REF_RQ512 __m512i code(__m512 yv) const {  // the code of |y| (low byte; bit 7 clear)
+    __m512 qv;
+    if constexpr (kOp == 0) {
+      const __m512 q0 = _mm512_mul_ps(yv, vb);
+      qv = _mm512_fmadd_ps(_mm512_fnmadd_ps(q0, va, yv), vb, q0);
+    } else if constexpr (kOp == 1) {
+      qv = _mm512_mul_ps(yv, va);
+    } else {
+      qv = _mm512_mul_ps(_mm512_mul_ps(yv, vb), va);
+    }
+    const __m512 m = _mm512_range_ps(qv, bound, 0x0A);  // min(|q|, bound), sign cleared
+    const __m512i e = _mm512_srli_epi32(_mm512_max_epu32(_mm512_castps_si512(m), emin), 23);
+    return _mm512_castps_si512(_mm512_add_ps(m, _mm512_castsi512_ps(_mm512_permutexvar_epi32(e, ctab))));
+  }
+  FP8REF_RQ512 __m512i codes32(__m512i u) const {
+    const __m512i c0 = code(_mm512_castsi512_ps(_mm512_slli_epi32(u, 16)));
+    const __m512i c1 = code(_mm512_castsi512_ps(_mm512_and_si512(u, hi)));
+    const __m512i w = _mm512_permutex2var_epi16(c0, idxw, c1);
+    return _mm512_mask_add_epi16(w, _mm512_movepi16_mask(u), w, sgn);
+  }
+};
+
+template <int kOp>
 FP8REF_RQ512 void quant_pass_t(const Plan& p, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb,
                                float mx, uint8_t* q, const uint16_t* next_x, const uint16_t* next_r, bool stream) {
   LineStream out(q);
-  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)), emin = _mm512_set1_epi32(0x3C800000);
-  const __m512i sgn = _mm512_set1_epi16(0x80), ctab = _mm512_load_si512(kCast.c);
-  const __m512 bound = _mm512_set1_ps(mx);
-  // word j of (even, odd) = the low word of the code of packed word j: dword j/2 of even (j even), of odd (j odd)
-  const __m512i idxw = _mm512_set_epi16(62, 30, 60, 28, 58, 26, 56, 24, 54, 22, 52, 20, 50, 18, 48, 16, 46, 14, 44, 12,
-                                        42, 10, 40, 8, 38, 6, 36, 4, 34, 2, 32, 0);
+  Coder<kOp> cd(mx);
   const __m512i idxb = _mm512_load_si512(p.idxb);
   for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
-    const __m512 vs = _mm512_set1_ps(gsv[g]), vb = _mm512_set1_ps(grb[g]);
-    // the code of |y| (low byte; bit 7 clear)
-    auto code = [&](__m512 yv) FP8REF_RQ512 {
-      __m512 qv;
-      if constexpr (kDiv) {
-        const __m512 q0 = _mm512_mul_ps(yv, vb);
-        qv = _mm512_fmadd_ps(_mm512_fnmadd_ps(q0, vs, yv), vb, q0);
-      } else {
-        qv = _mm512_mul_ps(yv, vs);
-      }
-      const __m512 a = _mm512_range_ps(qv, bound, 0x0A);  // min(|q|, max), sign cleared
-      const __m512i e = _mm512_srli_epi32(_mm512_max_epu32(_mm512_castps_si512(a), emin), 23);
-      return _mm512_castps_si512(_mm512_add_ps(a, _mm512_castsi512_ps(_mm512_permutexvar_epi32(e, ctab))));
-    };
-    // 32 codes as words in packed order, y's sign (bit 15 of its bf16 word) as bit 7
-    auto codes32 = [&](__m512i u) FP8REF_RQ512 {
-      const __m512i c0 = code(_mm512_castsi512_ps(_mm512_slli_epi32(u, 16)));
-      const __m512i c1 = code(_mm512_castsi512_ps(_mm512_and_si512(u, hi)));
-      const __m512i w = _mm512_permutex2var_epi16(c0, idxw, c1);
-      return _mm512_mask_add_epi16(w, _mm512_movepi16_mask(u), w, sgn);
-    };
+    cd.group(gsv[g], grb[g]);
     for (size_t k = k0; k < k0 + G; k += 64) {
       if (next_x) {
         _mm_prefetch(reinterpret_cast<const char*>(next_x + k), _MM_HINT_T0);
@@ -226,13 +253,50 @@ FP8REF_RQ512 void quant_pass_t(const Plan& p, const uint16_t* y, size_t K, size_
           _mm_prefetch(reinterpret_cast<const char*>(next_r + k + 32), _MM_HINT_T0);
         }
       }
-      const __m512i w0 = codes32(_mm512_load_si512(y + k)), w1 = codes32(_mm512_load_si512(y + k + 32));
+      const __m512i w0 = cd.codes32(_mm512_load_si512(y + k)), w1 = cd.codes32(_mm512_load_si512(y + k + 32));
       const __m512i c = _mm512_permutex2var_epi8(w0, idxb, w1);
       if (stream) out.put(c);
       else _mm512_storeu_si512(q + k, c);
     }
   }
   if (stream) out.finish();
+}
+
+// The low bytes of the words of (w0, w1) in order
+alignas(64) constexpr uint8_t kLowBytes[64] = {
+    0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 42,
+    44, 46, 48, 50, 52, 54, 56, 58, 60, 62, 64, 66, 68, 70, 72, 74, 76, 78, 80, 82, 84, 86,
+    88, 90, 92, 94, 96, 98, 100, 102, 104, 106, 108, 110, 112, 114, 116, 118, 120, 122, 124, 126};
+
+template <int kOp>
+FP8REF_RQ512 bool quant_bf16_t(const uint16_t* x, size_t n, size_t G, const float* a, const float* b, float bound,
+                               uint8_t* q, const uint16_t* nx, uint32_t* namax, size_t ahead) {
+  Coder<kOp> cd(bound);
+  const __m512i idxb = _mm512_load_si512(kLowBytes), mag16 = _mm512_set1_epi16(0x7FFF);
+  bool next_all = nx != nullptr;
+  for (size_t k0 = 0, g = 0; k0 < n; k0 += G, ++g) {
+    cd.group(a[g], b[g]);
+    __m512i nacc = _mm512_setzero_si512();
+    for (size_t k = k0; k < k0 + G; k += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(x + k + ahead), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(x + k + ahead + 32), _MM_HINT_T1);
+      if (nx)
+        nacc = _mm512_max_epu16(nacc, _mm512_max_epu16(_mm512_and_si512(_mm512_loadu_si512(nx + k), mag16),
+                                                        _mm512_and_si512(_mm512_loadu_si512(nx + k + 32), mag16)));
+      const __m512i w0 = cd.codes32(_mm512_loadu_si512(x + k)), w1 = cd.codes32(_mm512_loadu_si512(x + k + 32));
+      _mm512_storeu_si512(q + k, _mm512_permutex2var_epi8(w0, idxb, w1));
+    }
+    if (nx) {
+      const uint16_t m = max_u16(nacc);
+      if (m >= 0x7F80u) {  // an Inf or NaN in the next chunk: the caller scans it
+        next_all = false;
+        nx = nullptr;
+      } else {
+        namax[g] = static_cast<uint32_t>(m) << 16;
+      }
+    }
+  }
+  return next_all;
 }
 
 }  // namespace
@@ -288,8 +352,15 @@ bool norm_pass(const Plan& p, const uint16_t* x, const uint16_t* res, const floa
 
 void quant_pass(const Plan& p, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb, bool div,
                 float mx, uint8_t* q, const uint16_t* next_x, const uint16_t* next_r, bool stream) {
-  if (div) quant_pass_t<true>(p, y, K, G, gsv, grb, mx, q, next_x, next_r, stream);
-  else quant_pass_t<false>(p, y, K, G, gsv, grb, mx, q, next_x, next_r, stream);
+  if (div) quant_pass_t<0>(p, y, K, G, gsv, grb, mx, q, next_x, next_r, stream);
+  else quant_pass_t<1>(p, y, K, G, gsv, grb, mx, q, next_x, next_r, stream);
+}
+
+bool quant_bf16(const uint16_t* x, size_t n, size_t G, const float* a, const float* b, int op, float bound, uint8_t* q,
+                const uint16_t* nx, uint32_t* namax, size_t ahead) {
+  if (op == 0) return quant_bf16_t<0>(x, n, G, a, b, bound, q, nx, namax, ahead);
+  if (op == 1) return quant_bf16_t<1>(x, n, G, a, b, bound, q, nx, namax, ahead);
+  return quant_bf16_t<2>(x, n, G, a, b, bound, q, nx, namax, ahead);
 }
 
 }  // namespace rq512

@@ -12,6 +12,11 @@ namespace fp8ref::cpu {
 // The CPU and OS provide AVX-512 F/BW/DQ/VL/VBMI and AVX512_BF16 (CPUID, XCR0). Shared with the attention kernels.
 bool cpu_has_avx512bf16();
 
+// cpu_has_avx512bf16() and not switched off: whether the kernels below (and quant_cpu.cc's use of them) run.
+bool avx512bf16_kernels();
+// For cpu::for_each_simd_target only (tests: the Highway kernels these replace stay covered on such CPUs).
+void set_avx512bf16_kernels_for_test(bool on);
+
 namespace rq512 {
 
 // How the row's z arrives: bf16 x (z = x widened), bf16 x + bf16 residual summed in f32, or an f32 row.
@@ -43,6 +48,14 @@ bool norm_pass(const Plan& plan, const uint16_t* x, const uint16_t* res, const f
 // (_mm_sfence) before the codes are read.
 void quant_pass(const Plan& plan, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb, bool div,
                 float mx, uint8_t* q, const uint16_t* next_x, const uint16_t* next_r, bool stream);
+// The group quant's fast bf16 chunks (src/cpu/quant_cpu.cc ElemFastT, every group "fast": FastGroups) with the pass
+// B arithmetic on x itself: the codes of x[0, n) into q, groups of G (G % 64 == 0, n % G == 0), group g's constants
+// a[g], b[g]; op 0: RN(x / a) (b = RN(1/a), Markstein's one correction), 1: RN(x · a), 2: RN(RN(x · b) · a); the
+// clamp to ±bound (<= 448). ahead: x + ahead prefetched into L2. nx (null: none): the next chunk at the same
+// offsets, its group maxima (f32 bits of max |x|) into namax; returns whether they are all finite (else the caller
+// scans it).
+bool quant_bf16(const uint16_t* x, size_t n, size_t G, const float* a, const float* b, int op, float bound, uint8_t* q,
+                const uint16_t* nx, uint32_t* namax, size_t ahead);
 // _mm_sfence: the non-temporal stores of this thread ordered before its later stores (and the end of a parallel region).
 void fence();
 

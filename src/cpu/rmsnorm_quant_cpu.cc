@@ -1467,7 +1467,7 @@ float mean_square_cub(ZRow z, int64_t n, int threads, float* part, float* lane0,
 
 }  // namespace
 
-bool rmsnorm_quant_has_avx512bf16() { return cpu_has_avx512bf16() && HWY_DYNAMIC_DISPATCH(TargetIsAvx3)(); }
+bool rmsnorm_quant_has_avx512bf16() { return avx512bf16_kernels() && HWY_DYNAMIC_DISPATCH(TargetIsAvx3)(); }
 
 void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
   rmsnorm_quant(spec, a, RmsNormPath::automatic);
