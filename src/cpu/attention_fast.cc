@@ -44,6 +44,7 @@
 // so S's tile stores land before the vector loads read them: that hand-off alone, faked, measured ~7%) — equal or 2–5%
 // slower (twice the V buffers). Kept: the 64-byte-aligned, staggered scratch (~10%) and the in-lane byte interleave.
 #include "cpu/attention_fast.h"
+#include "cpu/rmsnorm_quant_avx512.h"
 
 // GCC 12 flags its own AVX-512 intrinsics (_mm512_undefined_*) as maybe-uninitialized.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -709,23 +710,9 @@ FP8REF_AMX_TARGET void map_lanes(const float* x, float* out, size_t n) {
   }
 }
 
-// The CPU and OS have what the AVX-512 BF16 path's target needs: leaf 1 ECX FMA (12), OSXSAVE (27), F16C (29); leaf
-// 7.0 EBX AVX512F (16), BW (30), VL (31), ECX AVX512_VBMI (1); leaf 7.1 EAX AVX512_BF16 (5); XCR0 with the SSE, AVX
-// and AVX-512 state (bits 1, 2, 5-7). (CPUID rather than __builtin_cpu_supports: GCC's and clang's know different
-// feature names.)
-bool bf16_usable() {
-  static const bool ok = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid_count(1, 0, &a, &b, &c, &d) || !((c >> 12) & 1) || !((c >> 27) & 1) || !((c >> 29) & 1)) return false;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    if (!((b >> 16) & 1) || !((b >> 30) & 1) || !((b >> 31) & 1) || !((c >> 1) & 1)) return false;
-    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1)) return false;
-    unsigned xlo, xhi;
-    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
-    return (xlo & 0xE6u) == 0xE6u;
-  }();
-  return ok;
-}
+// The CPU and OS have what the AVX-512 BF16 path's target needs (AVX-512 F/BW/DQ/VL/VBMI, AVX512_BF16, the OS's
+// AVX-512 state): cpu_has_avx512bf16 (src/cpu/rmsnorm_quant_avx512.cc, shared with rmsnorm_quant and quantize).
+bool bf16_usable() { return fp8ref::cpu::cpu_has_avx512bf16(); }
 
 // bf16_usable and AMX: leaf 7.0 EDX AMX-BF16 (22), AMX-TILE (24); XCR0 XTILECFG/XTILEDATA (17, 18); the tile state
 // granted by arch_prctl.
