@@ -80,7 +80,10 @@
 //   bit 7; bf16 on AVX-512 64 elements a step (|x| widened by interleaving with zero words, signs added under the
 //   mask of x's sign bits); bf16 on AVX-512 also reads the next chunk's group maxima in the same loop (the
 //   look-ahead: the next chunk then skips its AmaxGroups pass) and prefetches the chunk after it into L2; one FMA
-//   correction for the bf16/f16 quotients (fp8_lanes::MarksteinDiv1). Other chunks: as above.
+//   correction for the bf16/f16 quotients (fp8_lanes::MarksteinDiv1). On CPUs with AVX512_BF16 + VBMI, bf16 chunks of
+//   whole groups of a multiple of 64 take rmsnorm_quant's pass B on x itself instead (rq512::quant_bf16,
+//   src/cpu/rmsnorm_quant_avx512.cc: the clamp by vrangeps, the cast by one permutation and one add, the codes put in
+//   order by vpermt2w/vpermt2b; the same look-ahead and prefetch) — the same bits. Other chunks: as above.
 // Dequantize: value(code) by rebiasing the exponent field (normals) or f32(fraction)·2^(1−bias−m) (subnormals),
 //   exact; the sign OR-ed in, NaN/Inf codes set; one f32 multiply by sv
 //   (= the reference's f64 product rounded once to f32); NaN -> 0x7FFFFFFF; bf16 output by integer RNE, f16 by

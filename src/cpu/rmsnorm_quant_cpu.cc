@@ -40,7 +40,11 @@
 //      [2^-60, 2^60] with amax <= s·2^60, x*(1/s) with a finite RN(1/s); the clamp as a u32 min of |v|, the code by
 //      fp8_lanes::CastE4m3Mag, the sign from y), and on bf16 fast rows steps 5–9 run fused per group
 //      in registers (NormQuantBf16: no f32 y row; pipelined by one group, the scale chain of a group overlapping the
-//      next group's y). Every other
+//      next group's y). On CPUs with AVX512_BF16 + VBMI (AVX-512 targets), bf16 rows whose y is rounded to bf16
+//      (weight dtype-twice: vLLM; dtype-once) take two passes instead, y packed as bf16 through L1 and the roundings
+//      by vcvtne2ps2bf16 under a per-row guard against subnormals (src/cpu/rmsnorm_quant_avx512.cc;
+//      cpu::RmsNormPath::highway keeps them on the Highway path); the codes (and residual_out) of outputs of 16 MiB
+//      and more go out by non-temporal stores at any alignment. Every other
 //      quant spec (exact formulas, div=triton-nv, bf16/f16/ue8m0 scales) runs cpu::quantize (src/cpu/quant_cpu.cc)
 //      on the normed rows after the loop.
 #undef HWY_TARGET_INCLUDE
