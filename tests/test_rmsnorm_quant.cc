@@ -413,11 +413,11 @@ TEST_CASE("rmsnorm_quant: the AVX-512 BF16 quant pass streams codes to any align
   cpu::rq512::Plan plan;
   cpu::rq512::make_plan(1, cpu::rq512::ZKind::bf16, wf.get(), K, wperm.get(), &plan);
   auto y = hwy::AllocateAligned<uint16_t>(K);
-  uint32_t gmax[2];
+  uint16_t gmax[2];
   REQUIRE(cpu::rq512::norm_pass(plan, x.data(), nullptr, nullptr, K, G, 0.75f, y.get(), gmax));
   float gsv[2], grb[2];
   for (int g = 0; g < 2; ++g) {
-    gsv[g] = f32_of(gmax[g]) / 448.0f;
+    gsv[g] = f32_of(static_cast<uint32_t>(gmax[g]) << 16) / 448.0f;
     grb[g] = 1.0f / gsv[g];
   }
   for (size_t d : {0, 1, 15, 16, 33, 63}) {

@@ -97,18 +97,14 @@ FP8REF_RQ512 inline uint16_t max_u16(__m512i v) {
 
 template <int kMode, ZKind kZ>
 FP8REF_RQ512 bool norm_pass_t(const Plan& p, const uint16_t* x, const uint16_t* res, const float* zf, size_t K, size_t G,
-                              float r, void* yv, uint32_t* gmax) {
-  constexpr bool kPacked = kMode != 0;  // y as packed bf16 (else f32, weight=f32: no rounding, no guard)
-  uint16_t* const y = static_cast<uint16_t*>(yv);
-  float* const yf = static_cast<float*>(yv);
+                              float r, uint16_t* y, uint16_t* gmax) {
   const __m512 vr = _mm512_set1_ps(r);
   const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)), abs16 = _mm512_set1_epi16(0x7FFF);
   const __m512i one16 = _mm512_set1_epi16(1), abs32 = _mm512_set1_epi32(0x7FFFFFFF), one32 = _mm512_set1_epi32(1);
   // the smallest nonzero |z| less one ulp (zero and −0 wrap to the largest value)
   __m512i zmin = _mm512_set1_epi32(-1);
   auto zmin32 = [&](__m512 v) FP8REF_RQ512 {
-    if constexpr (kPacked)
-      zmin = _mm512_min_epu32(zmin, _mm512_and_si512(_mm512_sub_epi32(_mm512_castps_si512(v), one32), abs32));
+    zmin = _mm512_min_epu32(zmin, _mm512_and_si512(_mm512_sub_epi32(_mm512_castps_si512(v), one32), abs32));
   };
   for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
     __m512i mx = _mm512_setzero_si512();
@@ -129,20 +125,12 @@ FP8REF_RQ512 bool norm_pass_t(const Plan& p, const uint16_t* x, const uint16_t* 
           v1 = _mm512_add_ps(v1, _mm512_castsi512_ps(_mm512_and_si512(t, hi)));
           zmin32(v0);
           zmin32(v1);
-        } else if constexpr (kPacked) {  // on the bf16 pairs themselves
+        } else {  // on the bf16 pairs themselves
           zmin = _mm512_min_epu16(zmin, _mm512_and_si512(_mm512_sub_epi16(u, one16), abs16));
         }
       }
       const float* w = p.wperm + k;
       const __m512 a0 = _mm512_mul_ps(v0, vr), a1 = _mm512_mul_ps(v1, vr);
-      if constexpr (!kPacked) {  // y = (z·r)·w in f32, stored as the two lane vectors; the u32 max of |y| bits
-        const __m512 y0 = _mm512_mul_ps(a0, _mm512_load_ps(w)), y1 = _mm512_mul_ps(a1, _mm512_load_ps(w + 16));
-        _mm512_store_ps(yf + k, y0);
-        _mm512_store_ps(yf + k + 16, y1);
-        mx = _mm512_max_epu32(mx, _mm512_max_epu32(_mm512_and_si512(_mm512_castps_si512(y0), abs32),
-                                                   _mm512_and_si512(_mm512_castps_si512(y1), abs32)));
-        continue;
-      }
       __m512i yb;
       if constexpr (kMode == 2) {
         yb = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(a1, _mm512_load_ps(w + 16)), _mm512_mul_ps(a0, _mm512_load_ps(w)));
@@ -154,10 +142,9 @@ FP8REF_RQ512 bool norm_pass_t(const Plan& p, const uint16_t* x, const uint16_t* 
       _mm512_store_si512(y + k, yb);
       mx = _mm512_max_epu16(mx, _mm512_and_si512(yb, abs16));
     }
-    gmax[g] = kPacked ? static_cast<uint32_t>(max_u16(mx)) << 16 : static_cast<uint32_t>(_mm512_reduce_max_epu32(mx));
-    if (gmax[g] >= 0x7F800000u) return false;  // a NaN or an Inf in the group
+    gmax[g] = max_u16(mx);
+    if (gmax[g] >= 0x7F80u) return false;  // a NaN or an Inf in the group
   }
-  if constexpr (!kPacked) return true;
   // no nonzero a = RN(z·r) or product below 2^-126 (see the top)
   float zmin_f;
   if constexpr (kZ == ZKind::bf16) {
@@ -205,14 +192,13 @@ struct LineStream {
 };
 
 // The codes of 32 bf16 values y (a 64-byte vector of words) as words in the same order: q = RN(y / a) by Markstein's
-// correction with b = RN(1/a) (kOp 0: x/s; y of at most 11 significant bits, fp8_lanes-inl.h MarksteinDiv1), RN(y · a)
-// (1: x*(1/s), and y·2^-k), RN(RN(y · b) · a) (2: Triton's x/s);
+// correction with b = RN(1/a) (kOp 0: x/s), RN(y · a) (1: x*(1/s), and y·2^-k), RN(RN(y · b) · a) (2: Triton's x/s);
 // min(|q|, bound) with the sign dropped (vrangeps), the e4m3fn code by the C' add (its low byte), y's sign (bit 15 of
 // its word) added as bit 7 under a word mask. The bits of fp8_lanes' CastE4m3Mag and of ElemFastT's code().
 template <int kOp>
 struct Coder {
   __m512 va, vb, bound;
-  __m512i hi, emin, sgn, ctab, idxw, idxw32;
+  __m512i hi, emin, sgn, ctab, idxw;
   FP8REF_RQ512 Coder(float mx) {
     hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
     emin = _mm512_set1_epi32(0x3C800000);
@@ -222,9 +208,6 @@ struct Coder {
     // word j of (even, odd) = the low word of the code of y's word j: dword j/2 of even (j even), of odd (j odd)
     idxw = _mm512_set_epi16(62, 30, 60, 28, 58, 26, 56, 24, 54, 22, 52, 20, 50, 18, 48, 16, 46, 14, 44, 12, 42, 10, 40, 8,
                             38, 6, 36, 4, 34, 2, 32, 0);
-    alignas(64) uint16_t iw[32];
-    for (int j = 0; j < 32; ++j) iw[j] = static_cast<uint16_t>(2 * j);
-    idxw32 = _mm512_load_si512(iw);
     va = vb = _mm512_setzero_ps();
   }
   FP8REF_RQ512 void group(float a, float b) {
@@ -245,13 +228,6 @@ struct Coder {
     const __m512i e = _mm512_srli_epi32(_mm512_max_epu32(_mm512_castps_si512(m), emin), 23);
     return _mm512_castps_si512(_mm512_add_ps(m, _mm512_castsi512_ps(_mm512_permutexvar_epi32(e, ctab))));
   }
-  // the same for y as two f32 vectors: words j < 16 from y0's lane j, j >= 16 from y1's lane j − 16
-  FP8REF_RQ512 __m512i codes32f(__m512 y0, __m512 y1) const {
-    const __m512i w = _mm512_permutex2var_epi16(code(y0), idxw32, code(y1));
-    const __mmask32 neg = _mm512_kunpackw(_mm512_movepi32_mask(_mm512_castps_si512(y1)),
-                                          _mm512_movepi32_mask(_mm512_castps_si512(y0)));
-    return _mm512_mask_add_epi16(w, neg, w, sgn);
-  }
   FP8REF_RQ512 __m512i codes32(__m512i u) const {
     const __m512i c0 = code(_mm512_castsi512_ps(_mm512_slli_epi32(u, 16)));
     const __m512i c1 = code(_mm512_castsi512_ps(_mm512_and_si512(u, hi)));
@@ -260,11 +236,9 @@ struct Coder {
   }
 };
 
-template <int kOp, bool kPacked>
-FP8REF_RQ512 void quant_pass_t(const Plan& p, const void* yv, size_t K, size_t G, const float* gsv, const float* grb,
+template <int kOp>
+FP8REF_RQ512 void quant_pass_t(const Plan& p, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb,
                                float mx, uint8_t* q, const uint16_t* next_x, const uint16_t* next_r, bool stream) {
-  const uint16_t* const y = static_cast<const uint16_t*>(yv);
-  const float* const yf = static_cast<const float*>(yv);
   LineStream out(q);
   Coder<kOp> cd(mx);
   const __m512i idxb = _mm512_load_si512(p.idxb);
@@ -279,14 +253,7 @@ FP8REF_RQ512 void quant_pass_t(const Plan& p, const void* yv, size_t K, size_t G
           _mm_prefetch(reinterpret_cast<const char*>(next_r + k + 32), _MM_HINT_T0);
         }
       }
-      __m512i w0, w1;
-      if constexpr (kPacked) {
-        w0 = cd.codes32(_mm512_load_si512(y + k));
-        w1 = cd.codes32(_mm512_load_si512(y + k + 32));
-      } else {
-        w0 = cd.codes32f(_mm512_load_ps(yf + k), _mm512_load_ps(yf + k + 16));
-        w1 = cd.codes32f(_mm512_load_ps(yf + k + 32), _mm512_load_ps(yf + k + 48));
-      }
+      const __m512i w0 = cd.codes32(_mm512_load_si512(y + k)), w1 = cd.codes32(_mm512_load_si512(y + k + 32));
       const __m512i c = _mm512_permutex2var_epi8(w0, idxb, w1);
       if (stream) out.put(c);
       else _mm512_storeu_si512(q + k, c);
@@ -347,10 +314,10 @@ void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, P
   }
   for (int j = 0; j < 32; ++j) W[j] = j < 16 ? v0[j] : v1[j - 16];
   for (int i = 0; i < 16; ++i) {
-    L0[i] = mode != 1 ? v0[i] : W[2 * i];
-    L1[i] = mode != 1 ? v1[i] : W[2 * i + 1];
+    L0[i] = mode == 2 ? v0[i] : W[2 * i];
+    L1[i] = mode == 2 ? v1[i] : W[2 * i + 1];
   }
-  for (int j = 0; j < 32; ++j) Y[j] = mode != 1 ? W[j] : (j < 16 ? L0[j] : L1[j - 16]);
+  for (int j = 0; j < 32; ++j) Y[j] = mode == 2 ? W[j] : (j < 16 ? L0[j] : L1[j - 16]);
   for (int j = 0; j < 32; ++j) {
     plan->idxb[Y[j]] = static_cast<uint8_t>(2 * j);
     plan->idxb[32 + Y[j]] = static_cast<uint8_t>(64 + 2 * j);
@@ -371,24 +338,22 @@ void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, P
 void fence() { _mm_sfence(); }
 
 bool norm_pass(const Plan& p, const uint16_t* x, const uint16_t* res, const float* zf, size_t K, size_t G, float r,
-               void* y, uint32_t* gmax) {
+               uint16_t* y, uint16_t* gmax) {
 #define FP8REF_RQ512_NORM(M)                                                                                       \
   switch (p.zkind) {                                                                                               \
     case ZKind::bf16: return norm_pass_t<M, ZKind::bf16>(p, x, res, zf, K, G, r, y, gmax);                         \
     case ZKind::sum_f32: return norm_pass_t<M, ZKind::sum_f32>(p, x, res, zf, K, G, r, y, gmax);                   \
     default: return norm_pass_t<M, ZKind::f32>(p, x, res, zf, K, G, r, y, gmax);                                   \
   }
-  if (p.mode == 0) FP8REF_RQ512_NORM(0)
   if (p.mode == 1) FP8REF_RQ512_NORM(1)
   FP8REF_RQ512_NORM(2)
 #undef FP8REF_RQ512_NORM
 }
 
-void quant_pass(const Plan& p, const void* y, size_t K, size_t G, const float* gsv, const float* grb, bool div,
+void quant_pass(const Plan& p, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb, bool div,
                 float mx, uint8_t* q, const uint16_t* next_x, const uint16_t* next_r, bool stream) {
-  if (p.mode == 0) quant_pass_t<1, false>(p, y, K, G, gsv, grb, mx, q, next_x, next_r, stream);  // (x*(1/s) only)
-  else if (div) quant_pass_t<0, true>(p, y, K, G, gsv, grb, mx, q, next_x, next_r, stream);
-  else quant_pass_t<1, true>(p, y, K, G, gsv, grb, mx, q, next_x, next_r, stream);
+  if (div) quant_pass_t<0>(p, y, K, G, gsv, grb, mx, q, next_x, next_r, stream);
+  else quant_pass_t<1>(p, y, K, G, gsv, grb, mx, q, next_x, next_r, stream);
 }
 
 bool quant_bf16(const uint16_t* x, size_t n, size_t G, const float* a, const float* b, int op, float bound, uint8_t* q,

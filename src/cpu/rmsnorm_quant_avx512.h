@@ -1,6 +1,6 @@
 // fp8ref CPU backend — rmsnorm_quant's bf16 rows on CPUs with AVX-512 BF16 and VBMI (AMD Zen 4, Intel Sapphire
 // Rapids and later): steps 5–9 as two passes over the row with y held as packed bf16 (src/cpu/rmsnorm_quant_avx512.cc).
-// For the e4m3fn cast in lanes; y rounded to bf16 (dtype-twice: vLLM; dtype-once) or not (weight=f32: aiter);
+// Only for weight modes that round y to bf16 (dtype-twice: vLLM; dtype-once: DeepSeek) and the e4m3fn cast in lanes;
 // every other row goes the Highway way (src/cpu/rmsnorm_quant_cpu.cc), and so does any row this path declines.
 #pragma once
 
@@ -23,8 +23,7 @@ namespace rq512 {
 enum class ZKind : uint8_t { bf16, sum_f32, f32 };
 
 // Per-thread state for one call: the weights in the lane order of the passes, and the byte order that puts the codes
-// back in element order. mode: 0 = y = (z·r)·w in f32 (weight=f32), 1 = y = bf16(bf16(z·r)·w) (dtype-twice),
-// 2 = y = bf16(z·r·w) (dtype-once).
+// back in element order. mode: 1 = y = bf16(bf16(z·r)·w) (dtype-twice), 2 = y = bf16(z·r·w) (dtype-once).
 struct Plan {
   int mode = 0;
   ZKind zkind = ZKind::bf16;
@@ -35,22 +34,19 @@ struct Plan {
 // Fills plan (wperm: K floats to write, from the f32-widened weights wf) for K % 32 == 0.
 void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, Plan* plan);
 
-// Pass A: y and the max of |y| bits per group of G as f32 bits (G % 32 == 0, K % G == 0): modes 1 and 2 K bf16
-// values packed in the plan's lane order (2·K bytes), mode 0 K floats in that order (4·K bytes; 64-byte aligned).
-// z from x (and res) or zf per the plan's kind. Returns false when the row must go the Highway way: a group with a
-// NaN/Inf y, or (modes 1, 2) a nonzero z·r or product below the f32 normal range (vcvtne2ps2bf16 flushes subnormals).
+// Pass A: y (K bf16 values, packed in the plan's lane order) and the u16 max of |y| bits per group of G (G % 32 == 0,
+// K % G == 0). z from x (and res) or zf per the plan's kind. Returns false when the row must go the Highway way: a
+// nonzero z·r or product below the f32 normal range (vcvtne2ps2bf16 flushes subnormals) or a group with a NaN/Inf y.
 bool norm_pass(const Plan& plan, const uint16_t* x, const uint16_t* res, const float* zf, size_t K, size_t G, float r,
-               void* y, uint32_t* gmax);
+               uint16_t* y, uint16_t* gmax);
 
-// Pass B: the codes of y per group g: q = RN(y / gsv[g]) by Markstein's correction with grb[g] = RN(1/gsv[g]) (div;
-// modes 1 and 2 only: one correction suffices for bf16 y) or RN(y · gsv[g]) (!div), clamped to ±mx (<= 448), cast
-// RNE to e4m3fn.
-// G % 64 == 0, every group fast (finite y, and for div gsv[g] in [2^-60, 2^60] with amax <= gsv[g]·2^60: fp8_lanes-inl.h
-// MarksteinDiv's conditions).
+// Pass B: the codes of y per group g: q = RN(y / gsv[g]) by Markstein's correction with grb[g] = RN(1/gsv[g]) (div)
+// or RN(y · gsv[g]) (!div), clamped to ±mx (<= 448), cast RNE to e4m3fn. G % 64 == 0, every group fast (finite y, and
+// for div gsv[g] in [2^-60, 2^60] with amax <= gsv[g]·2^60: fp8_lanes-inl.h MarksteinDiv1's conditions).
 // next_x/next_r: the next row's inputs, prefetched (null: none). stream: q by non-temporal stores (whole cache lines;
 // the partial lines at the ends by masked stores), for outputs far larger than the caches; the caller fences
 // (_mm_sfence) before the codes are read.
-void quant_pass(const Plan& plan, const void* y, size_t K, size_t G, const float* gsv, const float* grb, bool div,
+void quant_pass(const Plan& plan, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb, bool div,
                 float mx, uint8_t* q, const uint16_t* next_x, const uint16_t* next_r, bool stream);
 // The group quant's fast bf16 chunks (src/cpu/quant_cpu.cc ElemFastT, every group "fast": FastGroups) with the pass
 // B arithmetic on x itself: the codes of x[0, n) into q, groups of G (G % 64 == 0, n % G == 0), group g's constants

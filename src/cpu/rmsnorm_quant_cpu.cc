@@ -40,9 +40,9 @@
 //      [2^-60, 2^60] with amax <= s·2^60, x*(1/s) with a finite RN(1/s); the clamp as a u32 min of |v|, the code by
 //      fp8_lanes::CastE4m3Mag, the sign from y), and on bf16 fast rows steps 5–9 run fused per group
 //      in registers (NormQuantBf16: no f32 y row; pipelined by one group, the scale chain of a group overlapping the
-//      next group's y). On CPUs with AVX512_BF16 + VBMI (AVX-512 targets), bf16 rows take two passes instead, y
-//      through L1 (packed bf16 where it is rounded to bf16: weight dtype-twice (vLLM), dtype-once, the roundings by
-//      vcvtne2ps2bf16 under a per-row guard against subnormals; f32 for weight=f32) (src/cpu/rmsnorm_quant_avx512.cc;
+//      next group's y). On CPUs with AVX512_BF16 + VBMI (AVX-512 targets), bf16 rows whose y is rounded to bf16
+//      (weight dtype-twice: vLLM; dtype-once) take two passes instead, y packed as bf16 through L1 and the roundings
+//      by vcvtne2ps2bf16 under a per-row guard against subnormals (src/cpu/rmsnorm_quant_avx512.cc;
 //      cpu::RmsNormPath::highway keeps them on the Highway path); the codes (and residual_out) of outputs of 16 MiB
 //      and more go out by non-temporal stores at any alignment. Every other
 //      quant spec (exact formulas, div=triton-nv, bf16/f16/ue8m0 scales) runs cpu::quantize (src/cpu/quant_cpu.cc)
@@ -1506,8 +1506,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
   const bool cast_in_lanes = fast && qs.to == Format::e4m3fn && qs.cast.rounding == Rounding::rne &&
                              (qs.clamp == Clamp::nan_to_max || qs.clamp == Clamp::nan_to_min) && max > 0.0f &&
                              max <= 448.0f;
-  // The AVX-512 BF16 passes (rmsnorm_quant_avx512.h) for bf16 rows (weight=f32 with x*(1/s) only: f32 y would need
-  // Markstein's second correction for x/s); z from x, from x +
+  // The AVX-512 BF16 passes (rmsnorm_quant_avx512.h) for bf16 rows whose y is rounded to bf16; z from x, from x +
   // residual in f32 (the ZSum rows below) or from the f32 row (residual-sum=dtype, in-place residual_out).
   const bool zfast_call = a.from == Format::bf16 && fast && !a.normed &&
                           (spec.variance == Variance::exact || spec.variance == Variance::cub);
@@ -1515,9 +1514,8 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
                              : zfast_call && spec.residual_sum != ResidualSum::dtype && !out_overlaps ? rq512::ZKind::sum_f32
                                                                                            : rq512::ZKind::f32;
   const bool use512 = path == RmsNormPath::automatic && a.from == Format::bf16 && fast && !a.normed && cast_in_lanes &&
-                      K % 64 == 0 && G % 64 == 0 && K % G == 0 &&
-                      (spec.weight != NormWeight::f32 || qs.formula == QuantFormula::mul_rcp) &&
-                      rmsnorm_quant_has_avx512bf16();
+                      (spec.weight == NormWeight::dtype_twice || spec.weight == NormWeight::dtype_once) && K % 64 == 0 &&
+                      G % 64 == 0 && K % G == 0 && rmsnorm_quant_has_avx512bf16();
 
 #pragma omp parallel
   {
@@ -1530,8 +1528,8 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
     std::vector<uint8_t> gnan(gamax.size()), gfast(gamax.size());
     std::vector<float> grb(gamax.size());
     hwy::AlignedFreeUniquePtr<float[]> wf, wfp, w512;
-    hwy::AlignedFreeUniquePtr<float[]> y512;  // (modes 1, 2: packed bf16 in the first half)
-    std::vector<uint32_t> gmax32(use512 ? gamax.size() : 0);
+    hwy::AlignedFreeUniquePtr<uint16_t[]> y512;
+    std::vector<uint16_t> gmax16(use512 ? gamax.size() : 0);
     rq512::Plan plan;
     if (a.from != Format::bf16 || fast) {  // weights widened once per thread (bf16: for the fast path)
       wf = hwy::AllocateAligned<float>(Ka);
@@ -1551,10 +1549,8 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       }
       if (use512) {
         w512 = hwy::AllocateAligned<float>(Ka);
-        y512 = hwy::AllocateAligned<float>(Ka);
-        const int mode = spec.weight == NormWeight::f32 ? 0 : spec.weight == NormWeight::dtype_twice ? 1 : 2;
-        rq512::make_plan(mode, zkind, wf.get(), static_cast<size_t>(K),
-                         w512.get(), &plan);
+        y512 = hwy::AllocateAligned<uint16_t>(Ka);
+        rq512::make_plan(spec.weight == NormWeight::dtype_twice ? 1 : 2, zkind, wf.get(), Ka, w512.get(), &plan);
       }
       for (int64_t k = 0; k < K && a.from != Format::bf16; ++k) {
         if (a.from == Format::f32) {
@@ -1670,9 +1666,9 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       // steps 5–9 as the AVX-512 BF16 passes (false: a row they decline; it goes on below)
       if (bf16_fast && use512 &&
           rq512::norm_pass(plan, reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr), z.get(),
-                           static_cast<size_t>(K), static_cast<size_t>(G), r, y512.get(), gmax32.data())) {
+                           static_cast<size_t>(K), static_cast<size_t>(G), r, y512.get(), gmax16.data())) {
         for (int64_t g = 0; g < ngroups; ++g) {
-          gamax[g] = f32_of(gmax32[g]);
+          gamax[g] = f32_of(static_cast<uint32_t>(gmax16[g]) << 16);
           gnan[g] = 0;
         }
         float* scales = static_cast<float*>(a.scales) + m * ngroups;
