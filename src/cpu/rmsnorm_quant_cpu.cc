@@ -1550,7 +1550,8 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       if (use512) {
         w512 = hwy::AllocateAligned<float>(Ka);
         y512 = hwy::AllocateAligned<uint16_t>(Ka);
-        rq512::make_plan(spec.weight == NormWeight::dtype_twice ? 1 : 2, zkind, wf.get(), Ka, w512.get(), &plan);
+        rq512::make_plan(spec.weight == NormWeight::dtype_twice ? 1 : 2, zkind, wf.get(), static_cast<size_t>(K),
+                         w512.get(), &plan);
       }
       for (int64_t k = 0; k < K && a.from != Format::bf16; ++k) {
         if (a.from == Format::f32) {
