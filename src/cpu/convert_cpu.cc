@@ -1027,6 +1027,7 @@ uint64_t encode_f32_range(uint64_t begin, uint64_t end, const ConversionSpec& sp
 }
 
 const char* simd_target() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
+bool simd_target_is_avx512() { return HWY_DYNAMIC_DISPATCH(TargetIsX86Avx3)(); }
 
 std::vector<std::string> for_each_simd_target(const std::function<void()>& fn) {
   std::vector<std::string> names;
@@ -1037,7 +1038,7 @@ std::vector<std::string> for_each_simd_target(const std::function<void()>& fn) {
     fn();
     // AVX-512 targets once more without the AVX-512 BF16 kernels (rmsnorm_quant_avx512.h), so that the Highway
     // kernels they replace on this CPU stay under test too
-    if (avx512bf16_kernels() && HWY_DYNAMIC_DISPATCH(TargetIsX86Avx3)()) {
+    if (avx512bf16_kernels() && simd_target_is_avx512()) {
       set_avx512bf16_kernels_for_test(false);
       names.push_back(std::string(hwy::TargetName(t)) + " without the AVX-512 BF16 kernels");
       fn();

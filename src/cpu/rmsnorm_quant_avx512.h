@@ -14,6 +14,9 @@ bool cpu_has_avx512bf16();
 
 // cpu_has_avx512bf16() and not switched off: whether the kernels below (and quant_cpu.cc's use of them) run.
 bool avx512bf16_kernels();
+// Whether the SIMD target Highway dispatches to is an x86 AVX-512 one (src/cpu/convert_cpu.cc): the kernels below run
+// only there, so a caller (or a test) that restricts Highway to AVX2 gets no AVX-512 code at all.
+bool simd_target_is_avx512();
 // For cpu::for_each_simd_target only (tests: the Highway kernels these replace stay covered on such CPUs).
 void set_avx512bf16_kernels_for_test(bool on);
 

@@ -1374,10 +1374,6 @@ void RowGroupScales(const QuantSpec& qs, float rcp_max, bool mul, bool lanes, co
   }
 }
 
-// Whether this target is AVX-512 (the dispatched target gates the AVX-512 BF16 passes: a test or a caller that
-// restricts Highway to AVX2 gets no AVX-512 code at all).
-bool TargetIsAvx3() { return HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3; }
-
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace fp8ref::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -1404,7 +1400,6 @@ HWY_EXPORT(RowQuant);
 HWY_EXPORT(RowGroupScales);
 HWY_EXPORT(RowQuantFast);
 HWY_EXPORT(NormQuantBf16);
-HWY_EXPORT(TargetIsAvx3);
 
 namespace {
 
@@ -1471,7 +1466,7 @@ float mean_square_cub(ZRow z, int64_t n, int threads, float* part, float* lane0,
 
 }  // namespace
 
-bool rmsnorm_quant_has_avx512bf16() { return avx512bf16_kernels() && HWY_DYNAMIC_DISPATCH(TargetIsAvx3)(); }
+bool rmsnorm_quant_has_avx512bf16() { return avx512bf16_kernels() && simd_target_is_avx512(); }
 
 void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
   rmsnorm_quant(spec, a, RmsNormPath::automatic);
