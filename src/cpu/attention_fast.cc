@@ -467,14 +467,21 @@ void row_ptrs(const Ctx& c, const SeqPages& sp, int64_t g, int64_t j0, int64_t n
 // The K and V row pointers of two chunks (this one, the next) for a unit's heads, [2][heads][kChunk] in the thread's
 // vectors: set(buf, j0, n) fills buffer buf with keys [j0, j0 + n) of every head; next(cur, j0, HI) the next chunk's
 // (none past HI) into buffer cur ^ 1 and returns how many keys it has.
+// The smallest code & 0x7F that is Inf or NaN in the cache's format (e5m2: 0x7C; e4m3fn: 0x7F)
+inline uint8_t nonfinite_floor(const Ctx& c) { return c.s.cache.format == Format::e5m2 ? 0x7C : 0x7F; }
+
 struct ChunkRows {
   const Ctx& c;
   const SeqPages& sp;
   const Unit& u;
   const uint8_t** kp[2];
   const uint8_t** vp[2];
-  ChunkRows(const Ctx& cx, const SeqPages& s, const Unit& un, std::vector<const uint8_t*>& k, std::vector<const uint8_t*>& v)
-      : c(cx), sp(s), u(un), kp{k.data(), k.data() + (un.g1 - un.g0) * kChunk}, vp{v.data(), v.data() + (un.g1 - un.g0) * kChunk} {}
+  // (and the first chunk's, keys LO .. HI: none when LO > HI)
+  ChunkRows(const Ctx& cx, const SeqPages& s, const Unit& un, std::vector<const uint8_t*>& k, std::vector<const uint8_t*>& v,
+            int64_t LO, int64_t HI)
+      : c(cx), sp(s), u(un), kp{k.data(), k.data() + (un.g1 - un.g0) * kChunk}, vp{v.data(), v.data() + (un.g1 - un.g0) * kChunk} {
+    if (LO <= HI) set(0, LO, std::min<int64_t>(kChunk, HI + 1 - LO));
+  }
   void set(int64_t buf, int64_t j0, int64_t n) {
     for (int64_t gi = 0; gi < u.g1 - u.g0; ++gi) row_ptrs(c, sp, u.g0 + gi, j0, n, kp[buf] + gi * kChunk, vp[buf] + gi * kChunk);
   }
@@ -562,11 +569,10 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
 
   const __m512i lo_v = _mm512_load_si512(lo_a), hi_v = _mm512_load_si512(hi_a);
   __m512i cmx = _mm512_setzero_si512();  // max of c & 0x7F over the codes read
-  const __m512i nonfinite = _mm512_set1_epi8(c.s.cache.format == Format::e5m2 ? 0x7C : 0x7F);
-  ChunkRows rows(c, sp, u, w.kp, w.vp);
+  const __m512i nonfinite = _mm512_set1_epi8(static_cast<char>(nonfinite_floor(c)));
+  ChunkRows rows(c, sp, u, w.kp, w.vp, LO, HI);
   auto& kp = rows.kp;
   auto& vp = rows.vp;
-  if (LO <= HI) rows.set(0, LO, std::min<int64_t>(kChunk, HI + 1 - LO));
   for (int64_t j0 = LO, cur = 0; j0 <= HI; j0 += kChunk, cur ^= 1) {
     const int64_t nk = std::min<int64_t>(kChunk, HI + 1 - j0);
     // the next chunk's row pointers, prefetched (key by key, the group's heads in order) while this chunk runs
@@ -972,10 +978,9 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
   lane_state(c, HG, lo_a, hi_a, &st);
   __m128i mx = _mm_setzero_si128();
   const int64_t Dk16 = c.Dk / 16 * 16, Dv16 = c.Dv / 16 * 16;
-  ChunkRows rows(c, sp, u, w.kp, w.vp);
+  ChunkRows rows(c, sp, u, w.kp, w.vp, LO, HI);
   auto& kp = rows.kp;
   auto& vp = rows.vp;
-  if (LO <= HI) rows.set(0, LO, std::min<int64_t>(kChunk, HI + 1 - LO));
   for (int64_t j0 = LO, cur = 0; j0 <= HI; j0 += kChunk, cur ^= 1) {
     const int64_t nk = std::min<int64_t>(kChunk, HI + 1 - j0), nx = cur ^ 1, nn = rows.next(cur, j0, HI);
     for (int64_t gi = 0; gi < HG; ++gi) {
@@ -1202,11 +1207,10 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
   LaneState st;
   lane_state(c, HG, lo_a, hi_a, &st);
   __m512i cmx = _mm512_setzero_si512();  // max of c & 0x7F over the codes read
-  const __m512i nonfinite = _mm512_set1_epi8(c.s.cache.format == Format::e5m2 ? 0x7C : 0x7F);
-  ChunkRows rows(c, sp, u, w.kp, w.vp);
+  const __m512i nonfinite = _mm512_set1_epi8(static_cast<char>(nonfinite_floor(c)));
+  ChunkRows rows(c, sp, u, w.kp, w.vp, LO, HI);
   auto& kp = rows.kp;
   auto& vp = rows.vp;
-  if (LO <= HI) rows.set(0, LO, std::min<int64_t>(kChunk, HI + 1 - LO));
   for (int64_t j0 = LO, cur = 0; j0 <= HI; j0 += kChunk, cur ^= 1) {
     const int64_t nk = std::min<int64_t>(kChunk, HI + 1 - j0);
     rows.next(cur, j0, HI);
