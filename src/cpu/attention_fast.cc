@@ -1209,8 +1209,6 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
   __m512i cmx = _mm512_setzero_si512();  // max of c & 0x7F over the codes read
   const __m512i nonfinite = _mm512_set1_epi8(static_cast<char>(nonfinite_floor(c)));
   ChunkRows rows(c, sp, u, w.kp, w.vp, LO, HI);
-  auto& kp = rows.kp;
-  auto& vp = rows.vp;
   for (int64_t j0 = LO, cur = 0; j0 <= HI; j0 += kChunk, cur ^= 1) {
     const int64_t nk = std::min<int64_t>(kChunk, HI + 1 - j0);
     rows.next(cur, j0, HI);
@@ -1222,8 +1220,8 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
     const int64_t steps = (R + 3) / 4 * (Dvp / 64) * (kChunk / 2);
     const int64_t ticks = (kChunk * pf.lkv + steps - 1) / steps;
     for (int64_t gi = 0; gi < HG; ++gi) {
-      const uint8_t* const* kpc = kp[cur] + gi * kChunk;
-      const uint8_t* const* vpc = vp[cur] + gi * kChunk;
+      const uint8_t* const* kpc = rows.kp[cur] + gi * kChunk;
+      const uint8_t* const* vpc = rows.vp[cur] + gi * kChunk;
       // decode the chunk's K rows and V pairs
       for (int64_t k = 0; k < nk; ++k)  // K blocked [Dks / 64][kChunk][64] (s16_bf16)
         decode_row(g, kpc[k], c.Dk, w.kbuf + k * 64, kChunk * 64, &cmx);
