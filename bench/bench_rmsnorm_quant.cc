@@ -14,7 +14,7 @@
 // Bandwidth = bytes read + bytes written per second: x (2 B/elem) [+ residual 2 B + residual out 2 B] + weight
 // (K·2) + codes (1 B/elem) + scales (4 B per group).
 //
-// Usage: bench_rmsnorm_quant [--m 4096] [--k 7168] [--reps 5] [--numpy-gbs G] [--only PREFIX] [--highway]
+// Usage: bench_rmsnorm_quant [--m 4096] [--k 7168] [--reps 5] [--numpy-gbs G] [--only PREFIX|NAME$] [--highway]
 #include <omp.h>
 
 #include <algorithm>
@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
     else if (s == "--only") only = val();
     else if (s == "--highway") highway = true;
     else {
-      std::fprintf(stderr, "usage: bench_rmsnorm_quant [--m 4096] [--k 7168] [--reps 5] [--numpy-gbs G] [--only PREFIX] "
+      std::fprintf(stderr, "usage: bench_rmsnorm_quant [--m 4096] [--k 7168] [--reps 5] [--numpy-gbs G] [--only PREFIX|NAME$] "
                            "[--highway]\n");
       return 2;
     }
@@ -182,9 +182,13 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (!only.empty())
-    rows.erase(std::remove_if(rows.begin(), rows.end(), [&](const Row& r) { return r.name.rfind(only, 0) != 0; }),
+  if (!only.empty()) {  // a prefix, or the whole name with a trailing '$'
+    const bool whole = only.back() == '$';
+    const std::string key = whole ? only.substr(0, only.size() - 1) : only;
+    rows.erase(std::remove_if(rows.begin(), rows.end(),
+                              [&](const Row& r) { return whole ? r.name != key : r.name.rfind(key, 0) != 0; }),
                rows.end());
+  }
   if (rows.empty()) return 0;
   for (int r = -1; r < reps; ++r)
     for (Row& row : rows) {

@@ -1131,8 +1131,12 @@ void Scratch::allocate_bf16(int64_t hg, int64_t Dks, int64_t Dvp) {
 struct PrefetchCursor {
   const Ctx* c = nullptr;
   const SeqPages* sp = nullptr;
-  int64_t g0 = 0, heads = 0, key = 0, kend = 0, lk = 0, lkv = 0, h = 0, j = 0, page = 0, slot = 0;
-  // keys [a, b) of heads [g0, g0 + heads)
+  int64_t g0 = 0, heads = 0, key = 0, kend = 0, lk = 0, lkv = 0, h = 0, page = 0, slot = 0;
+  int part = 0;                      // 0: K rows, 1: V rows
+  bool kspan = false, vspan = false;  // the heads' rows of a slot lie back to back (NHD): one span for all of them
+  const char* p = nullptr;           // the next line to prefetch, and the end of the current span
+  const char* end = nullptr;
+  // keys [a, b) of heads [g0, g0 + hg)
   void start(const Ctx& cx, const SeqPages& s, int64_t g, int64_t hg, int64_t a, int64_t b) {
     c = &cx;
     sp = &s;
@@ -1142,29 +1146,45 @@ struct PrefetchCursor {
     kend = b;
     lk = (cx.Dk + 63) / 64;
     lkv = lk + (cx.s.v_from_k ? 0 : (cx.Dv + 63) / 64);
-    h = j = 0;
+    kspan = hg == 1 || cx.s.cache.offset(0, 0, 1) == cx.Dk;
+    vspan = hg == 1 || cx.vshape.offset(0, 0, 1) == cx.Dv;
+    h = 0;
+    part = 0;
     if (key < kend) {
       page = sp->pages[key / cx.s.cache.block_size];
       slot = key % cx.s.cache.block_size;
+      open();
     }
+  }
+  // p, end: the lines of (key, part, head h) — or of every head of the unit where they form one span
+  void open() {
+    const bool v = part == 1;
+    const int64_t off = v ? c->vshape.offset(page, slot, g0 + h) : c->s.cache.offset(page, slot, g0 + h);
+    const char* base = reinterpret_cast<const char*>((v ? c->a.v_cache : c->a.k_cache) + off);
+    const int64_t len = (v ? c->Dv : c->Dk) * ((v ? vspan : kspan) ? heads : 1);
+    p = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(base) & ~uintptr_t{63});
+    end = base + len;
+  }
+  void advance() {
+    if (!(part == 1 ? vspan : kspan) && ++h < heads) return open();
+    h = 0;
+    if (part == 0 && !c->s.v_from_k) {
+      part = 1;
+      return open();
+    }
+    part = 0;
+    if (++key >= kend) return;
+    if (++slot == c->s.cache.block_size) {
+      slot = 0;
+      page = sp->pages[key / c->s.cache.block_size];
+    }
+    open();
   }
   FP8REF_BF16_TARGET void tick() {
     if (key >= kend) return;
-    const uint8_t* a = j < lk ? c->a.k_cache + c->s.cache.offset(page, slot, g0 + h) + 64 * j
-                              : c->a.v_cache + c->vshape.offset(page, slot, g0 + h) + 64 * (j - lk);
-    _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T1);
-    if (++j == lkv) {
-      j = 0;
-      if (++h == heads) {
-        h = 0;
-        if (++key < kend) {
-          if (++slot == c->s.cache.block_size) {
-            slot = 0;
-            page = sp->pages[key / c->s.cache.block_size];
-          }
-        }
-      }
-    }
+    _mm_prefetch(p, _MM_HINT_T1);
+    p += 64;
+    if (p >= end) advance();
   }
 };
 

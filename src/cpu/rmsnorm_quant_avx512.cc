@@ -196,48 +196,77 @@ struct LineStream {
   }
 };
 
-// The codes of 32 bf16 values y (a 64-byte vector of words) as words in the same order: q = RN(y / a) by Markstein's
-// correction with b = RN(1/a) (kOp 0: x/s), RN(y · a) (1: x*(1/s), and y·2^-k), RN(RN(y · b) · a) (2: Triton's x/s);
-// min(|q|, bound) with the sign dropped (vrangeps), the e4m3fn code by the C' add (its low byte), y's sign (bit 15 of
-// its word) added as bit 7 under a word mask. The bits of fp8_lanes' CastE4m3Mag and of ElemFastT's code().
+// The codes of 64 bf16 values y (two 64-byte vectors of words, u0 and u1) as 64 bytes in a given order: q = RN(y / a)
+// by Markstein's correction with b = RN(1/a) (kOp 0: x/s), RN(y · a) (1: x*(1/s), and y·2^-k), RN(RN(y · b) · a)
+// (2: Triton's x/s); min(|q|, bound) with the sign dropped (vrangeps), the e4m3fn code by the C' add (its low byte);
+// the codes gathered into byte order by two vpermt2b and a blend, y's sign bits (bit 7 of each word's high byte,
+// gathered the same way) ORed in as bit 7. The bits of fp8_lanes' CastE4m3Mag and of ElemFastT's code().
+// order[o] (o < 64) = 2·j (+ 64 for u1's words): output byte o is the code of word j of u0 (u1). The four 16-lane
+// code computations run stage by stage (interleaved in the source; GCC keeps the order on x86): four independent
+// chains keep the vector pipes busy where one chain after another waits on its latency. Measured on Zen 4 (pass
+// microbenchmark, one row in L1): 0.50 cycles per value (one chain at a time, the sign by a word mask and add, the
+// words packed by vpermt2w + vpermt2b) -> 0.47 interleaved -> see bench/RESULTS.md session 17.
 template <int kOp>
 struct Coder {
   __m512 va, vb, bound;
-  __m512i hi, emin, sgn, ctab, idxw;
-  FP8REF_RQ512 Coder(float mx) {
+  __m512i hi, emin, sgnb, ctab, idxa, idxb, idxs;
+  __mmask64 kab;  // output bytes taken from (c2, c3) rather than (c0, c1)
+  FP8REF_RQ512 Coder(float mx, const uint8_t* order) {
     hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
     emin = _mm512_set1_epi32(0x3C800000);
-    sgn = _mm512_set1_epi16(0x80);
+    sgnb = _mm512_set1_epi8(static_cast<char>(0x80));
     ctab = _mm512_load_si512(kCast.c);
     bound = _mm512_set1_ps(mx);
-    // word j of (even, odd) = the low word of the code of y's word j: dword j/2 of even (j even), of odd (j odd)
-    idxw = _mm512_set_epi16(62, 30, 60, 28, 58, 26, 56, 24, 54, 22, 52, 20, 50, 18, 48, 16, 46, 14, 44, 12, 42, 10, 40, 8,
-                            38, 6, 36, 4, 34, 2, 32, 0);
+    // y's word j (of u0; u1 alike with c2, c3) has its code in the low byte of dword j/2 of c0 (j even: the even
+    // elements) or c1 (j odd): byte 2j of the pair (c0, c1) for j even, 64 + 2(j − 1) for j odd
+    alignas(64) uint8_t ia[64] = {}, ib[64] = {}, is[64];
+    kab = 0;
+    for (int o = 0; o < 64; ++o) {
+      const int src = order[o], wi = src / 2, j = wi % 32;
+      const uint8_t at = static_cast<uint8_t>(j % 2 == 0 ? 2 * j : 64 + 2 * (j - 1));
+      if (wi < 32) {
+        ia[o] = at;
+      } else {
+        ib[o] = at;
+        kab |= __mmask64{1} << o;
+      }
+      is[o] = static_cast<uint8_t>(src + 1);  // the high byte of y's word: its sign in bit 7
+    }
+    idxa = _mm512_load_si512(ia);
+    idxb = _mm512_load_si512(ib);
+    idxs = _mm512_load_si512(is);
     va = vb = _mm512_setzero_ps();
   }
   FP8REF_RQ512 void group(float a, float b) {
     va = _mm512_set1_ps(a);
     vb = _mm512_set1_ps(b);
   }
-  FP8REF_RQ512 __m512i code(__m512 yv) const {  // the code of |y| (low byte; bit 7 clear)
-    __m512 qv;
+  FP8REF_RQ512 __m512i codes64(__m512i u0, __m512i u1) const {
+    __m512 y[4] = {_mm512_castsi512_ps(_mm512_slli_epi32(u0, 16)), _mm512_castsi512_ps(_mm512_and_si512(u0, hi)),
+                   _mm512_castsi512_ps(_mm512_slli_epi32(u1, 16)), _mm512_castsi512_ps(_mm512_and_si512(u1, hi))};
+    __m512 q[4];
     if constexpr (kOp == 0) {
-      const __m512 q0 = _mm512_mul_ps(yv, vb);
-      qv = _mm512_fmadd_ps(_mm512_fnmadd_ps(q0, va, yv), vb, q0);
+      __m512 q0[4], e[4];
+      _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) q0[i] = _mm512_mul_ps(y[i], vb);
+      _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) e[i] = _mm512_fnmadd_ps(q0[i], va, y[i]);
+      _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) q[i] = _mm512_fmadd_ps(e[i], vb, q0[i]);
     } else if constexpr (kOp == 1) {
-      qv = _mm512_mul_ps(yv, va);
+      _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) q[i] = _mm512_mul_ps(y[i], va);
     } else {
-      qv = _mm512_mul_ps(_mm512_mul_ps(yv, vb), va);
+      _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) q[i] = _mm512_mul_ps(y[i], vb);
+      _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) q[i] = _mm512_mul_ps(q[i], va);
     }
-    const __m512 m = _mm512_range_ps(qv, bound, 0x0A);  // min(|q|, bound), sign cleared
-    const __m512i e = _mm512_srli_epi32(_mm512_max_epu32(_mm512_castps_si512(m), emin), 23);
-    return _mm512_castps_si512(_mm512_add_ps(m, _mm512_castsi512_ps(_mm512_permutexvar_epi32(e, ctab))));
-  }
-  FP8REF_RQ512 __m512i codes32(__m512i u) const {
-    const __m512i c0 = code(_mm512_castsi512_ps(_mm512_slli_epi32(u, 16)));
-    const __m512i c1 = code(_mm512_castsi512_ps(_mm512_and_si512(u, hi)));
-    const __m512i w = _mm512_permutex2var_epi16(c0, idxw, c1);
-    return _mm512_mask_add_epi16(w, _mm512_movepi16_mask(u), w, sgn);
+    __m512 m[4];
+    __m512i e[4], c[4];
+    // min(|q|, bound), sign cleared; the exponent index (at least 2^-6's); the code in the low byte of m + C'
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i) m[i] = _mm512_range_ps(q[i], bound, 0x0A);
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i)
+      e[i] = _mm512_srli_epi32(_mm512_max_epu32(_mm512_castps_si512(m[i]), emin), 23);
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; ++i)
+      c[i] = _mm512_castps_si512(_mm512_add_ps(m[i], _mm512_castsi512_ps(_mm512_permutexvar_epi32(e[i], ctab))));
+    const __m512i codes = _mm512_mask_blend_epi8(kab, _mm512_permutex2var_epi8(c[0], idxa, c[1]),
+                                                 _mm512_permutex2var_epi8(c[2], idxb, c[3]));
+    return _mm512_ternarylogic_epi32(codes, _mm512_permutex2var_epi8(u0, idxs, u1), sgnb, 0xF8);  // codes | (s & 0x80)
   }
 };
 
@@ -245,8 +274,7 @@ template <int kOp>
 FP8REF_RQ512 void quant_pass_t(const Plan& p, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb,
                                float mx, uint8_t* q, const uint16_t* next_x, const uint16_t* next_r, bool stream) {
   LineStream out(q);
-  Coder<kOp> cd(mx);
-  const __m512i idxb = _mm512_load_si512(p.idxb);
+  Coder<kOp> cd(mx, p.idxb);
   for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
     cd.group(gsv[g], grb[g]);
     for (size_t k = k0; k < k0 + G; k += 64) {
@@ -258,8 +286,7 @@ FP8REF_RQ512 void quant_pass_t(const Plan& p, const uint16_t* y, size_t K, size_
           _mm_prefetch(reinterpret_cast<const char*>(next_r + k + 32), _MM_HINT_T0);
         }
       }
-      const __m512i w0 = cd.codes32(_mm512_load_si512(y + k)), w1 = cd.codes32(_mm512_load_si512(y + k + 32));
-      const __m512i c = _mm512_permutex2var_epi8(w0, idxb, w1);
+      const __m512i c = cd.codes64(_mm512_load_si512(y + k), _mm512_load_si512(y + k + 32));
       if (stream) out.put(c);
       else _mm512_storeu_si512(q + k, c);
     }
@@ -267,7 +294,7 @@ FP8REF_RQ512 void quant_pass_t(const Plan& p, const uint16_t* y, size_t K, size_
   if (stream) out.finish();
 }
 
-// The low bytes of the words of (w0, w1) in order
+// Element order: output byte o is the code of element o (word o of (u0, u1))
 alignas(64) constexpr uint8_t kLowBytes[64] = {
     0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 42,
     44, 46, 48, 50, 52, 54, 56, 58, 60, 62, 64, 66, 68, 70, 72, 74, 76, 78, 80, 82, 84, 86,
@@ -276,8 +303,8 @@ alignas(64) constexpr uint8_t kLowBytes[64] = {
 template <int kOp>
 FP8REF_RQ512 bool quant_bf16_t(const uint16_t* x, size_t n, size_t G, const float* a, const float* b, float bound,
                                uint8_t* q, const uint16_t* nx, uint32_t* namax, size_t ahead) {
-  Coder<kOp> cd(bound);
-  const __m512i idxb = _mm512_load_si512(kLowBytes), mag16 = _mm512_set1_epi16(0x7FFF);
+  Coder<kOp> cd(bound, kLowBytes);
+  const __m512i mag16 = _mm512_set1_epi16(0x7FFF);
   bool next_all = nx != nullptr;
   for (size_t k0 = 0, g = 0; k0 < n; k0 += G, ++g) {
     cd.group(a[g], b[g]);
@@ -288,8 +315,7 @@ FP8REF_RQ512 bool quant_bf16_t(const uint16_t* x, size_t n, size_t G, const floa
       if (nx)
         nacc = _mm512_max_epu16(nacc, _mm512_max_epu16(_mm512_and_si512(_mm512_loadu_si512(nx + k), mag16),
                                                         _mm512_and_si512(_mm512_loadu_si512(nx + k + 32), mag16)));
-      const __m512i w0 = cd.codes32(_mm512_loadu_si512(x + k)), w1 = cd.codes32(_mm512_loadu_si512(x + k + 32));
-      _mm512_storeu_si512(q + k, _mm512_permutex2var_epi8(w0, idxb, w1));
+      _mm512_storeu_si512(q + k, cd.codes64(_mm512_loadu_si512(x + k), _mm512_loadu_si512(x + k + 32)));
     }
     if (nx) {
       const uint16_t m = max_u16(nacc);
