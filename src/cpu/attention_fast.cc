@@ -1117,8 +1117,9 @@ void Scratch::allocate_bf16(int64_t hg, int64_t Dks, int64_t Dvp) {
          static_cast<size_t>(Dvp) * 4});
 }
 
-// The next chunk's K and V rows of every head of the unit, one 64-byte line a tick, in address order (key by key, the
-// heads of a slot, K's lines then V's) into L2, ticked from the P̃·V loop (enough ticks a step to cover a chunk's
+// The next chunk's K and V rows of every head of the unit, one 64-byte line a tick, in address order (key by key: the
+// K rows of the unit's heads, then their V rows — one span each where the heads of a slot lie back to back, as in
+// NHD, else head by head) into L2, ticked from the P̃·V loop (enough ticks a step to cover a chunk's
 // lines), so the lines are requested at a steady pace through the chunk's compute. Measured on Zen 4 (decode B=32
 // ctx=4096, 2 threads, `bench_attention --conv fast`; "A/B": two variants alternated call by call in one process):
 // the AVX2 path's scheme (the next head-chunk's rows into L1 in one burst at its decode) 36–53 ms; the next
@@ -1127,7 +1128,9 @@ void Scratch::allocate_bf16(int64_t hg, int64_t Dks, int64_t Dvp) {
 // ms (A/B); no software prefetch 55 ms, or 35 ms with the chunk decoded for every head first in address order (A/B:
 // the hardware prefetchers then follow, but not as well); only each 1 KiB or 4 KiB line of the rows 41 ms (A/B). The
 // prefetches of a burst stall in the line-fill buffers and on 4 KiB-page walks (45 % of the samples sat on a
-// prefetcht0; with the cache on 2 MiB pages the burst scheme ran at 26.6 ms).
+// prefetcht0; with the cache on 2 MiB pages the burst scheme ran at 26.6 ms). A tick is a prefetch, an add and a
+// compare (the line address from the cache layout once per span, not per line): 1 thread 47.9 -> 44.9 ms (best of
+// three alternated runs; bench/RESULTS.md session 17).
 struct PrefetchCursor {
   const Ctx* c = nullptr;
   const SeqPages* sp = nullptr;
