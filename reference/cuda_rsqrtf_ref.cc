@@ -42,24 +42,45 @@ const std::vector<int8_t>& table() {
 
 }  // namespace
 
+namespace {
+
+// A positive finite nonzero input's table entry: (p << 23) | m of u (· 2^24 when subnormal: exact) = 4^k · u0.
+struct Entry {
+  bool sub;
+  int k;
+  uint32_t p, m;
+};
+Entry entry(uint32_t b) {
+  const bool sub = (b >> 23) == 0;
+  const uint32_t nb = sub ? bits(f32(b) * 16777216.0f) : b;  // · 2^24: exact
+  const int e = static_cast<int>(nb >> 23);
+  const uint32_t p = static_cast<uint32_t>((e - 127) & 1);
+  return {sub, (e - 127 - static_cast<int>(p)) / 2, p, nb & 0x7FFFFFu};  // e - 127 - p is even: exact
+}
+bool special(uint32_t b) { return (b & 0x7FFFFFFFu) == 0 || (b >> 23) >= 0xFFu; }  // ±0, negative, Inf, NaN
+
+}  // namespace
+
 float rsqrt_cuda(float u) {
   const uint32_t b = bits(u);
   if (std::isnan(u) || (b >> 31 && b != 0x80000000u)) return f32(0x7FFFFFFFu);
   if (b == 0) return f32(0x7F800000u);
   if (b == 0x80000000u) return f32(0xFF800000u);
   if (b == 0x7F800000u) return 0.0f;
-  const bool sub = (b >> 23) == 0;
-  const uint32_t nb = sub ? bits(u * 16777216.0f) : b;  // · 2^24: exact
-  const int e = static_cast<int>(nb >> 23);
-  const uint32_t m = nb & 0x7FFFFFu;
-  const int p = (e - 127) & 1;
-  const int k = (e - 127 - p) / 2;  // e - 127 - p is even: exact
-  const uint32_t u0 = (static_cast<uint32_t>(127 + p) << 23) | m;
+  const Entry t = entry(b);
+  const uint32_t u0 = ((127 + t.p) << 23) | t.m;
   const float base = static_cast<float>(1.0 / std::sqrt(static_cast<double>(f32(u0))));
-  const uint32_t r0 = bits(base) + static_cast<uint32_t>(static_cast<int32_t>(table()[(static_cast<uint32_t>(p) << 23) | m]));
+  const uint32_t r0 = bits(base) + static_cast<uint32_t>(static_cast<int32_t>(table()[(t.p << 23) | t.m]));
   // r = R(u0) · 2^-k (· 2^12 for a prescaled subnormal): r0 in (2^-1, 1], the result normal for every input.
-  const int shift = -k + (sub ? 12 : 0);
+  const int shift = -t.k + (t.sub ? 12 : 0);
   return f32(static_cast<uint32_t>(static_cast<int32_t>(r0) + shift * (1 << 23)));
+}
+
+void rsqrt_cuda_prefetch(float u) {
+  const uint32_t b = bits(u);
+  if (special(b)) return;
+  const Entry t = entry(b);
+  __builtin_prefetch(table().data() + ((t.p << 23) | t.m));
 }
 
 }  // namespace fp8ref::ref

@@ -160,6 +160,9 @@ float mean_square_exact(const float* z, int64_t n);
 float rsqrt_rn(float u);
 // Step 4 `cuda-rsqrtf`: CUDA rsqrtf on sm_90 (reference/cuda_rsqrtf_ref.cc).
 float rsqrt_cuda(float u);
+// Asks for the cache line of rsqrt_cuda(u)'s table entry (16 MiB table, one entry per input mantissa and exponent
+// parity: a cache miss per call otherwise), so that a later rsqrt_cuda(u) finds it. Changes no result.
+void rsqrt_cuda_prefetch(float u);
 }  // namespace ref
 
 namespace cpu {

@@ -1562,7 +1562,26 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
         }
       }
     }
-#pragma omp for schedule(static)
+    // The AVX-512 BF16 quant pass of a row runs in the next row of the thread, after that row's variance: the line of
+    // the rsqrt table (cuda-rsqrtf: a 16 MiB table, a cache miss per row) asked for meanwhile, so the rsqrt no longer
+    // waits on memory with nothing else to do. y512, gsv and grb hold the pending row until then.
+    struct Pending {
+      bool on = false, div = false;
+      uint8_t* q = nullptr;
+    } pend;
+    auto flush = [&](int64_t next) {  // the pending quant pass; next: the row whose inputs it prefetches (-1: none)
+      if (!pend.on) return;
+      const bool nx = next >= 0 && next < M && a.from == Format::bf16;
+      const size_t noff = nx ? static_cast<size_t>(next * K) * esz : 0;
+      rq512::quant_pass(plan, y512.get(), static_cast<size_t>(K), static_cast<size_t>(G), gsv.data(), grb.data(), pend.div,
+                        max, pend.q, nx ? reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(a.x) + noff) : nullptr,
+                        nx && a.residual ? reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(a.residual) + noff)
+                                         : nullptr,
+                        stream_q);
+      if (stream_q) rq512::fence();
+      pend.on = false;
+    };
+#pragma omp for schedule(static) nowait
     for (int64_t m = 0; m < M; ++m) {
       const size_t off = static_cast<size_t>(m * K);
       const uint8_t* xr = static_cast<const uint8_t*>(a.x) + off * esz;
@@ -1648,6 +1667,8 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       }
       // 3.–4.
       const float u = gpu(var + spec.eps);
+      if (spec.rsqrt == Rsqrt::cuda) ref::rsqrt_cuda_prefetch(u);
+      flush(m + 1);
       const float r = spec.rsqrt == Rsqrt::rn     ? ref::rsqrt_rn(u)
                       : spec.rsqrt == Rsqrt::cuda ? ref::rsqrt_cuda(u)
                                                   : gpu(1.0f / gpu(std::sqrt(u)));
@@ -1672,9 +1693,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
         HWY_DYNAMIC_DISPATCH(RowGroupScales)(qs, rcp_max, mul, true, gamax.data(), gnan.data(),
                                              static_cast<size_t>(ngroups), scales, gsv.data(), gfast.data(), grb.data());
         if (std::find(gfast.begin(), gfast.end(), uint8_t{0}) == gfast.end()) {
-          rq512::quant_pass(plan, y512.get(), static_cast<size_t>(K), static_cast<size_t>(G), gsv.data(), grb.data(), !mul,
-                            max, a.q + off, next_x, next_r, stream_q);
-          if (stream_q) rq512::fence();
+          pend = {true, !mul, a.q + off};  // the quant pass: in the next row, or after the loop (flush)
           continue;
         }
       }
@@ -1722,6 +1741,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
                                      cast_in_lanes, v.get(), a.q + off);
       if (!cast_in_lanes) encode_f32(v.get(), a.q + off, static_cast<size_t>(K), qs.cast);
     }
+    flush(-1);  // this thread's last row (the region's end waits for every thread)
   }
   // Every other quant spec: the CPU backend's group quant over the normed rows (src/cpu/quant_cpu.cc, bit-identical
   // to ref::quantize; it defers to the reference itself where it is not vectorised, e.g. for exact_q).
