@@ -86,8 +86,9 @@ int main(int argc, char** argv) {
     else if (s == "--only") only = val();
     else if (s == "--highway") highway = true;
     else {
-      std::fprintf(stderr, "usage: bench_rmsnorm_quant [--m 4096] [--k 7168] [--reps 5] [--numpy-gbs G] [--only PREFIX|NAME$] "
-                           "[--highway]\n");
+      std::fprintf(stderr,
+                   "usage: bench_rmsnorm_quant [--m 4096] [--k 7168] [--reps 5] [--numpy-gbs G] [--only PREFIX|NAME$] "
+                   "[--highway]\n");
       return 2;
     }
   }

@@ -1573,11 +1573,12 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       if (!pend.on) return;
       const bool nx = next >= 0 && next < M && a.from == Format::bf16;
       const size_t noff = nx ? static_cast<size_t>(next * K) * esz : 0;
-      rq512::quant_pass(plan, y512.get(), static_cast<size_t>(K), static_cast<size_t>(G), gsv.data(), grb.data(), pend.div,
-                        max, pend.q, nx ? reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(a.x) + noff) : nullptr,
-                        nx && a.residual ? reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(a.residual) + noff)
-                                         : nullptr,
-                        stream_q);
+      const auto* px = nx ? reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(a.x) + noff) : nullptr;
+      const auto* pr = nx && a.residual
+                           ? reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(a.residual) + noff)
+                           : nullptr;
+      rq512::quant_pass(plan, y512.get(), static_cast<size_t>(K), static_cast<size_t>(G), gsv.data(), grb.data(),
+                        pend.div, max, pend.q, px, pr, stream_q);
       if (stream_q) rq512::fence();
       pend.on = false;
     };
