@@ -26,7 +26,8 @@
 // bf16(RN(zmin·r))·wmin >= 2^-126 (dtype-twice; RN(zmin·r)·wmin for dtype-once) bound every a and every product from
 // below (rounding is monotone). A row that fails (values near 2^-126 of the largest) goes the Highway way.
 // Measured (bench/RESULTS.md, session 16), Zen 4, bf16 [4096, 7168], vllm-rmsnorm-quant: 2 threads 7.56 -> 5.50 ms;
-// one thread in cache 1.64 -> 1.10 cycles per value. Not kept: the same passes for weight=f32 (y in f32 through L1:
+// one thread in cache 1.64 -> 1.10 cycles per value (session 17, with the quant pass deferred a row to hide the
+// rsqrt table's miss: 4.83 ms). Not kept: the same passes for weight=f32 (y in f32 through L1:
 // slower than the Highway path, 5.94 vs 5.35 ms).
 #include "cpu/rmsnorm_quant_avx512.h"
 
@@ -203,9 +204,9 @@ struct LineStream {
 // gathered the same way) ORed in as bit 7. The bits of fp8_lanes' CastE4m3Mag and of ElemFastT's code().
 // order[o] (o < 64) = 2·j (+ 64 for u1's words): output byte o is the code of word j of u0 (u1). The four 16-lane
 // code computations run stage by stage (interleaved in the source; GCC keeps the order on x86): four independent
-// chains keep the vector pipes busy where one chain after another waits on its latency. Measured on Zen 4 (pass
-// microbenchmark, one row in L1): 0.50 cycles per value (one chain at a time, the sign by a word mask and add, the
-// words packed by vpermt2w + vpermt2b) -> 0.47 interleaved -> see bench/RESULTS.md session 17.
+// chains keep the vector pipes busy where one chain after another waits on its latency. Measured on Zen 4
+// (bench_rmsnorm_passes, bench/RESULTS.md session 17): 0.46–0.50 cycles per value with one chain at a time, the sign
+// by a vpmovw2m word mask and a masked add, the words packed by vpermt2w + vpermt2b; 0.43–0.48 as here.
 template <int kOp>
 struct Coder {
   __m512 va, vb, bound;
@@ -279,11 +280,11 @@ FP8REF_RQ512 void quant_pass_t(const Plan& p, const uint16_t* y, size_t K, size_
     cd.group(gsv[g], grb[g]);
     for (size_t k = k0; k < k0 + G; k += 64) {
       if (next_x) {
-        _mm_prefetch(reinterpret_cast<const char*>(next_x + k), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(next_x + k + 32), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(next_x + k), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(next_x + k + 32), _MM_HINT_T1);
         if (next_r) {
-          _mm_prefetch(reinterpret_cast<const char*>(next_r + k), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(next_r + k + 32), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(next_r + k), _MM_HINT_T1);
+          _mm_prefetch(reinterpret_cast<const char*>(next_r + k + 32), _MM_HINT_T1);
         }
       }
       const __m512i c = cd.codes64(_mm512_load_si512(y + k), _mm512_load_si512(y + k + 32));
