@@ -40,15 +40,12 @@ const std::vector<int8_t>& table() {
   return detail::inflate_once(once, d, detail::kCudaRsqrtfZlib, detail::kCudaRsqrtfZlibSize, kEntries, "rsqrtf table");
 }
 
-}  // namespace
-
-namespace {
-
 // A positive finite nonzero input's table entry: (p << 23) | m of u (· 2^24 when subnormal: exact) = 4^k · u0.
 struct Entry {
   bool sub;
   int k;
   uint32_t p, m;
+  uint32_t index() const { return (p << 23) | m; }
 };
 Entry entry(uint32_t b) {
   const bool sub = (b >> 23) == 0;
@@ -57,7 +54,6 @@ Entry entry(uint32_t b) {
   const uint32_t p = static_cast<uint32_t>((e - 127) & 1);
   return {sub, (e - 127 - static_cast<int>(p)) / 2, p, nb & 0x7FFFFFu};  // e - 127 - p is even: exact
 }
-bool special(uint32_t b) { return (b & 0x7FFFFFFFu) == 0 || (b >> 23) >= 0xFFu; }  // ±0, negative, Inf, NaN
 
 }  // namespace
 
@@ -70,17 +66,17 @@ float rsqrt_cuda(float u) {
   const Entry t = entry(b);
   const uint32_t u0 = ((127 + t.p) << 23) | t.m;
   const float base = static_cast<float>(1.0 / std::sqrt(static_cast<double>(f32(u0))));
-  const uint32_t r0 = bits(base) + static_cast<uint32_t>(static_cast<int32_t>(table()[(t.p << 23) | t.m]));
+  const uint32_t r0 = bits(base) + static_cast<uint32_t>(static_cast<int32_t>(table()[t.index()]));
   // r = R(u0) · 2^-k (· 2^12 for a prescaled subnormal): r0 in (2^-1, 1], the result normal for every input.
   const int shift = -t.k + (t.sub ? 12 : 0);
   return f32(static_cast<uint32_t>(static_cast<int32_t>(r0) + shift * (1 << 23)));
 }
 
+// (Every input's index is within the table: the special ones that rsqrt_cuda answers without it merely ask for a
+// line it will not read.)
 void rsqrt_cuda_prefetch(float u) {
-  const uint32_t b = bits(u);
-  if (special(b)) return;
-  const Entry t = entry(b);
-  __builtin_prefetch(table().data() + ((t.p << 23) | t.m));
+  const Entry t = entry(bits(u));
+  __builtin_prefetch(table().data() + t.index());
 }
 
 }  // namespace fp8ref::ref

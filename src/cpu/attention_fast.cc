@@ -464,12 +464,12 @@ void row_ptrs(const Ctx& c, const SeqPages& sp, int64_t g, int64_t j0, int64_t n
   }
 }
 
-// The K and V row pointers of two chunks (this one, the next) for a unit's heads, [2][heads][kChunk] in the thread's
-// vectors: set(buf, j0, n) fills buffer buf with keys [j0, j0 + n) of every head; next(cur, j0, HI) the next chunk's
-// (none past HI) into buffer cur ^ 1 and returns how many keys it has.
 // The smallest code & 0x7F that is Inf or NaN in the cache's format (e5m2: 0x7C; e4m3fn: 0x7F)
 inline uint8_t nonfinite_floor(const Ctx& c) { return c.s.cache.format == Format::e5m2 ? 0x7C : 0x7F; }
 
+// The K and V row pointers of two chunks (this one, the next) for a unit's heads, [2][heads][kChunk] in the thread's
+// vectors: set(buf, j0, n) fills buffer buf with keys [j0, j0 + n) of every head; next(cur, j0, HI) the next chunk's
+// (none past HI) into buffer cur ^ 1 and returns how many keys it has.
 struct ChunkRows {
   const Ctx& c;
   const SeqPages& sp;
@@ -1134,7 +1134,7 @@ void Scratch::allocate_bf16(int64_t hg, int64_t Dks, int64_t Dvp) {
 struct PrefetchCursor {
   const Ctx* c = nullptr;
   const SeqPages* sp = nullptr;
-  int64_t g0 = 0, heads = 0, key = 0, kend = 0, lk = 0, lkv = 0, h = 0, page = 0, slot = 0;
+  int64_t g0 = 0, heads = 0, key = 0, kend = 0, lkv = 0, h = 0, page = 0, slot = 0;  // lkv: lines per key and head
   int part = 0;                      // 0: K rows, 1: V rows
   bool kspan = false, vspan = false;  // the heads' rows of a slot lie back to back (NHD): one span for all of them
   const char* p = nullptr;           // the next line to prefetch, and the end of the current span
@@ -1147,8 +1147,7 @@ struct PrefetchCursor {
     heads = hg;
     key = a;
     kend = b;
-    lk = (cx.Dk + 63) / 64;
-    lkv = lk + (cx.s.v_from_k ? 0 : (cx.Dv + 63) / 64);
+    lkv = (cx.Dk + 63) / 64 + (cx.s.v_from_k ? 0 : (cx.Dv + 63) / 64);
     kspan = hg == 1 || cx.s.cache.offset(0, 0, 1) == cx.Dk;
     vspan = hg == 1 || cx.vshape.offset(0, 0, 1) == cx.Dv;
     h = 0;

@@ -83,7 +83,8 @@
 //   correction for the bf16/f16 quotients (fp8_lanes::MarksteinDiv1). On CPUs with AVX512_BF16 + VBMI, bf16 chunks of
 //   whole groups of a multiple of 64 take rmsnorm_quant's pass B on x itself instead (rq512::quant_bf16,
 //   src/cpu/rmsnorm_quant_avx512.cc: the clamp by vrangeps, the cast by one permutation and one add, the codes put in
-//   order by vpermt2w/vpermt2b; the same look-ahead and prefetch) — the same bits. Other chunks: as above.
+//   order by two vpermt2b and a blend, the sign ORed in from x's high bytes; the same look-ahead and prefetch) — the
+//   same bits. Other chunks: as above.
 // Dequantize: value(code) by rebiasing the exponent field (normals) or f32(fraction)·2^(1−bias−m) (subnormals),
 //   exact; the sign OR-ed in, NaN/Inf codes set; one f32 multiply by sv
 //   (= the reference's f64 product rounded once to f32); NaN -> 0x7FFFFFFF; bf16 output by integer RNE, f16 by
@@ -930,8 +931,8 @@ bool ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
   }
 #elif HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
   // bf16 in whole groups of a multiple of 64 on CPUs with AVX512_BF16 + VBMI: rmsnorm_quant's pass B on x itself (one
-  // permutation per cast instead of two, the clamp and the sign dropped by one vrangeps, the codes put in order by a
-  // word and a byte permutation: ~20 % fewer instructions per 64 values than Bf16Step64); the same bits.
+  // permutation per cast instead of two, the clamp and the sign dropped by one vrangeps, the codes put in order by
+  // byte permutations and a blend: ~20 % fewer instructions per 64 values than Bf16Step64); the same bits.
   if constexpr (kSrc == 1)
     if (G % 64 == 0 && k0 % G == 0 && (k1 - k0) % G == 0 && k1 > k0 && cpu::avx512bf16_kernels()) {
       float bf;

@@ -10,10 +10,10 @@
 //   B (quant_pass): y widened back by a shift or a mask, the quotient as the Highway path computes it (Markstein's
 //     one correction for x/s, fp8_lanes-inl.h MarksteinDiv1; or y·RN(1/s)), |q| clamped to max and its sign dropped by
 //     one vrangeps, the e4m3fn code by one f32 add of C' = 2^(E+20) + 8·(E+6) ulps (fp8_lanes-inl.h CastE4m3Mag's
-//     portable form: the code is the low byte of the sum; C' by one dword permutation of the exponent), the codes of
-//     32 values as words in packed order by one vpermt2w, y's sign (bit 15 of its bf16 word) added as bit 7 under
-//     that word mask, 64 codes put back in element order by one vpermt2b (Coder; quant_bf16 runs it on x itself for
-//     the group quant, src/cpu/quant_cpu.cc). Outputs of 16 MiB and more: non-temporal stores (LineStream).
+//     portable form: the code is the low byte of the sum; C' by one dword permutation of the exponent), 64 codes put
+//     back in element order by two vpermt2b and a blend, y's sign (bit 7 of its bf16 word's high byte, gathered by a
+//     third vpermt2b) ORed in (Coder; quant_bf16 runs it on x itself for the group quant, src/cpu/quant_cpu.cc).
+//     Outputs of 16 MiB and more: non-temporal stores (LineStream).
 // Lane order. Each step permutes the 32 values of its chunk: the pair load puts elements 2i in vector 0 and 2i + 1 in
 // vector 1; vcvtne2ps2bf16(v1, v0) packs vector 0 into words 0–15 and vector 1 into words 16–31; the next widening
 // takes words 2i and 2i + 1 again. make_plan follows each element through these steps, permutes the weights to the
@@ -26,9 +26,9 @@
 // bf16(RN(zmin·r))·wmin >= 2^-126 (dtype-twice; RN(zmin·r)·wmin for dtype-once) bound every a and every product from
 // below (rounding is monotone). A row that fails (values near 2^-126 of the largest) goes the Highway way.
 // Measured (bench/RESULTS.md, session 16), Zen 4, bf16 [4096, 7168], vllm-rmsnorm-quant: 2 threads 7.56 -> 5.50 ms;
-// one thread in cache 1.64 -> 1.10 cycles per value (session 17, with the quant pass deferred a row to hide the
-// rsqrt table's miss: 4.83 ms). Not kept: the same passes for weight=f32 (y in f32 through L1:
-// slower than the Highway path, 5.94 vs 5.35 ms).
+// one thread in cache 1.64 -> 1.10 cycles per value; session 17, each row's quant pass deferred into the next row to
+// hide the rsqrt table's miss (rmsnorm_quant_cpu.cc): 4.83 ms. Not kept: the same passes for weight=f32 (y in f32
+// through L1: slower than the Highway path, 5.94 vs 5.35 ms).
 #include "cpu/rmsnorm_quant_avx512.h"
 
 #include <cpuid.h>

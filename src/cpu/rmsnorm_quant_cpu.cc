@@ -207,7 +207,8 @@ struct WordLineStream {
     ++j;
   }
   void finish() {
-    if (d && j) _mm512_mask_storeu_epi16(base + 32 * j, (__mmask32{1} << d) - 1, _mm512_permutex2var_epi16(prev, idx, prev));
+    if (d && j)
+      _mm512_mask_storeu_epi16(base + 32 * j, (__mmask32{1} << d) - 1, _mm512_permutex2var_epi16(prev, idx, prev));
     _mm_sfence();
   }
 };
@@ -234,9 +235,9 @@ bool LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
   // by one shift and one or, and z (rounded first for dtype_sum) is put back
   // in element order by two dword permutations. sumsq (not null): Σ z² in f64 lanes as SumSquaresF64 (any order),
   // set when this loop covered the whole row (else left at -1: the caller sums z itself). stream: residual_out by
-  // non-temporal stores at any (2-byte) alignment, WordLineStream (the caller asks for it on large tensors: no read for ownership
-  // of lines that the next op would not find in cache anyway; bf16 [4096, 7168] with a residual on 2 threads, the
-  // same process alternating: 5–8 % faster in 5 of 6 rounds), fenced before returning. part (not null; T % 16 == 0,
+  // non-temporal stores at any (2-byte) alignment, WordLineStream (the caller asks for it on large tensors: no read
+  // for ownership of lines that the next op would not find in cache anyway; bf16 [4096, 7168] with a residual on 2
+  // threads, the same process alternating: 5–8 % faster in 5 of 6 rounds), fenced before returning. part (not null; T % 16 == 0,
   // K % 64 == 0): vLLM's cub partials part[t], t < T, as CubPartialsT computes them — every 64 elements are the 16
   // vec4s of threads t0 .. t0 + 15 (t0 = (k / 4) mod T), their lanes' v_j[l] = z[k + 4l + j] taken from the two steps'
   // halves by four dword permutations (j even: the even halves, j odd: the odd ones), each thread's chain in vec4
@@ -1571,7 +1572,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
     } pend;
     auto flush = [&](int64_t next) {  // the pending quant pass; next: the row whose inputs it prefetches (-1: none)
       if (!pend.on) return;
-      const bool nx = next >= 0 && next < M && a.from == Format::bf16;
+      const bool nx = next >= 0 && next < M;  // (pending rows are bf16: use512)
       const size_t noff = nx ? static_cast<size_t>(next * K) * esz : 0;
       const auto* px = nx ? reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(a.x) + noff) : nullptr;
       const auto* pr = nx && a.residual
