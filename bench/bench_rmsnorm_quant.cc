@@ -14,7 +14,7 @@
 // Bandwidth = bytes read + bytes written per second: x (2 B/elem) [+ residual 2 B + residual out 2 B] + weight
 // (K·2) + codes (1 B/elem) + scales (4 B per group).
 //
-// Usage: bench_rmsnorm_quant [--m 4096] [--k 7168] [--reps 5] [--numpy-gbs G] [--only PREFIX|NAME$] [--highway]
+// Usage: bench_rmsnorm_quant [--m 4096] [--k 7168] [--reps 5] [--numpy-gbs G] [--only PAT[|PAT...]] [--highway]
 #include <omp.h>
 
 #include <algorithm>
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   int64_t M = 4096, K = 7168;
   int reps = 5;
   double numpy_gbs = 0;
-  std::string only;  // a row-name prefix: time only those rows (for perf)
+  std::string only;  // time only the matching rows: prefixes or whole names (NAME$), '|' between alternatives
   bool highway = false;
   for (int a = 1; a < argc; ++a) {
     const std::string s = argv[a];
@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
     else if (s == "--highway") highway = true;
     else {
       std::fprintf(stderr,
-                   "usage: bench_rmsnorm_quant [--m 4096] [--k 7168] [--reps 5] [--numpy-gbs G] [--only PREFIX|NAME$] "
+                   "usage: bench_rmsnorm_quant [--m 4096] [--k 7168] [--reps 5] [--numpy-gbs G] [--only PAT[|PAT...]] "
                    "[--highway]\n");
       return 2;
     }
@@ -183,12 +183,21 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (!only.empty()) {  // a prefix, or the whole name with a trailing '$'
-    const bool whole = only.back() == '$';
-    const std::string key = whole ? only.substr(0, only.size() - 1) : only;
-    rows.erase(std::remove_if(rows.begin(), rows.end(),
-                              [&](const Row& r) { return whole ? r.name != key : r.name.rfind(key, 0) != 0; }),
-               rows.end());
+  if (!only.empty()) {  // prefixes, or whole names with a trailing '$' (memcpy among them gives the same-run ratio)
+    std::vector<std::string> keys;  // alternatives separated by '|'
+    for (size_t b = 0; b <= only.size();) {
+      const size_t e = std::min(only.find('|', b), only.size());
+      keys.push_back(only.substr(b, e - b));
+      b = e + 1;
+    }
+    auto match = [&](const std::string& name) {
+      for (const std::string& k : keys) {
+        const bool whole = !k.empty() && k.back() == '$';
+        if (whole ? name == k.substr(0, k.size() - 1) : name.rfind(k, 0) == 0) return true;
+      }
+      return false;
+    };
+    rows.erase(std::remove_if(rows.begin(), rows.end(), [&](const Row& r) { return !match(r.name); }), rows.end());
   }
   if (rows.empty()) return 0;
   for (int r = -1; r < reps; ++r)
