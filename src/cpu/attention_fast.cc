@@ -1096,9 +1096,10 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
 // multiply-adds per instruction of the AVX2 path's f32 FMAs; the softmax steps are the AVX2 path's (rows in 8 lanes).
 //   Decode: the AMX path's table decode (decode_row: K rows as bf16 in the perm64 order; decode_vpair: V as VNNI
 //     pairs of keys, columns in the vperm64 order).
-//   S = K·Q̃^T, 16 keys at a time: per key one accumulator of 8 lanes (rows); per d pair p, Q̃^T's pair p (8 rows'
-//     dwords, packed once per unit in the decoded K order) times the key's pair p broadcast (vdpbf16ps ymm): 16
-//     independent chains, no horizontal sums, the rows land in lanes as the softmax wants.
+//   S = K·Q̃^T, 16 keys at a time: per key one accumulator of 16 lanes (row r's even d pairs in lane 2r, its odd
+//     ones in 2r + 1); per two d pairs, Q̃^T's two pairs (8 rows' dwords each, interleaved; packed once per unit in
+//     the decoded K order) times the key's two pairs broadcast as one qword (vdpbf16ps zmm): 16 independent chains;
+//     the two halves summed at the end, so the rows land in 8 lanes as the softmax wants (s16_bf16).
 //   Logits, the integer running maximum, exp2, P̃ = RN_bf16(p) (vcvtneps2bf16; p is 0 or >= 2^-126), L += P̃: as the
 //     AVX2 path; P̃ of two keys interleaved per row (dword = the even key's P̃ low, the odd one's high).
 //   O += P̃·V: O [8 rows][Dvp] f32 in memory; 4 rows × 64 columns (16 zmm accumulators) per pass over the chunk's key
@@ -1190,18 +1191,34 @@ struct PrefetchCursor {
   }
 };
 
-// S for 16 keys of the chunk, from key k0: acc[k] lane r = Σ_p Q̃ pair (r, p) · K pair (k0 + k, p). K is blocked
-// [Dks / 64][kChunk][32 pairs] (one pointer and constant offsets for the 16 broadcasts of a pair).
-FP8REF_BF16_TARGET inline void s16_bf16(const uint32_t* qt, const uint32_t* kbuf, int64_t k0, int64_t Dks, __m256* acc) {
-  for (int k = 0; k < 16; ++k) acc[k] = _mm256_setzero_ps();
+// S for 16 keys of the chunk, from key k0, into x[k0 + k] (8 lanes: the rows). Q̃^T is packed by pairs of d pairs:
+// dword 2r + (P & 1) of its 16-dword block P / 2 is row r's pair P; a key's pairs P, P + 1 are adjacent dwords of
+// the blocked K [Dks / 64][kChunk][32 pairs], so one 64-bit broadcast puts them in the even and odd lanes and one
+// vdpbf16ps zmm adds both pairs' products for the 8 rows (lane 2r: the even pairs, 2r + 1: the odd ones; Zen 4 runs
+// one per cycle, where the 8-lane ymm form ran at ~0.6 cycles for half the work). The two halves are summed at the
+// end (`fast` allows any order): two keys at a time by two lane gathers and an add.
+FP8REF_BF16_TARGET inline void s16_bf16(const uint32_t* qt, const uint32_t* kbuf, int64_t k0, int64_t Dks, __m256* x) {
+  __m512 acc[16];
+  for (int k = 0; k < 16; ++k) acc[k] = _mm512_setzero_ps();
   for (int64_t db = 0; db < Dks / 64; ++db) {
     const uint32_t* kb = kbuf + (db * kChunk + k0) * 32;
     const uint32_t* q = qt + db * 32 * kAvxRows;
-    for (int p = 0; p < 32; ++p) {
-      const __m256bh qv = (__m256bh)_mm256_load_si256(reinterpret_cast<const __m256i*>(q + p * kAvxRows));
-      for (int k = 0; k < 16; ++k)
-        acc[k] = _mm256_dpbf16_ps(acc[k], qv, (__m256bh)_mm256_set1_epi32(static_cast<int>(kb[k * 32 + p])));
+    for (int p = 0; p < 32; p += 2) {
+      const __m512bh qv = (__m512bh)_mm512_loadu_si512(q + p * kAvxRows);
+      for (int k = 0; k < 16; ++k) {
+        long long two;
+        std::memcpy(&two, kb + k * 32 + p, 8);
+        acc[k] = _mm512_dpbf16_ps(acc[k], qv, (__m512bh)_mm512_set1_epi64(two));
+      }
     }
+  }
+  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (int k = 0; k < 16; k += 2) {
+    const __m512 s = _mm512_add_ps(_mm512_permutex2var_ps(acc[k], ev, acc[k + 1]),
+                                   _mm512_permutex2var_ps(acc[k], od, acc[k + 1]));
+    x[k] = _mm512_castps512_ps256(s);
+    x[k + 1] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1));
   }
 }
 
@@ -1221,7 +1238,8 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
   std::fill(w.qb, w.qb + HG * qs, 0u);
   if (!lane_heads(c, u, ri, 1.0f, mult, sv, [&](int64_t gi, int64_t r, int64_t d, uint32_t h) {
         const int64_t p = d / 64 * 64 + pos64(d % 64);  // d's position in a decoded K row
-        w.qb[gi * qs + (p / 2) * kAvxRows + r] |= h << (16 * (p & 1));
+        const int64_t P = p / 2;  // the d pair; s16_bf16's layout: block P / 2, dword 2r + (P & 1)
+        w.qb[gi * qs + (P / 2) * 2 * kAvxRows + 2 * r + (P & 1)] |= h << (16 * (p & 1));
       }))
     return false;
   std::fill(w.obuf, w.obuf + HG * os, 0.0f);
@@ -1259,7 +1277,7 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
           for (int64_t k = kb; k < kb + 16; ++k) x[k] = ninf;
           continue;
         }
-        __m256 acc[16];
+        __m256 acc[16];  // S of the 16 keys, rows in lanes
         s16_bf16(qt, reinterpret_cast<const uint32_t*>(w.kbuf), kb, Dks, acc);
         for (int64_t k = 0; k < 16; ++k) {
           x[kb + k] = kb + k < nk ? lane_logits(acc[k], c2v, st.clv, capped, j0 + kb + k, st.lo_v, st.hi_v) : ninf;
