@@ -65,6 +65,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <stdexcept>
 #include <vector>
 
 #include <omp.h>
@@ -270,12 +271,19 @@ struct DecodeTables {
   alignas(64) uint8_t hi[128];
 };
 
+// The high byte of a decoded magnitude that is Inf or NaN (bf16 0x7F80 / 0x7FC0); every finite one's is smaller (the
+// largest finite e4m3fn and e5m2 values are bf16 0x43E0 and 0x4760): the decode's non-finite scan (decode_pair_store).
+constexpr uint8_t kNonfiniteHigh = 0x7F;
+
 DecodeTables make_tables(Format f) {
   DecodeTables t;
   for (int m = 0; m < 128; ++m) {
-    const uint16_t h = bf16_rne(fp8ref::ref::decode_f32(f, static_cast<uint8_t>(m)));  // exact (NaN: quiet, Inf: Inf)
+    const float v = fp8ref::ref::decode_f32(f, static_cast<uint8_t>(m));
+    const uint16_t h = bf16_rne(v);  // exact (NaN: quiet, Inf: Inf)
     t.lo[m] = static_cast<uint8_t>(h & 0xFF);
     t.hi[m] = static_cast<uint8_t>(h >> 8);
+    if ((t.hi[m] >= kNonfiniteHigh) == std::isfinite(v))
+      throw std::logic_error("attention fast: the decode table's high bytes do not mark the non-finite codes");
   }
   return t;
 }
@@ -355,11 +363,12 @@ FP8REF_AVX512_TARGET inline Regs load_regs(const AmxKernels& K) {
 // order of a decoded K row and the column order of decoded V pairs are permuted this way within every 64-block; Q̃
 // is packed in the same order (the dot products are order-free: AMX sums in its own order anyway) and O's columns
 // are put back in order when the output is written.
-// *mx = max(*mx, c & 0x7F) bytewise (a non-finite code shows there: e4m3fn 0x7F, e5m2 >= 0x7C).
+// *mx = max(*mx, the magnitude's high byte) bytewise: kNonfiniteHigh exactly for the codes that are Inf or NaN
+// (make_tables) — the looked-up byte itself, where c & 0x7F took one more instruction per 64 codes.
 FP8REF_AVX512_TARGET inline void decode_pair_store(const Regs& g, __m512i c, uint16_t* dst, __m512i* mx) {
-  *mx = _mm512_max_epu8(*mx, _mm512_andnot_si512(g.sign, c));
   const __m512i lo = _mm512_permutex2var_epi8(g.lo0, c, g.lo1);
   __m512i hi = _mm512_permutex2var_epi8(g.hi0, c, g.hi1);
+  *mx = _mm512_max_epu8(*mx, hi);
   hi = _mm512_ternarylogic_epi32(hi, c, g.sign, 0xF8);  // hi | (c & 0x80)
   _mm512_storeu_si512(dst, _mm512_unpacklo_epi8(lo, hi));
   _mm512_storeu_si512(dst + 32, _mm512_unpackhi_epi8(lo, hi));
@@ -464,9 +473,6 @@ void row_ptrs(const Ctx& c, const SeqPages& sp, int64_t g, int64_t j0, int64_t n
   }
 }
 
-// The smallest code & 0x7F that is Inf or NaN in the cache's format (e5m2: 0x7C; e4m3fn: 0x7F)
-inline uint8_t nonfinite_floor(const Ctx& c) { return c.s.cache.format == Format::e5m2 ? 0x7C : 0x7F; }
-
 // The K and V row pointers of two chunks (this one, the next) for a unit's heads, [2][heads][kChunk] in the thread's
 // vectors: set(buf, j0, n) fills buffer buf with keys [j0, j0 + n) of every head; next(cur, j0, HI) the next chunk's
 // (none past HI) into buffer cur ^ 1 and returns how many keys it has.
@@ -568,8 +574,8 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
   _tile_loadconfig(&cfg);
 
   const __m512i lo_v = _mm512_load_si512(lo_a), hi_v = _mm512_load_si512(hi_a);
-  __m512i cmx = _mm512_setzero_si512();  // max of c & 0x7F over the codes read
-  const __m512i nonfinite = _mm512_set1_epi8(static_cast<char>(nonfinite_floor(c)));
+  __m512i cmx = _mm512_setzero_si512();  // max of the decoded magnitudes' high bytes (decode_pair_store)
+  const __m512i nonfinite = _mm512_set1_epi8(static_cast<char>(kNonfiniteHigh));
   ChunkRows rows(c, sp, u, w.kp, w.vp, LO, HI);
   auto& kp = rows.kp;
   auto& vp = rows.vp;
@@ -1246,8 +1252,8 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
   const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   LaneState st;
   lane_state(c, HG, lo_a, hi_a, &st);
-  __m512i cmx = _mm512_setzero_si512();  // max of c & 0x7F over the codes read
-  const __m512i nonfinite = _mm512_set1_epi8(static_cast<char>(nonfinite_floor(c)));
+  __m512i cmx = _mm512_setzero_si512();  // max of the decoded magnitudes' high bytes (decode_pair_store)
+  const __m512i nonfinite = _mm512_set1_epi8(static_cast<char>(kNonfiniteHigh));
   ChunkRows rows(c, sp, u, w.kp, w.vp, LO, HI);
   for (int64_t j0 = LO, cur = 0; j0 <= HI; j0 += kChunk, cur ^= 1) {
     const int64_t nk = std::min<int64_t>(kChunk, HI + 1 - j0);
