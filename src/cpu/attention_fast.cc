@@ -1197,13 +1197,14 @@ struct PrefetchCursor {
   }
 };
 
-// S for 16 keys of the chunk, from key k0, into x[k0 + k] (8 lanes: the rows). Q̃^T is packed by pairs of d pairs:
-// dword 2r + (P & 1) of its 16-dword block P / 2 is row r's pair P; a key's pairs P, P + 1 are adjacent dwords of
-// the blocked K [Dks / 64][kChunk][32 pairs], so one 64-bit broadcast puts them in the even and odd lanes and one
-// vdpbf16ps zmm adds both pairs' products for the 8 rows (lane 2r: the even pairs, 2r + 1: the odd ones; Zen 4 runs
-// one per cycle, where the 8-lane ymm form ran at ~0.6 cycles for half the work). The two halves are summed at the
-// end (`fast` allows any order): two keys at a time by two lane gathers and an add.
-FP8REF_BF16_TARGET inline void s16_bf16(const uint32_t* qt, const uint32_t* kbuf, int64_t k0, int64_t Dks, __m256* x) {
+// S for 16 keys of the chunk, from key k0: out[k] (8 lanes: the rows) for key k0 + k. Q̃^T is packed by pairs of d
+// pairs: dword 2r + (P & 1) of its 16-dword block P / 2 is row r's pair P; a key's pairs P, P + 1 are adjacent dwords
+// of the blocked K [Dks / 64][kChunk][32 pairs], so one 64-bit broadcast puts them in the even and odd lanes and one
+// vdpbf16ps zmm adds both pairs' products for the 8 rows (lane 2r: the even pairs, 2r + 1: the odd ones; Zen 4 runs one
+// per cycle, where the 8-lane ymm form ran at ~0.6 cycles for half the work). The two halves are summed at the end
+// (`fast` allows any order): two keys at a time by two lane gathers and an add.
+FP8REF_BF16_TARGET inline void s16_bf16(const uint32_t* qt, const uint32_t* kbuf, int64_t k0, int64_t Dks,
+                                        __m256* out) {
   __m512 acc[16];
   for (int k = 0; k < 16; ++k) acc[k] = _mm512_setzero_ps();
   for (int64_t db = 0; db < Dks / 64; ++db) {
@@ -1223,8 +1224,8 @@ FP8REF_BF16_TARGET inline void s16_bf16(const uint32_t* qt, const uint32_t* kbuf
   for (int k = 0; k < 16; k += 2) {
     const __m512 s = _mm512_add_ps(_mm512_permutex2var_ps(acc[k], ev, acc[k + 1]),
                                    _mm512_permutex2var_ps(acc[k], od, acc[k + 1]));
-    x[k] = _mm512_castps512_ps256(s);
-    x[k + 1] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1));
+    out[k] = _mm512_castps512_ps256(s);
+    out[k + 1] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1));
   }
 }
 
