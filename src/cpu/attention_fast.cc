@@ -326,8 +326,8 @@ struct Scratch {
            static_cast<size_t>(hg * (Dks / 32) * 16 * 16) * 4, static_cast<size_t>(hg * kRows * Dvp) * 4,
            static_cast<size_t>(Dvp) * 4});
   }
-  // The AVX-512 BF16 path's (the AVX2 path's units; see there): kbuf [Dks / 64][kChunk][64] bf16, vbuf
-  // [kChunk / 2][Dvp] pairs, qb (Q̃ᵀ) [heads][Dks / 2][8] pairs, obuf [heads][8][Dvp]; pbuf's first 16·8 pairs.
+  // The AVX-512 BF16 path's (the AVX2 path's units; see there): kbuf [Dks / 64][kChunk][64] bf16, no vbuf, qb (Q̃ᵀ)
+  // [heads][Dks / 2][8] pairs, obuf [heads][8][Dvp]; pbuf's first 16·8 pairs.
   void allocate_bf16(int64_t hg, int64_t Dks, int64_t Dvp);
 
  private:
@@ -1100,26 +1100,27 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
 // CPUs with AVX-512 (F, BW, VL, VBMI) and AVX512_BF16 but no AMX (AMD Zen 4 and 5, Intel Cooper Lake; chosen at run
 // time). The AMX path's arithmetic — bf16 products (exact in f32) summed in f32 — by vdpbf16ps, twice the
 // multiply-adds per instruction of the AVX2 path's f32 FMAs; the softmax steps are the AVX2 path's (rows in 8 lanes).
-//   Decode: the AMX path's table decode (decode_row: K rows as bf16 in the perm64 order; decode_vpair: V as VNNI
-//     pairs of keys, columns in the vperm64 order).
+//   Decode: the AMX path's table decode — K rows as bf16 in the perm64 order into a buffer (decode_row); V in
+//     registers inside the P̃·V loop (pv_fused), as VNNI pairs of keys in column order.
 //   S = K·Q̃^T, 16 keys at a time: per key one accumulator of 16 lanes (row r's even d pairs in lane 2r, its odd
 //     ones in 2r + 1); per two d pairs, Q̃^T's two pairs (8 rows' dwords each, interleaved; packed once per unit in
 //     the decoded K order) times the key's two pairs broadcast as one qword (vdpbf16ps zmm): 16 independent chains;
 //     the two halves summed at the end, so the rows land in 8 lanes as the softmax wants (s16_bf16).
 //   Logits, the integer running maximum, exp2, P̃ = RN_bf16(p) (vcvtneps2bf16; p is 0 or >= 2^-126), L += P̃: as the
 //     AVX2 path; P̃ of two keys interleaved per row (dword = the even key's P̃ low, the odd one's high).
-//   O += P̃·V: O [8 rows][Dvp] f32 in memory; 4 rows × 64 columns (16 zmm accumulators) per pass over the chunk's key
-//     pairs, vdpbf16ps zmm of a V pair block by the row's P̃ pair broadcast.
+//   O += P̃·V: O [8 rows][Dvp] f32 in memory, columns in order; 8 rows × 32 columns (4 rows × 64 for units of <= 4
+//     rows: 16 zmm accumulators) per pass over the chunk's key pairs, each pair's V codes of those columns decoded
+//     there (pv_fused), vdpbf16ps zmm of a V pair vector by the row's P̃ pair broadcast.
 //   The NaN policy, units (<= 8 rows, a decode step's KV heads together) and prefetching as the AVX2/AMX paths.
-// Scratch per thread (the AMX path's Scratch, allocate_bf16): the K chunk 32·Dks bf16, the V chunk 16·Dvp pairs, per KV
-// head of the unit Q̃^T (Dks/2)·8 and O 8·Dvp f32, P̃ 16·8 pairs, one output row, the row pointers of two chunks.
+// Scratch per thread (the AMX path's Scratch, allocate_bf16): the K chunk 32·Dks bf16, per KV head of the unit Q̃^T
+// (Dks/2)·8 and O 8·Dvp f32, P̃ 16·8 pairs, one output row, the row pointers of two chunks (no V buffer).
 
 #define FP8REF_BF16_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16")))
 
 void Scratch::allocate_bf16(int64_t hg, int64_t Dks, int64_t Dvp) {
   kp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
   vp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
-  place({static_cast<size_t>(kChunk * Dks) * 2, static_cast<size_t>(kChunk / 2 * Dvp) * 4,
+  place({static_cast<size_t>(kChunk * Dks) * 2, size_t{0},  // (V: decoded in registers, pv_fused)
          static_cast<size_t>(hg * Dks / 2 * kAvxRows) * 4, static_cast<size_t>(hg * kAvxRows * Dvp) * 4,
          static_cast<size_t>(Dvp) * 4});
 }
@@ -1229,6 +1230,64 @@ FP8REF_BF16_TARGET inline void s16_bf16(const uint32_t* qt, const uint32_t* kbuf
   }
 }
 
+// The byte order (a vpermt2b index over the codes of keys a and b: a's column j is byte j, b's 64 + j) that makes the
+// lookups' two unpacks give VNNI pairs of keys a and b in column order: dword q of the unpacklo (unpackhi) vector is
+// words 8L + 2(q % 4) and + 1 of 128-bit lane L = q / 4, which unpack c's bytes 16L + 2(q % 4) and + 1 (+ 8 for
+// unpackhi): those bytes take column q (16 + q) of a and of b. half: 0 for columns 0..31 of the codes, 1 for 32..63.
+inline void vpair_index(int half, uint8_t* ix) {
+  for (int q = 0; q < 16; ++q)
+    for (int hl = 0; hl < 2; ++hl) {
+      const int p = 16 * (q / 4) + 8 * hl + 2 * (q % 4), col = 32 * half + 16 * hl + q;
+      ix[p] = static_cast<uint8_t>(col);            // a's code (first operand of vpermt2b)
+      ix[p + 1] = static_cast<uint8_t>(64 + col);   // b's code
+    }
+}
+
+// O[rows 0..NR)[Dvp] += P̃ · V for the chunk's key pairs, V decoded in registers (no V buffer): per block of 16·J
+// columns (J = 16 / NR zmm per row, NR·J = 16 accumulators), per key pair the two keys' codes of the block
+// byte-interleaved by one vpermt2b into the order above, decoded by decode_pair's lookups (2 vpermi2b, the sign, two
+// unpacks) into J VNNI pair vectors in column order, then NR·J vdpbf16ps with the row's P̃ pair broadcast. Zen 4
+// stores one 256-bit half a cycle: the decoded V's stores to a buffer (four zmm per key) and their reloads cost more
+// than the lookups. Ticks the prefetch cursor `ticks` times per key pair and block.
+template <int NR>
+FP8REF_BF16_TARGET inline void pv_fused(const Regs& g, const uint8_t* const* vpc, int64_t nk, int64_t Dv, int64_t Dvp,
+                                        const uint32_t* pbuf, float* ob, PrefetchCursor& pf, int64_t ticks, __m512i* mx) {
+  constexpr int J = 16 / NR;
+  alignas(64) uint8_t i0[64], i1[64];
+  vpair_index(0, i0);
+  vpair_index(1, i1);
+  const __m512i ix0 = _mm512_load_si512(i0), ix1 = _mm512_load_si512(i1);
+  const int64_t npairs = (nk + 1) / 2;
+  for (int64_t d0 = 0; d0 < Dvp; d0 += 16 * J) {
+    __m512 o[NR][J];
+    for (int i = 0; i < NR; ++i)
+      for (int j = 0; j < J; ++j) o[i][j] = _mm512_load_ps(ob + i * Dvp + d0 + 16 * j);
+    const __mmask64 mk = tail_mask(std::min<int64_t>(16 * J, Dv - d0));
+    for (int64_t kq = 0; kq < npairs; ++kq) {
+      for (int64_t t = 0; t < ticks; ++t) pf.tick();
+      const __m512i A = _mm512_maskz_loadu_epi8(mk, vpc[2 * kq] + d0);
+      const __m512i B = 2 * kq + 1 < nk ? _mm512_maskz_loadu_epi8(mk, vpc[2 * kq + 1] + d0) : _mm512_setzero_si512();
+      __m512bh v[J];
+      for (int h = 0; h < J / 2; ++h) {
+        const __m512i cc = _mm512_permutex2var_epi8(A, h == 0 ? ix0 : ix1, B);
+        const __m512i lo = _mm512_permutex2var_epi8(g.lo0, cc, g.lo1);
+        __m512i hi = _mm512_permutex2var_epi8(g.hi0, cc, g.hi1);
+        *mx = _mm512_max_epu8(*mx, hi);
+        hi = _mm512_ternarylogic_epi32(hi, cc, g.sign, 0xF8);  // hi | (c & 0x80)
+        v[2 * h] = (__m512bh)_mm512_unpacklo_epi8(lo, hi);
+        v[2 * h + 1] = (__m512bh)_mm512_unpackhi_epi8(lo, hi);
+      }
+      const uint32_t* pq = pbuf + kq * kAvxRows;
+      for (int i = 0; i < NR; ++i) {
+        const __m512bh pb = (__m512bh)_mm512_set1_epi32(static_cast<int>(pq[i]));
+        for (int j = 0; j < J; ++j) o[i][j] = _mm512_dpbf16_ps(o[i][j], v[j], pb);
+      }
+    }
+    for (int i = 0; i < NR; ++i)
+      for (int j = 0; j < J; ++j) _mm512_store_ps(ob + i * Dvp + d0 + 16 * j, o[i][j]);
+  }
+}
+
 // Returns false (nothing written) when the unit's queries or the codes it reads hold a non-finite value, or a scale
 // overflows the logit multiplier: the caller runs the portable path then.
 FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w, const Unit& u) {
@@ -1264,7 +1323,7 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
     PrefetchCursor pf;
     pf.start(c, sp, u.g0, HG, j0 + kChunk, std::min(HI + 1, j0 + 2 * kChunk));
     // lines per P̃·V step: a head's share of the chunk's lines over its P̃·V steps of a full chunk
-    const int64_t steps = (R + 3) / 4 * (Dvp / 64) * (kChunk / 2);
+    const int64_t steps = Dvp / (R <= 4 ? 64 : 32) * (kChunk / 2);
     const int64_t ticks = (kChunk * pf.lkv + steps - 1) / steps;
     for (int64_t gi = 0; gi < HG; ++gi) {
       const uint8_t* const* kpc = rows.kp[cur] + gi * kChunk;
@@ -1272,8 +1331,6 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
       // decode the chunk's K rows and V pairs
       for (int64_t k = 0; k < nk; ++k)  // K blocked [Dks / 64][kChunk][64] (s16_bf16)
         decode_row(g, kpc[k], c.Dk, w.kbuf + k * 64, kChunk * 64, &cmx);
-      for (int64_t k = 0; k < nk; k += 2)
-        decode_vpair(g, vpc[k], k + 1 < nk ? vpc[k + 1] : nullptr, c.Dv, w.vbuf + (k / 2) * Dvp, &cmx);
       // S and the logits (keys past nk: −inf)
       const uint32_t* qt = w.qb + gi * qs;
       const __m256 c2v = _mm256_set1_ps(mult[gi]);
@@ -1304,27 +1361,9 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
                            _mm256_set_m128i(_mm_unpackhi_epi16(b0, b1), _mm_unpacklo_epi16(b0, b1)));
       }
       st.L[gi] = Lg;
-      // O += P̃ · V: 4 rows × 64 columns a pass
-      for (int64_t r0 = 0; r0 < R; r0 += 4) {
-        for (int64_t d0 = 0; d0 < Dvp; d0 += 64) {
-          __m512 o[4][4];
-          for (int i = 0; i < 4; ++i)
-            for (int j = 0; j < 4; ++j) o[i][j] = _mm512_load_ps(ob + (r0 + i) * Dvp + d0 + 16 * j);
-          for (int64_t kq = 0; kq < npairs; ++kq) {
-            for (int64_t t = 0; t < ticks; ++t) pf.tick();
-            const uint32_t* vq = w.vbuf + kq * Dvp + d0;
-            __m512bh v[4];
-            for (int j = 0; j < 4; ++j) v[j] = (__m512bh)_mm512_load_si512(vq + 16 * j);
-            const uint32_t* pq = w.pbuf + kq * kAvxRows + r0;
-            for (int i = 0; i < 4; ++i) {
-              const __m512bh pb = (__m512bh)_mm512_set1_epi32(static_cast<int>(pq[i]));
-              for (int j = 0; j < 4; ++j) o[i][j] = _mm512_dpbf16_ps(o[i][j], v[j], pb);
-            }
-          }
-          for (int i = 0; i < 4; ++i)
-            for (int j = 0; j < 4; ++j) _mm512_store_ps(ob + (r0 + i) * Dvp + d0 + 16 * j, o[i][j]);
-        }
-      }
+      // O += P̃ · V, V decoded in registers (pv_fused): 4 rows × 64 columns or 8 rows × 32 columns a block
+      if (R <= 4) pv_fused<4>(g, vpc, nk, c.Dv, Dvp, w.pbuf, ob, pf, ticks, &cmx);
+      else pv_fused<8>(g, vpc, nk, c.Dv, Dvp, w.pbuf, ob, pf, ticks, &cmx);
     }
     while (pf.key < pf.kend) pf.tick();  // the lines the P̃·V loop's ticks did not reach
     if (_mm512_cmpge_epu8_mask(cmx, nonfinite)) return false;  // a non-finite code: the portable path
@@ -1336,9 +1375,8 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
       const float Lr = Ls[r];
       const int64_t obase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * c.Dv;
       const float fac = Lr > 0 ? sv[gi] / Lr : 0.0f;
-      const float* orow = w.obuf + gi * os + r * Dvp;
-      for (int64_t q = 0; q < Dvp; ++q) w.ord[q / 64 * 64 + vperm64(q % 64)] = orow[q];
-      for (int64_t d = 0; d < c.Dv; ++d) store_out(c.s.out_format, c.a.out, obase + d, Lr > 0 ? w.ord[d] * fac : 0.0f);
+      const float* orow = w.obuf + gi * os + r * Dvp;  // (columns in order: pv_fused)
+      for (int64_t d = 0; d < c.Dv; ++d) store_out(c.s.out_format, c.a.out, obase + d, Lr > 0 ? orow[d] * fac : 0.0f);
     }
   }
   return true;
