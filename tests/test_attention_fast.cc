@@ -52,6 +52,8 @@ std::vector<Case> cases() {
   c.push_back({"d256", spec_of(16, 2, 2, 256), {40}, {2}, false, true});
   // a head dim that is no multiple of 16 (the AVX2 path's code tails) and 5 rows per KV head (padded lanes)
   c.push_back({"d40-gqa5", spec_of(16, 2, 10, 40), {75, 4, 33}, {1, 3, 2}, false, true});
+  // Dv = 80: the AVX-512 BF16 path's 32-column P̃·V blocks (8 rows) reach past the last column (d0 = 96 > Dv)
+  c.push_back({"d80-gqa8", spec_of(16, 1, 8, 80), {75, 4, 33}, {1, 1, 2}, false, true});
   // many sequences: the AMX path groups a decode step's KV heads into one unit (whole pages per pass); the prefill
   // chunk (3 x 8 rows > 16) takes per-head units in the same call; HND and head scales in the second variant
   c.push_back({"many-seqs-grouped-heads", spec_of(16, 4, 32, 64), {70, 1, 33, 0, 16, 17, 90, 5, 48, 2, 31, 64},

@@ -1262,7 +1262,8 @@ FP8REF_BF16_TARGET inline void pv_fused(const Regs& g, const uint8_t* const* vpc
     __m512 o[NR][J];
     for (int i = 0; i < NR; ++i)
       for (int j = 0; j < J; ++j) o[i][j] = _mm512_load_ps(ob + i * Dvp + d0 + 16 * j);
-    const __mmask64 mk = tail_mask(std::min<int64_t>(16 * J, Dv - d0));
+    const int64_t left = Dv - d0;  // (<= 0 in a last 32-column block past Dv, e.g. Dv = 80: nothing to load)
+    const __mmask64 mk = left <= 0 ? __mmask64{0} : tail_mask(std::min<int64_t>(16 * J, left));
     for (int64_t kq = 0; kq < npairs; ++kq) {
       for (int64_t t = 0; t < ticks; ++t) pf.tick();
       const __m512i A = _mm512_maskz_loadu_epi8(mk, vpc[2 * kq] + d0);
