@@ -365,13 +365,19 @@ FP8REF_AVX512_TARGET inline Regs load_regs(const AmxKernels& K) {
 // are put back in order when the output is written.
 // *mx = max(*mx, the magnitude's high byte) bytewise: kNonfiniteHigh exactly for the codes that are Inf or NaN
 // (make_tables) — the looked-up byte itself, where c & 0x7F took one more instruction per 64 codes.
-FP8REF_AVX512_TARGET inline void decode_pair_store(const Regs& g, __m512i c, uint16_t* dst, __m512i* mx) {
+FP8REF_AVX512_TARGET inline void decode_pair(const Regs& g, __m512i c, __m512i* w0, __m512i* w1, __m512i* mx) {
   const __m512i lo = _mm512_permutex2var_epi8(g.lo0, c, g.lo1);
   __m512i hi = _mm512_permutex2var_epi8(g.hi0, c, g.hi1);
   *mx = _mm512_max_epu8(*mx, hi);
   hi = _mm512_ternarylogic_epi32(hi, c, g.sign, 0xF8);  // hi | (c & 0x80)
-  _mm512_storeu_si512(dst, _mm512_unpacklo_epi8(lo, hi));
-  _mm512_storeu_si512(dst + 32, _mm512_unpackhi_epi8(lo, hi));
+  *w0 = _mm512_unpacklo_epi8(lo, hi);
+  *w1 = _mm512_unpackhi_epi8(lo, hi);
+}
+FP8REF_AVX512_TARGET inline void decode_pair_store(const Regs& g, __m512i c, uint16_t* dst, __m512i* mx) {
+  __m512i w0, w1;
+  decode_pair(g, c, &w0, &w1, mx);
+  _mm512_storeu_si512(dst, w0);
+  _mm512_storeu_si512(dst + 32, w1);
 }
 
 FP8REF_AVX512_TARGET inline __mmask64 tail_mask(int64_t m) { return m >= 64 ? ~__mmask64{0} : ((__mmask64{1} << m) - 1); }
@@ -1230,33 +1236,35 @@ FP8REF_BF16_TARGET inline void s16_bf16(const uint32_t* qt, const uint32_t* kbuf
   }
 }
 
-// The byte order (a vpermt2b index over the codes of keys a and b: a's column j is byte j, b's 64 + j) that makes the
+// kVpairIndex: the byte order (a vpermt2b index over the codes of keys a and b: a's column j is byte j, b's 64 + j) that makes the
 // lookups' two unpacks give VNNI pairs of keys a and b in column order: dword q of the unpacklo (unpackhi) vector is
 // words 8L + 2(q % 4) and + 1 of 128-bit lane L = q / 4, which unpack c's bytes 16L + 2(q % 4) and + 1 (+ 8 for
 // unpackhi): those bytes take column q (16 + q) of a and of b. half: 0 for columns 0..31 of the codes, 1 for 32..63.
-inline void vpair_index(int half, uint8_t* ix) {
-  for (int q = 0; q < 16; ++q)
-    for (int hl = 0; hl < 2; ++hl) {
-      const int p = 16 * (q / 4) + 8 * hl + 2 * (q % 4), col = 32 * half + 16 * hl + q;
-      ix[p] = static_cast<uint8_t>(col);            // a's code (first operand of vpermt2b)
-      ix[p + 1] = static_cast<uint8_t>(64 + col);   // b's code
-    }
-}
+struct VpairIndex {
+  alignas(64) uint8_t ix[2][64];
+  VpairIndex() {
+    for (int half = 0; half < 2; ++half)
+      for (int q = 0; q < 16; ++q)
+        for (int hl = 0; hl < 2; ++hl) {
+          const int p = 16 * (q / 4) + 8 * hl + 2 * (q % 4), col = 32 * half + 16 * hl + q;
+          ix[half][p] = static_cast<uint8_t>(col);           // a's code (first operand of vpermt2b)
+          ix[half][p + 1] = static_cast<uint8_t>(64 + col);  // b's code
+        }
+  }
+};
+const VpairIndex kVpairIndex;
 
 // O[rows 0..NR)[Dvp] += P̃ · V for the chunk's key pairs, V decoded in registers (no V buffer): per block of 16·J
 // columns (J = 16 / NR zmm per row, NR·J = 16 accumulators), per key pair the two keys' codes of the block
-// byte-interleaved by one vpermt2b into the order above, decoded by decode_pair's lookups (2 vpermi2b, the sign, two
-// unpacks) into J VNNI pair vectors in column order, then NR·J vdpbf16ps with the row's P̃ pair broadcast. Zen 4
+// byte-interleaved by one vpermt2b into the order above (kVpairIndex), decoded by decode_pair (2 vpermi2b, the sign,
+// two unpacks) into J VNNI pair vectors in column order, then NR·J vdpbf16ps with the row's P̃ pair broadcast. Zen 4
 // stores one 256-bit half a cycle: the decoded V's stores to a buffer (four zmm per key) and their reloads cost more
 // than the lookups. Ticks the prefetch cursor `ticks` times per key pair and block.
 template <int NR>
 FP8REF_BF16_TARGET inline void pv_fused(const Regs& g, const uint8_t* const* vpc, int64_t nk, int64_t Dv, int64_t Dvp,
                                         const uint32_t* pbuf, float* ob, PrefetchCursor& pf, int64_t ticks, __m512i* mx) {
   constexpr int J = 16 / NR;
-  alignas(64) uint8_t i0[64], i1[64];
-  vpair_index(0, i0);
-  vpair_index(1, i1);
-  const __m512i ix0 = _mm512_load_si512(i0), ix1 = _mm512_load_si512(i1);
+  const __m512i ix0 = _mm512_load_si512(kVpairIndex.ix[0]), ix1 = _mm512_load_si512(kVpairIndex.ix[1]);
   const int64_t npairs = (nk + 1) / 2;
   for (int64_t d0 = 0; d0 < Dvp; d0 += 16 * J) {
     __m512 o[NR][J];
@@ -1268,20 +1276,13 @@ FP8REF_BF16_TARGET inline void pv_fused(const Regs& g, const uint8_t* const* vpc
       for (int64_t t = 0; t < ticks; ++t) pf.tick();
       const __m512i A = _mm512_maskz_loadu_epi8(mk, vpc[2 * kq] + d0);
       const __m512i B = 2 * kq + 1 < nk ? _mm512_maskz_loadu_epi8(mk, vpc[2 * kq + 1] + d0) : _mm512_setzero_si512();
-      __m512bh v[J];
-      for (int h = 0; h < J / 2; ++h) {
-        const __m512i cc = _mm512_permutex2var_epi8(A, h == 0 ? ix0 : ix1, B);
-        const __m512i lo = _mm512_permutex2var_epi8(g.lo0, cc, g.lo1);
-        __m512i hi = _mm512_permutex2var_epi8(g.hi0, cc, g.hi1);
-        *mx = _mm512_max_epu8(*mx, hi);
-        hi = _mm512_ternarylogic_epi32(hi, cc, g.sign, 0xF8);  // hi | (c & 0x80)
-        v[2 * h] = (__m512bh)_mm512_unpacklo_epi8(lo, hi);
-        v[2 * h + 1] = (__m512bh)_mm512_unpackhi_epi8(lo, hi);
-      }
+      __m512i v[J];
+      for (int h = 0; h < J / 2; ++h)
+        decode_pair(g, _mm512_permutex2var_epi8(A, h == 0 ? ix0 : ix1, B), &v[2 * h], &v[2 * h + 1], mx);
       const uint32_t* pq = pbuf + kq * kAvxRows;
       for (int i = 0; i < NR; ++i) {
         const __m512bh pb = (__m512bh)_mm512_set1_epi32(static_cast<int>(pq[i]));
-        for (int j = 0; j < J; ++j) o[i][j] = _mm512_dpbf16_ps(o[i][j], v[j], pb);
+        for (int j = 0; j < J; ++j) o[i][j] = _mm512_dpbf16_ps(o[i][j], (__m512bh)v[j], pb);
       }
     }
     for (int i = 0; i < NR; ++i)
