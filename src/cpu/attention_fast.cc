@@ -1236,10 +1236,11 @@ FP8REF_BF16_TARGET inline void s16_bf16(const uint32_t* qt, const uint32_t* kbuf
   }
 }
 
-// kVpairIndex: the byte order (a vpermt2b index over the codes of keys a and b: a's column j is byte j, b's 64 + j) that makes the
-// lookups' two unpacks give VNNI pairs of keys a and b in column order: dword q of the unpacklo (unpackhi) vector is
-// words 8L + 2(q % 4) and + 1 of 128-bit lane L = q / 4, which unpack c's bytes 16L + 2(q % 4) and + 1 (+ 8 for
-// unpackhi): those bytes take column q (16 + q) of a and of b. half: 0 for columns 0..31 of the codes, 1 for 32..63.
+// kVpairIndex: the byte order (a vpermt2b index over the codes of keys a and b: a's column j is byte j, b's 64 + j)
+// that makes decode_pair's two unpacks give VNNI pairs of keys a and b in column order: dword q of the unpacklo
+// (unpackhi) vector is words 8L + 2(q % 4) and + 1 of 128-bit lane L = q / 4, which unpack c's bytes 16L + 2(q % 4)
+// and + 1 (+ 8 for unpackhi): those bytes take column q (16 + q) of a and of b. ix[0]: columns 0..31 of the codes,
+// ix[1]: 32..63.
 struct VpairIndex {
   alignas(64) uint8_t ix[2][64];
   VpairIndex() {
