@@ -1106,8 +1106,9 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
 // CPUs with AVX-512 (F, BW, VL, VBMI) and AVX512_BF16 but no AMX (AMD Zen 4 and 5, Intel Cooper Lake; chosen at run
 // time). The AMX path's arithmetic — bf16 products (exact in f32) summed in f32 — by vdpbf16ps, twice the
 // multiply-adds per instruction of the AVX2 path's f32 FMAs; the softmax steps are the AVX2 path's (rows in 8 lanes).
-//   Decode: the AMX path's table decode — K rows as bf16 in the perm64 order into a buffer (decode_row); V in
-//     registers inside the P̃·V loop (pv_fused), as VNNI pairs of keys in column order.
+//   Decode: the AMX path's table decode — K rows as bf16 in the perm64 order into a buffer, the next 16 keys' rows
+//     one 64-code block per step of S's loop (s16_bf16's KJob: under the multiply-adds, into the half of the buffer
+//     S is not reading); V in registers inside the P̃·V loop (pv_fused), as VNNI pairs of keys in column order.
 //   S = K·Q̃^T, 16 keys at a time: per key one accumulator of 16 lanes (row r's even d pairs in lane 2r, its odd
 //     ones in 2r + 1); per two d pairs, Q̃^T's two pairs (8 rows' dwords each, interleaved; packed once per unit in
 //     the decoded K order) times the key's two pairs broadcast as one qword (vdpbf16ps zmm): 16 independent chains;
@@ -1210,11 +1211,21 @@ struct PrefetchCursor {
 // vdpbf16ps zmm adds both pairs' products for the 8 rows (lane 2r: the even pairs, 2r + 1: the odd ones; Zen 4 runs one
 // per cycle, where the 8-lane ymm form ran at ~0.6 cycles for half the work). The two halves are summed at the end
 // (`fast` allows any order): two keys at a time by two lane gathers and an add.
+// Decoding under the multiply-adds: the job's n (<= 16) K rows src[0..n) are decoded into the K buffer's rows
+// dst0.. (another half of the chunk than the one S reads) one 64-code block per step of the d loop — Dks / 4 blocks
+// for 16 keys, as many as the steps, so the lookups and stores run in the vdpbf16ps stream's shadow.
+struct KJob {
+  const uint8_t* const* src = nullptr;
+  int64_t n = 0, dst0 = 0;
+};
 FP8REF_BF16_TARGET inline void s16_bf16(const uint32_t* qt, const uint32_t* kbuf, int64_t k0, int64_t Dks,
-                                        __m256* out) {
+                                        __m256* out, const Regs& g, const KJob& job, int64_t Dk, uint16_t* kdst,
+                                        __m512i* mx) {
   __m512 acc[16];
   for (int k = 0; k < 16; ++k) acc[k] = _mm512_setzero_ps();
-  for (int64_t db = 0; db < Dks / 64; ++db) {
+  const int64_t nb = Dks / 64;
+  int64_t jk = 0, jb = 0;  // the job's next key and 64-code block
+  for (int64_t db = 0; db < nb; ++db) {
     const uint32_t* kb = kbuf + (db * kChunk + k0) * 32;
     const uint32_t* q = qt + db * 32 * kAvxRows;
     for (int p = 0; p < 32; p += 2) {
@@ -1223,6 +1234,15 @@ FP8REF_BF16_TARGET inline void s16_bf16(const uint32_t* qt, const uint32_t* kbuf
         long long two;
         std::memcpy(&two, kb + k * 32 + p, 8);
         acc[k] = _mm512_dpbf16_ps(acc[k], qv, (__m512bh)_mm512_set1_epi64(two));
+      }
+      if (jk < job.n) {
+        const uint8_t* src = job.src[jk] + jb * 64;
+        const __m512i c = jb * 64 + 64 <= Dk ? _mm512_loadu_si512(src) : _mm512_maskz_loadu_epi8(tail_mask(Dk - jb * 64), src);
+        decode_pair_store(g, c, kdst + (jb * kChunk + job.dst0 + jk) * 64, mx);
+        if (++jb == nb) {
+          jb = 0;
+          ++jk;
+        }
       }
     }
   }
@@ -1318,9 +1338,10 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
   __m512i cmx = _mm512_setzero_si512();  // max of the decoded magnitudes' high bytes (decode_pair_store)
   const __m512i nonfinite = _mm512_set1_epi8(static_cast<char>(kNonfiniteHigh));
   ChunkRows rows(c, sp, u, w.kp, w.vp, LO, HI);
+  bool half0_ready = false;  // the K buffer's keys 0..15 hold head gi's (decoded under the previous head's S)
   for (int64_t j0 = LO, cur = 0; j0 <= HI; j0 += kChunk, cur ^= 1) {
     const int64_t nk = std::min<int64_t>(kChunk, HI + 1 - j0);
-    rows.next(cur, j0, HI);
+    const int64_t nn = rows.next(cur, j0, HI);  // the next chunk's keys
     const int64_t npairs = (nk + 1) / 2;
     // the next chunk's rows (every head, in address order), paced through this chunk's compute
     PrefetchCursor pf;
@@ -1331,9 +1352,13 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
     for (int64_t gi = 0; gi < HG; ++gi) {
       const uint8_t* const* kpc = rows.kp[cur] + gi * kChunk;
       const uint8_t* const* vpc = rows.vp[cur] + gi * kChunk;
-      // decode the chunk's K rows and V pairs
-      for (int64_t k = 0; k < nk; ++k)  // K blocked [Dks / 64][kChunk][64] (s16_bf16)
-        decode_row(g, kpc[k], c.Dk, w.kbuf + k * 64, kChunk * 64, &cmx);
+      // K rows blocked [Dks / 64][kChunk][64] (s16_bf16): keys 0..15 before S unless the previous head's S decoded
+      // them; keys 16..31 under S of keys 0..15; the next head's keys 0..15 (the next chunk's first head's after the
+      // last head) under S of keys 16..31
+      if (!half0_ready)
+        for (int64_t k = 0; k < std::min<int64_t>(16, nk); ++k)
+          decode_row(g, kpc[k], c.Dk, w.kbuf + k * 64, kChunk * 64, &cmx);
+      half0_ready = false;
       // S and the logits (keys past nk: −inf)
       const uint32_t* qt = w.qb + gi * qs;
       const __m256 c2v = _mm256_set1_ps(mult[gi]);
@@ -1345,7 +1370,17 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
           continue;
         }
         __m256 acc[16];  // S of the 16 keys, rows in lanes
-        s16_bf16(qt, reinterpret_cast<const uint32_t*>(w.kbuf), kb, Dks, acc);
+        KJob job;
+        if (kb == 0) {
+          job = {kpc + 16, std::max<int64_t>(0, nk - 16), 16};
+        } else if (gi + 1 < HG) {
+          job = {rows.kp[cur] + (gi + 1) * kChunk, 16, 0};  // (nk > 16 here)
+          half0_ready = true;
+        } else if (nn > 0) {  // the next chunk's first head
+          job = {rows.kp[cur ^ 1], std::min<int64_t>(16, nn), 0};
+          half0_ready = true;
+        }
+        s16_bf16(qt, reinterpret_cast<const uint32_t*>(w.kbuf), kb, Dks, acc, g, job, c.Dk, w.kbuf, &cmx);
         for (int64_t k = 0; k < 16; ++k) {
           x[kb + k] = kb + k < nk ? lane_logits(acc[k], c2v, st.clv, capped, j0 + kb + k, st.lo_v, st.hi_v) : ninf;
           cmax = _mm256_max_ps(cmax, x[kb + k]);
