@@ -884,11 +884,9 @@ void lane_rows(const Ctx& c, const SeqPages& sp, const Unit& u, int32_t* lo_a, i
   }
 }
 
-// Per KV head gi of a lane unit: sv[gi], the logit multiplier mult[gi] (·ks: the AVX2 path's e4m3fn scaling) and Q̃'s
-// bf16 bits of each (row r < R, d) handed to put(gi, r, d, bits). False (the unit goes to the portable path) when a
-// multiplier overflows or a query is NaN or ±Inf (the NaN policy).
-template <class Put>
-bool lane_heads(const Ctx& c, const Unit& u, const RowInfo* ri, float ks, float* mult, float* sv, Put&& put) {
+// The scales part of lane_heads: sv[gi] and the logit multiplier mult[gi] (·ks) per KV head gi of the unit; false
+// when a multiplier overflows.
+bool lane_scales(const Ctx& c, const Unit& u, float ks, float* mult, float* sv) {
   const bool capped = c.s.softcap > 0;
   for (int64_t gi = 0; gi < u.g1 - u.g0; ++gi) {
     const int64_t si = scale_index(c.s.scale_kind, u.b, u.g0 + gi);
@@ -896,6 +894,17 @@ bool lane_heads(const Ctx& c, const Unit& u, const RowInfo* ri, float ks, float*
     sv[gi] = c.s.v_from_k ? sk : c.a.v_scale[si];
     mult[gi] = (capped ? capped_scale(c, sk) : logit_scale(c, sk)) * ks;  // exact, unless it overflows
     if (!(std::fabs(mult[gi]) <= std::numeric_limits<float>::max())) return false;
+  }
+  return true;
+}
+
+// Per KV head gi of a lane unit: sv[gi], the logit multiplier mult[gi] (·ks: the AVX2 path's e4m3fn scaling) and Q̃'s
+// bf16 bits of each (row r < R, d) handed to put(gi, r, d, bits). False (the unit goes to the portable path) when a
+// multiplier overflows or a query is NaN or ±Inf (the NaN policy).
+template <class Put>
+bool lane_heads(const Ctx& c, const Unit& u, const RowInfo* ri, float ks, float* mult, float* sv, Put&& put) {
+  if (!lane_scales(c, u, ks, mult, sv)) return false;
+  for (int64_t gi = 0; gi < u.g1 - u.g0; ++gi) {
     uint32_t qmax = 0;  // the largest |Q̃| bits
     for (int64_t r = 0; r < u.r1 - u.r0; ++r) {
       const int64_t qbase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * c.Dk;
@@ -1311,6 +1320,46 @@ FP8REF_BF16_TARGET inline void pv_fused(const Regs& g, const uint8_t* const* vpc
   }
 }
 
+// Q̃ of bf16 queries packed for s16_bf16 in lanes (what lane_heads' per-element put does for any query format): row
+// r's words in the decoded K order (position p holds d = perm64(p % 64) of its 64-block; subnormals flushed), and its
+// qword of positions 4b..4b+3 at qword b·8 + r of the head's Q̃ᵀ. False for a NaN or ±Inf query (qb partly written).
+struct QPermIndex {
+  alignas(64) uint16_t ix[2][32];
+  QPermIndex() {
+    for (int i = 0; i < 64; ++i) ix[i / 32][i % 32] = static_cast<uint16_t>(perm64(i));
+  }
+};
+const QPermIndex kQPerm;
+FP8REF_BF16_TARGET bool pack_q_bf16(const Ctx& c, const Unit& u, const RowInfo* ri, uint32_t* qb, int64_t qs) {
+  const int64_t Dks = round_up(c.Dk, 64);
+  const __m512i i0 = _mm512_load_si512(kQPerm.ix[0]), i1 = _mm512_load_si512(kQPerm.ix[1]);
+  const __m512i expo = _mm512_set1_epi16(0x7F80), sign = _mm512_set1_epi16(static_cast<int16_t>(0x8000)),
+                mag = _mm512_set1_epi16(0x7FFF);
+  __m512i qmax = _mm512_setzero_si512();
+  alignas(64) uint64_t t[16];
+  for (int64_t gi = 0; gi < u.g1 - u.g0; ++gi) {
+    uint64_t* q64 = reinterpret_cast<uint64_t*>(qb + gi * qs);
+    for (int64_t r = 0; r < u.r1 - u.r0; ++r) {
+      const uint16_t* src = static_cast<const uint16_t*>(c.a.q) + (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * c.Dk;
+      for (int64_t b0 = 0; b0 < Dks; b0 += 64) {
+        __m512i h[2];
+        for (int j = 0; j < 2; ++j) {
+          const int64_t left = c.Dk - b0 - 32 * j;
+          const __mmask32 m = left >= 32 ? ~__mmask32{0} : left <= 0 ? __mmask32{0} : (__mmask32{1} << left) - 1;
+          h[j] = _mm512_maskz_loadu_epi16(m, src + b0 + 32 * j);
+          const __mmask32 sub = _mm512_testn_epi16_mask(h[j], expo);  // zero or subnormal: ±0
+          h[j] = _mm512_mask_mov_epi16(h[j], sub, _mm512_and_si512(h[j], sign));
+          qmax = _mm512_max_epu16(qmax, _mm512_and_si512(h[j], mag));
+        }
+        _mm512_store_si512(t, _mm512_permutex2var_epi16(h[0], i0, h[1]));
+        _mm512_store_si512(t + 8, _mm512_permutex2var_epi16(h[0], i1, h[1]));
+        for (int64_t b = 0; b < 16; ++b) q64[(b0 / 4 + b) * kAvxRows + r] = t[b];
+      }
+    }
+  }
+  return _mm512_cmpge_epu16_mask(qmax, expo) == 0;
+}
+
 // Returns false (nothing written) when the unit's queries or the codes it reads hold a non-finite value, or a scale
 // overflows the logit multiplier: the caller runs the portable path then.
 FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w, const Unit& u) {
@@ -1325,12 +1374,15 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
   lane_rows(c, sp, u, lo_a, hi_a, ri, &LO, &HI);
   float mult[kMaxHeads], sv[kMaxHeads];
   std::fill(w.qb, w.qb + HG * qs, 0u);
-  if (!lane_heads(c, u, ri, 1.0f, mult, sv, [&](int64_t gi, int64_t r, int64_t d, uint32_t h) {
-        const int64_t p = d / 64 * 64 + pos64(d % 64);  // d's position in a decoded K row
-        const int64_t P = p / 2;  // the d pair; s16_bf16's layout: block P / 2, dword 2r + (P & 1)
-        w.qb[gi * qs + (P / 2) * 2 * kAvxRows + 2 * r + (P & 1)] |= h << (16 * (p & 1));
-      }))
+  if (c.s.q_format == Format::bf16) {  // (the same words as below, 32 at a time)
+    if (!lane_scales(c, u, 1.0f, mult, sv) || !pack_q_bf16(c, u, ri, w.qb, qs)) return false;
+  } else if (!lane_heads(c, u, ri, 1.0f, mult, sv, [&](int64_t gi, int64_t r, int64_t d, uint32_t h) {
+               const int64_t p = d / 64 * 64 + pos64(d % 64);  // d's position in a decoded K row
+               const int64_t P = p / 2;  // the d pair; s16_bf16's layout: block P / 2, dword 2r + (P & 1)
+               w.qb[gi * qs + (P / 2) * 2 * kAvxRows + 2 * r + (P & 1)] |= h << (16 * (p & 1));
+             })) {
     return false;
+  }
   std::fill(w.obuf, w.obuf + HG * os, 0.0f);
   const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   LaneState st;
