@@ -214,6 +214,45 @@ TEST_SUITE("attention-fast") {
     }
   }
 
+  TEST_CASE("fast: a bf16 output is the f32 output rounded to nearest even, on every path (subnormal outputs too)") {
+    // Every path computes the f32 value RN32(O · RN32(sv / L)) and rounds it once for bf16 (the vector paths 16 at a
+    // time): the bf16 run's bits must be bf16_rne of the f32 run's, element for element.
+    auto rne = [](uint32_t b) {
+      if ((b & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((b >> 16) | 0x40);
+      return static_cast<uint16_t>((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+    };
+    for (int64_t d : {int64_t{128}, int64_t{40}})
+      for (int tiny = 0; tiny < 2; ++tiny)
+        for (auto path : {attn::cpu::FastPath::automatic, attn::cpu::FastPath::avx512bf16, attn::cpu::FastPath::avx2,
+                          attn::cpu::FastPath::portable}) {
+          CAPTURE(d);
+          CAPTURE(tiny);
+          AttnSpec s = spec_of(16, 2, 16, d);
+          s.out_format = Format::f32;
+          PagedProblem p = test::random_problem(s, {70, 0, 33}, {1, 0, 2}, 21 + static_cast<uint64_t>(d));
+          if (tiny)  // outputs below 2^-126: subnormal in f32 and in bf16
+            for (auto& x : p.vs) x = std::ldexp(x, -127);
+          attn::AttnArgs a = p.args();
+          attn::cpu::paged_attention_fast(p.spec, a, path);
+          std::vector<uint32_t> f(p.out.size() / 4);
+          std::memcpy(f.data(), p.out.data(), p.out.size());
+          PagedProblem q = p;
+          q.spec.out_format = Format::bf16;
+          q.out.assign(f.size() * 2, 0xEE);
+          attn::AttnArgs qa = q.args();
+          attn::cpu::paged_attention_fast(q.spec, qa, path);
+          int bad = 0, subnormal = 0;
+          for (size_t i = 0; i < f.size(); ++i) {
+            uint16_t h;
+            std::memcpy(&h, &q.out[2 * i], 2);
+            bad += h != rne(f[i]);
+            subnormal += (h & 0x7F80) == 0 && (h & 0x7F) != 0;
+          }
+          CHECK(bad == 0);
+          if (tiny) CHECK(subnormal > 0);
+        }
+  }
+
   TEST_CASE("fast: the cpu backend dispatches to it; the reference refuses it; unquantized chunks refused") {
     PagedProblem p = test::random_problem(spec_of(16, 2, 8, 64), {40, 9}, {1, 2}, 3);
     const AttnSpec s = p.spec;

@@ -138,7 +138,8 @@
 //     E_acc   = sv·(2γ'_n·V_d + 2·(3 + 2V_d)·n·η)/(1 − γ'_n − 8nη)      (N and L in f32, any order, flushes)
 //     A_d = |o_d| + E_ratio + E_acc;  E_fin = (2u + u²)·A_d + 2^-148 + u_out·A_d·(1 + 3u) + η_out
 //     |fast − o_d| <= E_ratio + E_acc + E_fin;  against exact's f64 result add bound_exact_f64 (times 1 + 2^-40)
-//   (u_out = 2^-8 bf16, 2^-11 f16, 2^-24 f32; η_out = 2^-126 bf16 (the conversion treats f32 subnormals as 0),
+//   (u_out = 2^-8 bf16, 2^-11 f16, 2^-24 f32; η_out = 2^-126 bf16 (room for a conversion that treats f32
+//   subnormals as 0; every path now rounds them as RN_bf16 does, tested bit for bit against its own f32 output),
 //   2^-25 f16, 2^-150 f32). +Inf (no claim): a non-finite code anywhere in a (sequence, KV head)'s [0, seq_len) K/V,
 //   a non-finite or > 3.3e38 query, θ or γ'_n >= 1/4, sm_scale·sk <= 2^-100, an output reaching the format's max.
 //   On random data with bf16 queries the bound is ~0.8 % of max|v̂| (tested < 1 %); f16/f32 queries add u_q to

@@ -382,6 +382,24 @@ FP8REF_AVX512_TARGET inline void decode_pair_store(const Regs& g, __m512i c, uin
 
 FP8REF_AVX512_TARGET inline __mmask64 tail_mask(int64_t m) { return m >= 64 ? ~__mmask64{0} : ((__mmask64{1} << m) - 1); }
 
+// An output row in bf16, 16 at a time: bf16_rne(RN32(orow[d] · fac)) for d < Dv rounded down to 16 (vcvtneps2bf16
+// would flush subnormal results to zero: the rounding here is bf16_rne's, on the bits); returns how many it wrote.
+FP8REF_AVX512_TARGET inline int64_t out_row_bf16(const float* orow, float fac, int64_t Dv, uint16_t* o16) {
+  const __m512 fv = _mm512_set1_ps(fac);
+  const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7FFF), quiet = _mm512_set1_epi32(0x40),
+                inf = _mm512_set1_epi32(0x7F800000), mag = _mm512_set1_epi32(0x7FFFFFFF);
+  int64_t d = 0;
+  for (; d + 16 <= Dv; d += 16) {
+    const __m512i b = _mm512_castps_si512(_mm512_mul_ps(_mm512_loadu_ps(orow + d), fv));
+    const __m512i rne =
+        _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(b, half), _mm512_and_si512(_mm512_srli_epi32(b, 16), one)), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, mag), inf);  // NaN: quieted, as bf16_rne
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o16 + d),
+                        _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(rne, nan, _mm512_srli_epi32(b, 16), quiet)));
+  }
+  return d;
+}
+
 // n codes (the rest of the 64-multiple row zero) -> bf16; the 64-code block b at dst + b·stride (stride 64: one row
 // in natural order; the AVX-512 BF16 path blocks its K chunk [Dks / 64][kChunk][64]).
 FP8REF_AVX512_TARGET inline void decode_row(const Regs& g, const uint8_t* src, int64_t n, uint16_t* dst, int64_t stride,
@@ -699,17 +717,10 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
       const float fac = Lr > 0 ? sv[gi] / Lr : 0.0f;
       const float* orow = w.ord;  // O's row with its columns back in d order
       for (int64_t q = 0; q < Dvp; ++q) w.ord[q / 64 * 64 + vperm64(q % 64)] = w.obuf[gi * obs + r * Dvp + q];
-      if (c.s.out_format == Format::bf16 && Lr > 0) {
-        uint16_t* o16 = static_cast<uint16_t*>(c.a.out) + obase;
-        const __m512 fv = _mm512_set1_ps(fac);
-        int64_t d = 0;
-        for (; d + 16 <= c.Dv; d += 16)
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(o16 + d),
-                              (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(orow + d), fv)));
-        for (; d < c.Dv; ++d) store_out(c.s.out_format, c.a.out, obase + d, orow[d] * fac);
-      } else {
-        for (int64_t d = 0; d < c.Dv; ++d) store_out(c.s.out_format, c.a.out, obase + d, Lr > 0 ? orow[d] * fac : 0.0f);
-      }
+      int64_t d = 0;
+      if (c.s.out_format == Format::bf16 && Lr > 0)
+        d = out_row_bf16(orow, fac, c.Dv, static_cast<uint16_t*>(c.a.out) + obase);
+      for (; d < c.Dv; ++d) store_out(c.s.out_format, c.a.out, obase + d, Lr > 0 ? orow[d] * fac : 0.0f);
     }
   }
   return true;
@@ -1466,7 +1477,10 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
       const int64_t obase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * c.Dv;
       const float fac = Lr > 0 ? sv[gi] / Lr : 0.0f;
       const float* orow = w.obuf + gi * os + r * Dvp;  // (columns in order: pv_fused)
-      for (int64_t d = 0; d < c.Dv; ++d) store_out(c.s.out_format, c.a.out, obase + d, Lr > 0 ? orow[d] * fac : 0.0f);
+      int64_t d = 0;
+      if (c.s.out_format == Format::bf16 && Lr > 0)
+        d = out_row_bf16(orow, fac, c.Dv, static_cast<uint16_t*>(c.a.out) + obase);
+      for (; d < c.Dv; ++d) store_out(c.s.out_format, c.a.out, obase + d, Lr > 0 ? orow[d] * fac : 0.0f);
     }
   }
   return true;
