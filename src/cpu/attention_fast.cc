@@ -326,8 +326,8 @@ struct Scratch {
            static_cast<size_t>(hg * (Dks / 32) * 16 * 16) * 4, static_cast<size_t>(hg * kRows * Dvp) * 4,
            static_cast<size_t>(Dvp) * 4});
   }
-  // The AVX-512 BF16 path's (the AVX2 path's units; see there): kbuf [Dks / 64][kChunk][64] bf16, no vbuf, qb (Q̃ᵀ)
-  // [heads][Dks / 2][8] pairs, obuf [heads][8][Dvp]; pbuf's first 16·8 pairs.
+  // The AVX-512 BF16 path's (the AVX2 path's units; see there): kbuf [Dks / 64][kChunk][64] bf16, qb (Q̃ᵀ)
+  // [heads][Dks / 2][8] pairs, obuf [heads][8][Dvp]; pbuf's first 16·8 pairs; no vbuf, no ord.
   void allocate_bf16(int64_t hg, int64_t Dks, int64_t Dvp);
 
  private:
@@ -1140,16 +1140,16 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
 //     there (pv_fused), vdpbf16ps zmm of a V pair vector by the row's P̃ pair broadcast.
 //   The NaN policy, units (<= 8 rows, a decode step's KV heads together) and prefetching as the AVX2/AMX paths.
 // Scratch per thread (the AMX path's Scratch, allocate_bf16): the K chunk 32·Dks bf16, per KV head of the unit Q̃^T
-// (Dks/2)·8 and O 8·Dvp f32, P̃ 16·8 pairs, one output row, the row pointers of two chunks (no V buffer).
+// (Dks/2)·8 and O 8·Dvp f32, P̃ 16·8 pairs, the row pointers of two chunks (no V buffer, no output row).
 
 #define FP8REF_BF16_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16")))
 
 void Scratch::allocate_bf16(int64_t hg, int64_t Dks, int64_t Dvp) {
   kp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
   vp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
-  place({static_cast<size_t>(kChunk * Dks) * 2, size_t{0},  // (V: decoded in registers, pv_fused)
-         static_cast<size_t>(hg * Dks / 2 * kAvxRows) * 4, static_cast<size_t>(hg * kAvxRows * Dvp) * 4,
-         static_cast<size_t>(Dvp) * 4});
+  // (no V buffer: decoded in registers, pv_fused; no output row: O's columns are in order)
+  place({static_cast<size_t>(kChunk * Dks) * 2, size_t{0}, static_cast<size_t>(hg * Dks / 2 * kAvxRows) * 4,
+         static_cast<size_t>(hg * kAvxRows * Dvp) * 4, size_t{0}});
 }
 
 // The next chunk's K and V rows of every head of the unit, one 64-byte line a tick, in address order (key by key: the
