@@ -1570,7 +1570,16 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       bool on = false, div = false;
       uint8_t* q = nullptr;
     } pend;
+    // The codes' non-temporal stores are fenced once, after this thread's last row (before the region's barrier):
+    // within the thread no later store shares a line with them (LineStream writes a row's partial end lines by
+    // ordinary masked stores). A fence per row waits for that row's write-combining buffers to drain each time: 2T
+    // best 4.58–4.75 vs 4.71–4.78 ms, alternated four times (bench/RESULTS.md, session 20).
+    bool nt_open = false;
     auto flush = [&](int64_t next) {  // the pending quant pass; next: the row whose inputs it prefetches (-1: none)
+      if (next < 0 && nt_open) {
+        rq512::fence();
+        nt_open = false;
+      }
       if (!pend.on) return;
       const bool nx = next >= 0 && next < M;  // (pending rows are bf16: use512)
       const size_t noff = nx ? static_cast<size_t>(next * K) * esz : 0;
@@ -1580,7 +1589,8 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
                            : nullptr;
       rq512::quant_pass(plan, y512.get(), static_cast<size_t>(K), static_cast<size_t>(G), gsv.data(), grb.data(),
                         pend.div, max, pend.q, px, pr, stream_q);
-      if (stream_q) rq512::fence();
+      if (stream_q && next < 0) rq512::fence();
+      else nt_open = nt_open || stream_q;
       pend.on = false;
     };
 #pragma omp for schedule(static) nowait
