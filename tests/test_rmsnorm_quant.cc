@@ -713,6 +713,44 @@ TEST_CASE("rmsnorm_quant: residual_out may be the residual or x itself (in place
   }
 }
 
+TEST_CASE("rmsnorm_quant: codes of 16 Mi elements (non-temporal stores on AVX-512) bit-identical to the reference") {
+  // From 16 Mi elements the AVX-512 BF16 passes stream the codes past the caches (whole lines non-temporal, a row's
+  // partial end lines masked), fenced once per thread after its last row. Rows 0..3 declined by the passes (a NaN)
+  // and rows 2100..2103 too (between streamed rows of the second thread's share), q 64-byte aligned and 5 bytes past
+  // a line: every code and scale as the reference's, the bytes around q untouched.
+  const int64_t M = 2048 + 64, K = 8192;
+  const size_t n = static_cast<size_t>(M * K);
+  std::mt19937_64 rng(21);
+  std::vector<float> xv(n), wv(static_cast<size_t>(K));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& v : xv) v = nd(rng);
+  for (float& v : wv) v = 1.0f + 0.25f * nd(rng);
+  for (int64_t m : {0, 1, 2, 3, 2100, 2101, 2102, 2103}) xv[static_cast<size_t>(m * K + 77 * m % K)] = std::nanf("");
+  const auto x = encode_as(Format::bf16, xv), w = encode_as(Format::bf16, wv);
+  const RmsNormQuantSpec spec = spec_for("vllm-rmsnorm-quant", Format::e4m3fn);
+  const Outputs want = run(false, spec, Format::bf16, x, w, nullptr, {M, K}, false);
+  for (size_t off : {0, 5}) {
+    auto buf = hwy::AllocateAligned<uint8_t>(n + 128);
+    std::memset(buf.get(), 0x5A, n + 128);
+    uint8_t* q = buf.get() + off;
+    std::vector<uint8_t> s(want.scales.size());
+    RmsNormQuantArgs a;
+    a.from = Format::bf16;
+    a.shape = {M, K};
+    a.weight_shape = {K};
+    a.x = x.data();
+    a.weight = w.data();
+    a.q = q;
+    a.scales = s.data();
+    cpu::rmsnorm_quant(spec, a);
+    INFO("q at +" << off << " bytes");
+    CHECK(std::memcmp(q, want.q.data(), n) == 0);
+    CHECK(s == want.scales);
+    CHECK(std::count(buf.get(), q, uint8_t{0x5A}) == static_cast<std::ptrdiff_t>(off));
+    CHECK(std::count(q + n, buf.get() + n + 128, uint8_t{0x5A}) == static_cast<std::ptrdiff_t>(128 - off));
+  }
+}
+
 TEST_CASE("rmsnorm_quant: a residual_out of 16 MiB (non-temporal stores on AVX-512) bit-identical to the reference") {
   // The cpu backend streams residual_out past the caches from 16 MiB on (at any alignment: whole lines non-temporal,
   // the partial lines at a row's ends masked); row 5 holds a NaN at element 1000, where the streaming loop stops and
