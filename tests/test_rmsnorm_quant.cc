@@ -713,6 +713,43 @@ TEST_CASE("rmsnorm_quant: residual_out may be the residual or x itself (in place
   }
 }
 
+TEST_CASE("rmsnorm_quant: a lone tiny z anywhere in a vLLM row reaches the AVX-512 BF16 passes' guard") {
+  // On AVX-512 the cub partials pass of a bf16 row without a residual also takes the row's smallest nonzero |x| for
+  // the passes' guard (norm_pass's zmin1): in its vector steps (64 values from two 64-byte loads, either half) and in
+  // its scalar threads (variance=cub:40: threads 32..39 of 40, elements 128..159 of a 256-row, go the scalar way).
+  // Rows of two groups: group 0 ~ N(0, 1) under weights ~1, group 1 ±2^-118·(1 + j/8) under weights 2^100 (y ~
+  // 2^-18, every row fast) but for one z = ±1.5·2^-128 per row (z·r subnormal) at a different place in each row: a
+  // flushed bf16(z·r) would turn its visible code to zero, so the passes must decline exactly these rows.
+  const int64_t K = 256;
+  const std::vector<int64_t> at = {130, 150, 170, 200, 230, 255};
+  const int64_t M = static_cast<int64_t>(at.size());
+  std::vector<float> xv(static_cast<size_t>(M * K)), wv(static_cast<size_t>(K));
+  std::mt19937_64 rng(31);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) {
+      const float sg = (k + m) % 3 ? 1.0f : -1.0f, f = 1.0f + static_cast<float>((k + m) % 8) / 8.0f;
+      xv[static_cast<size_t>(m * K + k)] = k < 128 ? nd(rng) : k == at[static_cast<size_t>(m)] ? sg * 1.5f * 0x1p-128f
+                                                                                                 : sg * f * 0x1p-118f;
+    }
+  for (int64_t k = 0; k < K; ++k) wv[static_cast<size_t>(k)] = k < 128 ? 1.0f + 0.25f * nd(rng) : 0x1p100f;
+  const auto x = encode_as(Format::bf16, xv), w = encode_as(Format::bf16, wv);
+  for (const char* variance : {"cub:auto", "cub:40"}) {
+    const RmsNormQuantSpec spec = spec_for("vllm-rmsnorm-quant", Format::e4m3fn, {{"variance", variance}});
+    INFO(spec.describe());
+    const Outputs want = run(false, spec, Format::bf16, x, w, nullptr, {M, K}, false);
+    const Outputs got = run(true, spec, Format::bf16, x, w, nullptr, {M, K}, false);
+    for (int64_t m = 0; m < M; ++m) {
+      const size_t i = static_cast<size_t>(m * K + at[static_cast<size_t>(m)]);
+      INFO("row " << m << ", the tiny z at " << at[static_cast<size_t>(m)]);
+      CHECK((want.q[i] & 0x7F) != 0);  // visible
+      CHECK(got.q[i] == want.q[i]);
+    }
+    CHECK(got.q == want.q);
+    CHECK(got.scales == want.scales);
+  }
+}
+
 TEST_CASE("rmsnorm_quant: codes of 16 Mi elements (non-temporal stores on AVX-512) bit-identical to the reference") {
   // From 16 Mi elements the AVX-512 BF16 passes stream the codes past the caches (whole lines non-temporal, a row's
   // partial end lines masked), fenced once per thread after its last row. Rows 0..3 declined by the passes (a NaN)

@@ -101,9 +101,9 @@ FP8REF_RQ512 inline uint16_t max_u16(__m512i v) {
   return static_cast<uint16_t>(~_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(m2, _mm_set1_epi32(-1)))));
 }
 
-template <int kMode, ZKind kZ>
+template <int kMode, ZKind kZ, bool kZmin = true>
 FP8REF_RQ512 bool norm_pass_t(const Plan& p, const uint16_t* x, const uint16_t* res, const float* zf, size_t K, size_t G,
-                              float r, uint16_t* y, uint16_t* gmax) {
+                              float r, uint16_t* y, uint16_t* gmax, uint32_t zmin1) {
   const __m512 vr = _mm512_set1_ps(r);
   const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)), abs16 = _mm512_set1_epi16(0x7FFF);
   const __m512i one16 = _mm512_set1_epi16(1), abs32 = _mm512_set1_epi32(0x7FFFFFFF), one32 = _mm512_set1_epi32(1);
@@ -131,7 +131,7 @@ FP8REF_RQ512 bool norm_pass_t(const Plan& p, const uint16_t* x, const uint16_t* 
           v1 = _mm512_add_ps(v1, _mm512_castsi512_ps(_mm512_and_si512(t, hi)));
           zmin32(v0);
           zmin32(v1);
-        } else {  // on the bf16 pairs themselves
+        } else if constexpr (kZmin) {  // on the bf16 pairs themselves (else the caller's zmin1)
           zmin = _mm512_min_epu16(zmin, _mm512_and_si512(_mm512_sub_epi16(u, one16), abs16));
         }
       }
@@ -154,7 +154,8 @@ FP8REF_RQ512 bool norm_pass_t(const Plan& p, const uint16_t* x, const uint16_t* 
   // no nonzero a = RN(z·r) or product below 2^-126 (see the top)
   float zmin_f;
   if constexpr (kZ == ZKind::bf16) {
-    const uint16_t m = static_cast<uint16_t>(~max_u16(_mm512_xor_si512(zmin, _mm512_set1_epi32(-1))));
+    const uint16_t m = kZmin ? static_cast<uint16_t>(~max_u16(_mm512_xor_si512(zmin, _mm512_set1_epi32(-1))))
+                             : static_cast<uint16_t>(zmin1);
     if (m == 0x7FFF) return true;  // every z is ±0
     zmin_f = f32_of(static_cast<uint32_t>(m + 1) << 16);
   } else {
@@ -373,12 +374,14 @@ void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, P
 void fence() { _mm_sfence(); }
 
 bool norm_pass(const Plan& p, const uint16_t* x, const uint16_t* res, const float* zf, size_t K, size_t G, float r,
-               uint16_t* y, uint16_t* gmax) {
+               uint16_t* y, uint16_t* gmax, uint32_t zmin1) {
 #define FP8REF_RQ512_NORM(M)                                                                                       \
   switch (p.zkind) {                                                                                               \
-    case ZKind::bf16: return norm_pass_t<M, ZKind::bf16>(p, x, res, zf, K, G, r, y, gmax);                         \
-    case ZKind::sum_f32: return norm_pass_t<M, ZKind::sum_f32>(p, x, res, zf, K, G, r, y, gmax);                   \
-    default: return norm_pass_t<M, ZKind::f32>(p, x, res, zf, K, G, r, y, gmax);                                   \
+    case ZKind::bf16:                                                                                              \
+      if (zmin1 < 0x10000u) return norm_pass_t<M, ZKind::bf16, false>(p, x, res, zf, K, G, r, y, gmax, zmin1);     \
+      return norm_pass_t<M, ZKind::bf16>(p, x, res, zf, K, G, r, y, gmax, zmin1);                                  \
+    case ZKind::sum_f32: return norm_pass_t<M, ZKind::sum_f32>(p, x, res, zf, K, G, r, y, gmax, zmin1);            \
+    default: return norm_pass_t<M, ZKind::f32>(p, x, res, zf, K, G, r, y, gmax, zmin1);                            \
   }
   if (p.mode == 1) FP8REF_RQ512_NORM(1)
   FP8REF_RQ512_NORM(2)

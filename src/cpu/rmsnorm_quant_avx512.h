@@ -40,8 +40,10 @@ void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, P
 // Pass A: y (K bf16 values, packed in the plan's lane order) and the u16 max of |y| bits per group of G (G % 32 == 0,
 // K % G == 0). z from x (and res) or zf per the plan's kind. Returns false when the row must go the Highway way: a
 // nonzero z·r or product below the f32 normal range (vcvtne2ps2bf16 flushes subnormals) or a group with a NaN/Inf y.
+// zmin1 (bf16 z only; below 0x10000): min((|x| − 1) mod 2^16) over x's words, computed by the caller already (the
+// cub partials pass, where it costs less) — the pass then leaves it out.
 bool norm_pass(const Plan& plan, const uint16_t* x, const uint16_t* res, const float* zf, size_t K, size_t G, float r,
-               uint16_t* y, uint16_t* gmax);
+               uint16_t* y, uint16_t* gmax, uint32_t zmin1 = 0x10000);
 
 // Pass B: the codes of y per group g: q = RN(y / gsv[g]) by Markstein's correction with grb[g] = RN(1/gsv[g]) (div)
 // or RN(y · gsv[g]) (!div), clamped to ±mx (<= 448), cast RNE to e4m3fn. G % 64 == 0, every group fast (finite y, and

@@ -438,6 +438,13 @@ struct ZF32 {
 };
 struct ZBf16 {
   const uint16_t* p;
+  // track: Load4 and At also take min((|x| − 1) mod 2^16) over the words they read (AVX-512: for the passes' guard,
+  // rmsnorm_quant_avx512.h norm_pass's zmin1; ±0 wraps to 0x7FFF), in zm (vector) and zs (scalar)
+  bool track = false;
+#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+  mutable __m512i zm = _mm512_set1_epi32(-1);
+#endif
+  mutable uint16_t zs = 0xFFFF;
   HWY_INLINE hn::Vec<DF> Load(size_t k) const { return LoadBf16(p + k); }
   template <class D>
   HWY_INLINE hn::Vec<D> LoadF(D d, size_t k) const {
@@ -446,6 +453,7 @@ struct ZBf16 {
     return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(d32, hn::LoadU(d16h, p + k))));
   }
   HWY_INLINE float At(size_t k) const {
+    if (track) zs = std::min<uint16_t>(zs, static_cast<uint16_t>((p[k] - 1u) & 0x7FFFu));
     const uint32_t b = static_cast<uint32_t>(p[k]) << 16;
     float f;
     std::memcpy(&f, &b, 4);
@@ -458,6 +466,11 @@ struct ZBf16 {
     // half widened in place (low half << 16, high half masked): 10 instructions where LoadInterleaved4 takes ~22.
     const __m512i a = _mm512_loadu_si512(reinterpret_cast<const void*>(p + k));
     const __m512i b = _mm512_loadu_si512(reinterpret_cast<const void*>(p + k + 32));
+    if (track) {  // (three instructions per 32 values here cost less than in norm_pass, measured: session 20)
+      const __m512i one16 = _mm512_set1_epi16(1), abs16 = _mm512_set1_epi16(0x7FFF);
+      zm = _mm512_min_epu16(zm, _mm512_and_si512(_mm512_sub_epi16(a, one16), abs16));
+      zm = _mm512_min_epu16(zm, _mm512_and_si512(_mm512_sub_epi16(b, one16), abs16));
+    }
     const __m512i e = _mm512_permutex2var_epi32(
         a, _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), b);
     const __m512i o = _mm512_permutex2var_epi32(
@@ -555,7 +568,7 @@ double SumSquaresF64(ZRow zr, size_t K) {
 
 // The per-thread partial sums of vLLM's compute_rms (variance=cub:T): part[t] for t < T.
 template <class Z>
-void CubPartialsT(const Z z, size_t nvec, size_t T, float* part) {
+Z CubPartialsT(const Z z, size_t nvec, size_t T, float* part) {  // (returns z: ZBf16's tracked minimum)
   size_t t0 = 0;
 #if HWY_NATIVE_FMA
   const DF df;
@@ -606,9 +619,24 @@ void CubPartialsT(const Z z, size_t nvec, size_t T, float* part) {
       }
     part[t] = a;
   }
+  return z;
 }
 void CubPartials(ZRow zr, size_t nvec, size_t T, float* part) {
   VisitZ(zr, [&](auto z) HWY_ATTR { CubPartialsT(z, nvec, T, part); });
+}
+// CubPartials of a bf16 row (ZBf16) that also returns min((|x| − 1) mod 2^16) over its 4·nvec words — on AVX-512
+// targets only (the AVX-512 BF16 passes' guard); elsewhere 0x10000: not taken.
+uint32_t CubPartialsBf16Zmin(const uint16_t* x, size_t nvec, size_t T, float* part) {
+#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
+  const ZBf16 z = CubPartialsT(ZBf16{x, true}, nvec, T, part);
+  const __m512i m = z.zm;
+  const __m256i m2 = _mm256_min_epu16(_mm512_castsi512_si256(m), _mm512_extracti64x4_epi64(m, 1));
+  const __m128i m1 = _mm_min_epu16(_mm256_castsi256_si128(m2), _mm256_extracti128_si256(m2, 1));
+  return std::min<uint32_t>(z.zs, static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(m1)) & 0xFFFF));
+#else
+  CubPartialsT(ZBf16{x}, nvec, T, part);
+  return 0x10000u;
+#endif
 }
 
 // vLLM's cub warp trees (mean_square_cub): lane[l] += lane[l + o] for o = 1, 2, 4, 8, 16 and l + o < 32 (every lane
@@ -1392,6 +1420,7 @@ namespace cpu {
 HWY_EXPORT(LoadRowBf16);
 HWY_EXPORT(SumSquaresF64);
 HWY_EXPORT(CubPartials);
+HWY_EXPORT(CubPartialsBf16Zmin);
 HWY_EXPORT(CubFullWarps);
 HWY_EXPORT(NormWeightBf16);
 HWY_EXPORT(NormWeightBf16Fast);
@@ -1436,8 +1465,14 @@ float mean_square_exact(ZRow z, int64_t n, F32Row f32_row, double pre) {
   return ref::mean_square_exact(f32_row(), n);
 }
 
-float mean_square_cub(ZRow z, int64_t n, int threads, float* part, float* lane0, bool parts_done) {
-  if (!parts_done)  // (else part[] holds them already)
+// zmin1: where not null and z is a bf16 row whose partials are computed here, the row's min((|x| − 1) mod 2^16)
+// (CubPartialsBf16Zmin; 0x10000: not taken).
+float mean_square_cub(ZRow z, int64_t n, int threads, float* part, float* lane0, bool parts_done,
+                      uint32_t* zmin1 = nullptr) {
+  if (zmin1 && !parts_done && z.kind == 1)
+    *zmin1 = HWY_DYNAMIC_DISPATCH(CubPartialsBf16Zmin)(static_cast<const uint16_t*>(z.p), static_cast<size_t>(n / 4),
+                                                       static_cast<size_t>(threads), part);
+  else if (!parts_done)  // (else part[] holds them already)
     HWY_DYNAMIC_DISPATCH(CubPartials)(z, static_cast<size_t>(n / 4), static_cast<size_t>(threads), part);
   // The partials are sums of squares: >= 0, +Inf or NaN. A NaN reaches warp 0's lane 0 through the trees and the
   // block sum, so the reference's result is then the canonical NaN; without one, no sum of the trees can be NaN
@@ -1667,6 +1702,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       if (K == 0) continue;
       // 2. the mean of squares
       float var = 0;
+      uint32_t zmin1 = 0x10000;  // (mean_square_cub's, for the AVX-512 BF16 passes' guard; 0x10000: not taken)
       switch (spec.variance) {
         case Variance::exact: var = mean_square_exact(zp, K, z_row, sumsq); break;
         case Variance::f32_seq: {
@@ -1675,7 +1711,9 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
           var = gpu(acc / static_cast<float>(K));
           break;
         }
-        case Variance::cub: var = mean_square_cub(zp, K, L.cub_threads, part.data(), lane0.data(), parts_done); break;
+        case Variance::cub:
+          var = mean_square_cub(zp, K, L.cub_threads, part.data(), lane0.data(), parts_done, use512 ? &zmin1 : nullptr);
+          break;
       }
       // 3.–4.
       const float u = gpu(var + spec.eps);
@@ -1697,7 +1735,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       // steps 5–9 as the AVX-512 BF16 passes (false: a row they decline; it goes on below)
       if (bf16_fast && use512 &&
           rq512::norm_pass(plan, reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr), z.get(),
-                           static_cast<size_t>(K), static_cast<size_t>(G), r, y512.get(), gmax16.data())) {
+                           static_cast<size_t>(K), static_cast<size_t>(G), r, y512.get(), gmax16.data(), zmin1)) {
         for (int64_t g = 0; g < ngroups; ++g) {
           gamax[g] = f32_of(static_cast<uint32_t>(gmax16[g]) << 16);
           gnan[g] = 0;
