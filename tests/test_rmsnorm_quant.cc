@@ -750,6 +750,38 @@ TEST_CASE("rmsnorm_quant: a lone tiny z anywhere in a vLLM row reaches the AVX-5
   }
 }
 
+TEST_CASE("rmsnorm_quant: zeros of either sign keep y's sign (−0 codes 0x80) on every path") {
+  // y = bf16(bf16(z·r)·w) is −0 for z = −0 under w > 0 and for z = +0 under w < 0: e4m3fn code 0x80 (any form of y
+  // that adds a zero — e.g. vdpbf16ps with a zero partner, tried in session 20 — turns such a −0 into +0). Rows:
+  // normal values, weights of both signs, ±0 sprinkled (and a row with none); then the same under weights with ±0.
+  const int64_t K = 256, M = 4;
+  std::vector<float> xv(static_cast<size_t>(M * K)), wv(static_cast<size_t>(K));
+  std::mt19937_64 rng(41);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& v : xv) v = nd(rng);
+  for (int64_t k = 0; k < K; ++k)
+    wv[static_cast<size_t>(k)] = (k % 5 == 2 ? -1.0f : 1.0f) * (1.0f + 0.25f * std::fabs(nd(rng)));
+  for (int64_t m = 1; m < M; ++m)
+    for (int64_t k = m; k < K; k += 9) xv[static_cast<size_t>(m * K + k)] = (k / 9) % 2 ? -0.0f : 0.0f;
+  const auto x = encode_as(Format::bf16, xv);
+  for (bool zero_w : {false, true}) {
+    if (zero_w)
+      for (int64_t k = 3; k < K; k += 17) wv[static_cast<size_t>(k)] = k % 2 ? -0.0f : 0.0f;
+    const auto w = encode_as(Format::bf16, wv);
+    const RmsNormQuantSpec spec = spec_for("vllm-rmsnorm-quant", Format::e4m3fn);
+    const Outputs want = run(false, spec, Format::bf16, x, w, nullptr, {M, K}, false);
+    INFO("zero weights " << zero_w);
+    int negzero = 0;
+    for (uint8_t c : want.q) negzero += c == 0x80;
+    CHECK(negzero > (zero_w ? 40 : 20));
+    for (auto path : {cpu::RmsNormPath::automatic, cpu::RmsNormPath::highway}) {
+      const Outputs got = run(true, spec, Format::bf16, x, w, nullptr, {M, K}, false, path);
+      CHECK(got.q == want.q);
+      CHECK(got.scales == want.scales);
+    }
+  }
+}
+
 TEST_CASE("rmsnorm_quant: codes of 16 Mi elements (non-temporal stores on AVX-512) bit-identical to the reference") {
   // From 16 Mi elements the AVX-512 BF16 passes stream the codes past the caches (whole lines non-temporal, a row's
   // partial end lines masked), fenced once per thread after its last row. Rows 0..3 declined by the passes (a NaN)
