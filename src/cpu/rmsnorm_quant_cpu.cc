@@ -1609,24 +1609,24 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
     // within the thread no later store shares a line with them (LineStream writes a row's partial end lines by
     // ordinary masked stores). A fence per row waits for that row's write-combining buffers to drain each time: 2T
     // best 4.58–4.75 vs 4.71–4.78 ms, alternated four times (bench/RESULTS.md, session 20).
-    bool nt_open = false;
+    bool nt_open = false;  // this thread streamed codes not fenced yet
     auto flush = [&](int64_t next) {  // the pending quant pass; next: the row whose inputs it prefetches (-1: none)
-      if (next < 0 && nt_open) {
+      if (pend.on) {
+        const bool nx = next >= 0 && next < M;  // (pending rows are bf16: use512)
+        const size_t noff = nx ? static_cast<size_t>(next * K) * esz : 0;
+        const auto* px = nx ? reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(a.x) + noff) : nullptr;
+        const auto* pr = nx && a.residual
+                             ? reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(a.residual) + noff)
+                             : nullptr;
+        rq512::quant_pass(plan, y512.get(), static_cast<size_t>(K), static_cast<size_t>(G), gsv.data(), grb.data(),
+                          pend.div, max, pend.q, px, pr, stream_q);
+        nt_open = nt_open || stream_q;
+        pend.on = false;
+      }
+      if (next < 0 && nt_open) {  // this thread's last row
         rq512::fence();
         nt_open = false;
       }
-      if (!pend.on) return;
-      const bool nx = next >= 0 && next < M;  // (pending rows are bf16: use512)
-      const size_t noff = nx ? static_cast<size_t>(next * K) * esz : 0;
-      const auto* px = nx ? reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(a.x) + noff) : nullptr;
-      const auto* pr = nx && a.residual
-                           ? reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(a.residual) + noff)
-                           : nullptr;
-      rq512::quant_pass(plan, y512.get(), static_cast<size_t>(K), static_cast<size_t>(G), gsv.data(), grb.data(),
-                        pend.div, max, pend.q, px, pr, stream_q);
-      if (stream_q && next < 0) rq512::fence();
-      else nt_open = nt_open || stream_q;
-      pend.on = false;
     };
 #pragma omp for schedule(static) nowait
     for (int64_t m = 0; m < M; ++m) {
