@@ -12,7 +12,9 @@
 // -march flags, the kernels carry __attribute__((target)); the tile state is requested with arch_prctl):
 //   K chunk: FP8 codes -> bf16 code values (exact) with two 128-entry vpermi2b tables (low and high bytes) and a
 //     byte interleave, rows [32][Dk] as they are in the cache; V chunk likewise into the VNNI pair layout
-//     [16 key pairs][Dv][2] (AMX's B operand) by interleaving two keys' codes before the lookup.
+//     [16 key pairs][Dv][2] (AMX's B operand) by interleaving two keys' codes before the lookup. Both decodes run
+//     under the S tiles: while head h's S steps run on the AMX unit, the vector units decode head h + 1's K rows
+//     (into the other of two K buffers; after the last head, the next chunk's first head's) and head h's V pairs.
 //   S^T[key][row] = K · Q̃^T with _tile_dpbf16ps, two 16-key accumulation chains (Q̃ = q rounded to bf16 once,
 //   pre-packed as the B operand); logits t' = RN32(S·c2), c2 = RN32(RN32(sm_scale·sk)·RN32(log2 e)); the rows sit
 //   in the 16 lanes of a vector — with <= 8 rows (decode GQA 8:1), two KV heads share the vectors (lanes 0..7 and
@@ -30,10 +32,17 @@
 // and the NaN policy (attention.h): a NaN or +Inf logit, or only −Inf ones, makes the row NaN. The vector paths hand
 // it every unit whose queries or codes (the keys [LO, HI] they read) hold a NaN or an Inf; a unit of several KV
 // heads is run head by head.
-// Scratch per thread (AMX): K chunk 32·Dk bf16, V chunk 32·Dv bf16, and per KV head of the unit Q̃ 16·Dk bf16 and
-// O 16·Dv f32, S 32·16 f32, the row pointers of two chunks.
-// Tried and dropped (no gain, measured): software-pipelining the next item's decode under the tiles (double buffers),
-// 64-key chunks (half the O tile traffic), prefetching to L2 only / per head into L1. Session 5, same-process A/B
+// Scratch per thread (AMX): two K chunks 32·Dk bf16, V pairs of two heads 32·Dv bf16, and per KV head of the unit Q̃
+// 16·Dk bf16 and O 16·Dv f32, S 32·16 f32, the row pointers of two chunks.
+// Prefetching (AMX): the next chunk's lines into L2 at a steady pace (PrefetchCursor, ticked by the decodes, the
+// softmax and the P̃·V steps). Measured on the device machine's Sapphire Rapids host (session 21, decode B=32
+// ctx=4096, 2 threads, three rounds of alternated processes, ratio to each process's read pass): the previous
+// scheme (decode, then S; the next chunk's rows of a head into L1 in one burst with its K decode) 0.51–0.56; paced
+// into L2 alone 0.56–0.62; the decodes under S alone 0.59–0.60; both (kept) 0.62–0.65 — 21.1–24.7 vs 25.2–31.1 ms,
+// 1 thread 40.3–42.3 vs 50.4–50.9 ms. No software prefetch 0.35–0.40; paced into L1 0.49–0.61; two chunks ahead
+// 0.39–0.57. Session 5 (an Emerald Rapids VM) had measured the two changes one at a time as no gain.
+// Tried and dropped (no gain, measured): 64-key chunks (half the O tile traffic), prefetching per head into L1.
+// Session 5, same-process A/B
 // (bench_attention decode, two variants alternating call by call): the next chunk's lines prefetched in address
 // order (slot-major) — equal; only every 4th line of them (leaving the rest to the L2 streamer) — 25% slower; two
 // chunks ahead into L2 — 2–4% slower; the prefetches paced over the whole chunk (a queue ticked by every decode,
@@ -311,7 +320,7 @@ struct Scratch {
   // and a load from another never share address bits 0..11 (4K aliasing). Measured (same-process A/B, bench_attention
   // decode): the old std::vector buffers, 16 bytes off a line, ~8% slower; unstaggered ~2% slower.
   Arena arena{nullptr, std::free};
-  uint16_t* kbuf = nullptr;  // [32][Dks] bf16
+  uint16_t* kbuf = nullptr;  // [2][32][Dks] bf16 (AMX; the AVX-512 BF16 path: one, blocked)
   uint32_t* vbuf = nullptr;  // [2 heads][16 pairs][Dvp] (bf16 pairs)
   uint32_t* qb = nullptr;    // [heads][Dks/32][16 pairs][16 rows]
   float* obuf = nullptr;     // [heads][16][Dvp] (columns in decoded V order, vperm64)
@@ -320,9 +329,9 @@ struct Scratch {
   alignas(64) float sbuf[kChunk * 16] = {};
   alignas(64) uint32_t pbuf[16 * 16] = {};  // P̃ rows [16][16 key pairs]
 
-  // The AMX path's sizes.
+  // The AMX path's sizes (two K buffers: one read by S, the next head's decoded under it).
   void allocate(int64_t hg, int64_t Dks, int64_t Dvp) {
-    place({static_cast<size_t>(kChunk * Dks) * 2, static_cast<size_t>(2 * (kChunk / 2) * Dvp) * 4,
+    place({static_cast<size_t>(2 * kChunk * Dks) * 2, static_cast<size_t>(2 * (kChunk / 2) * Dvp) * 4,
            static_cast<size_t>(hg * (Dks / 32) * 16 * 16) * 4, static_cast<size_t>(hg * kRows * Dvp) * 4,
            static_cast<size_t>(Dvp) * 4});
   }
@@ -523,6 +532,80 @@ struct ChunkRows {
   }
 };
 
+// The next chunk's K and V rows of every head of the unit, one 64-byte line a tick, in address order (key by key: the
+// K rows of the unit's heads, then their V rows — one span each where the heads of a slot lie back to back, as in
+// NHD, else head by head) into L2, ticked from the work's loops (the AVX-512 BF16 path: the P̃·V loop; the AMX path:
+// the decodes, the softmax and the P̃·V steps — enough ticks to cover a chunk's lines), so the lines are requested at
+// a steady pace through the chunk's compute. Measured for the AVX-512 BF16 path on Zen 4 (decode B=32
+// ctx=4096, 2 threads, `bench_attention --conv fast`; "A/B": two variants alternated call by call in one process):
+// the AVX2 path's scheme (the next head-chunk's rows into L1 in one burst at its decode) 36–53 ms; the next
+// head-chunk paced 41–44 ms; the next chunk paced into L1 26–31 ms, into L2 21–25 ms (alternated runs); two or three
+// chunks ahead equal (A/B); ticks in the S loop as well (every other d pair, one a P̃·V step) 26.0–28.5 vs 24.2–24.5
+// ms (A/B); no software prefetch 55 ms, or 35 ms with the chunk decoded for every head first in address order (A/B:
+// the hardware prefetchers then follow, but not as well); only each 1 KiB or 4 KiB line of the rows 41 ms (A/B). The
+// prefetches of a burst stall in the line-fill buffers and on 4 KiB-page walks (45 % of the samples sat on a
+// prefetcht0; with the cache on 2 MiB pages the burst scheme ran at 26.6 ms). A tick is a prefetch, an add and a
+// compare (the line address from the cache layout once per span, not per line): 1 thread 47.9 -> 44.9 ms (best of
+// three alternated runs; bench/RESULTS.md session 17).
+struct PrefetchCursor {
+  const Ctx* c = nullptr;
+  const SeqPages* sp = nullptr;
+  int64_t g0 = 0, heads = 0, key = 0, kend = 0, lkv = 0, h = 0, page = 0, slot = 0;  // lkv: lines per key and head
+  int part = 0;                      // 0: K rows, 1: V rows
+  bool kspan = false, vspan = false;  // the heads' rows of a slot lie back to back (NHD): one span for all of them
+  const char* p = nullptr;           // the next line to prefetch, and the end of the current span
+  const char* end = nullptr;
+  // keys [a, b) of heads [g0, g0 + hg)
+  void start(const Ctx& cx, const SeqPages& s, int64_t g, int64_t hg, int64_t a, int64_t b) {
+    c = &cx;
+    sp = &s;
+    g0 = g;
+    heads = hg;
+    key = a;
+    kend = b;
+    lkv = (cx.Dk + 63) / 64 + (cx.s.v_from_k ? 0 : (cx.Dv + 63) / 64);
+    kspan = hg == 1 || cx.s.cache.offset(0, 0, 1) == cx.Dk;
+    vspan = hg == 1 || cx.vshape.offset(0, 0, 1) == cx.Dv;
+    h = 0;
+    part = 0;
+    if (key < kend) {
+      page = sp->pages[key / cx.s.cache.block_size];
+      slot = key % cx.s.cache.block_size;
+      open();
+    }
+  }
+  // p, end: the lines of (key, part, head h) — or of every head of the unit where they form one span
+  void open() {
+    const bool v = part == 1;
+    const int64_t off = v ? c->vshape.offset(page, slot, g0 + h) : c->s.cache.offset(page, slot, g0 + h);
+    const char* base = reinterpret_cast<const char*>((v ? c->a.v_cache : c->a.k_cache) + off);
+    const int64_t len = (v ? c->Dv : c->Dk) * ((v ? vspan : kspan) ? heads : 1);
+    p = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(base) & ~uintptr_t{63});
+    end = base + len;
+  }
+  void advance() {
+    if (!(part == 1 ? vspan : kspan) && ++h < heads) return open();
+    h = 0;
+    if (part == 0 && !c->s.v_from_k) {
+      part = 1;
+      return open();
+    }
+    part = 0;
+    if (++key >= kend) return;
+    if (++slot == c->s.cache.block_size) {
+      slot = 0;
+      page = sp->pages[key / c->s.cache.block_size];
+    }
+    open();
+  }
+  void tick() {
+    if (key >= kend) return;
+    _mm_prefetch(p, _MM_HINT_T1);
+    p += 64;
+    if (p >= end) advance();
+  }
+};
+
 // Returns false (nothing written) when the unit's queries or the codes it reads hold a non-finite value: the caller
 // runs the portable path then (the NaN policy).
 FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, const Unit& u) {
@@ -603,47 +686,61 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
   ChunkRows rows(c, sp, u, w.kp, w.vp, LO, HI);
   auto& kp = rows.kp;
   auto& vp = rows.vp;
+  // K rows go through two buffers: head gi's S reads one while the next head's rows (the next chunk's first head's
+  // after the last head) are decoded into the other under S's tiles; the first head's rows before the loop
+  int64_t kb = 0;  // the buffer holding the current head's K rows
+  if (LO <= HI)
+    for (int64_t k = 0; k < std::min<int64_t>(kChunk, HI + 1 - LO); ++k)
+      decode_row(g, kp[0][k], c.Dk, w.kbuf + k * Dks, 64, &cmx);
   for (int64_t j0 = LO, cur = 0; j0 <= HI; j0 += kChunk, cur ^= 1) {
-    const int64_t nk = std::min<int64_t>(kChunk, HI + 1 - j0);
-    // the next chunk's row pointers, prefetched (key by key, the group's heads in order) while this chunk runs
-    // (each next-chunk row is prefetched right after the same row of this chunk is decoded: memory requests paced
-    // with the work, instead of one burst that fills the line-fill buffers and stalls)
-    const int64_t nx = cur ^ 1, nn = rows.next(cur, j0, HI);
+    const int64_t nk = std::min<int64_t>(kChunk, HI + 1 - j0), np = (nk + 1) / 2;
+    const int64_t nx = cur ^ 1, nn = rows.next(cur, j0, HI);  // the next chunk's row pointers and keys
+    // the next chunk's lines (every head, in address order) into L2, ticked through this chunk's work: per head a
+    // tick per K row and two per V pair decoded, eight per P̃·V step; per slot two per key of the softmax
+    PrefetchCursor pf;
+    pf.start(c, sp, u.g0, HG, j0 + kChunk, std::min(HI + 1, j0 + 2 * kChunk));
+    const int64_t points = HG * (2 * kChunk + 8 * (Dvp / 32)) + (HG + PH - 1) / PH * 2 * kChunk;
+    const int64_t per = (std::max<int64_t>(0, pf.kend - pf.key) * HG * pf.lkv + points - 1) / points;
+    auto tick = [&pf, per] {
+      for (int64_t t = 0; t < per; ++t) pf.tick();
+    };
     for (int64_t g0 = 0; g0 < HG; g0 += PH) {  // one slot: heads g0 .. g0 + nh − 1
       const int64_t nh = std::min(PH, HG - g0), slot = g0 / PH;
       for (int64_t h = 0; h < nh; ++h) {
         const int64_t gi = g0 + h;
-        // decode K rows and V pairs (keys past nk: V pairs zero, P̃ = 0 there)
-        const uint8_t* const* kpc = kp[cur] + gi * kChunk;
+        // S^T = K · Q̃^T into lanes [h·LW, h·LW + R) of sbuf, two independent accumulation chains (keys 0..15,
+        // 16..31); under each step's tiles a share of the next head's K rows and of this head's V pairs decoded
+        // (keys past nk: V pairs zero, P̃ = 0 there)
         const uint8_t* const* vpc = vp[cur] + gi * kChunk;
         uint32_t* vb = w.vbuf + h * (kChunk / 2) * Dvp;
-        for (int64_t k = 0; k < nk; ++k) {
-          decode_row(g, kpc[k], c.Dk, w.kbuf + k * Dks, 64, &cmx);
-          if (k < nn) {
-            const uint8_t* nk8 = kp[nx][gi * kChunk + k];
-            for (int64_t x = 0; x < c.Dk; x += 64) _mm_prefetch(reinterpret_cast<const char*>(nk8 + x), _MM_HINT_T0);
-            if (!c.s.v_from_k) {
-              const uint8_t* nv8 = vp[nx][gi * kChunk + k];
-              for (int64_t x = 0; x < c.Dv; x += 64) _mm_prefetch(reinterpret_cast<const char*>(nv8 + x), _MM_HINT_T0);
-            }
-          }
-        }
-        for (int64_t k = 0; k < nk; k += 2)
-          decode_vpair(g, vpc[k], k + 1 < nk ? vpc[k + 1] : nullptr, c.Dv, vb + (k / 2) * Dvp, &cmx);
-        for (int64_t k = (nk + 1) / 2 * 2; k < kChunk; k += 2) std::memset(vb + (k / 2) * Dvp, 0, static_cast<size_t>(Dvp) * 4);
-        // S^T = K · Q̃^T into lanes [h·LW, h·LW + R) of sbuf
+        for (int64_t k = np * 2; k < kChunk; k += 2) std::memset(vb + (k / 2) * Dvp, 0, static_cast<size_t>(Dvp) * 4);
+        const uint16_t* kcur = w.kbuf + kb * kChunk * Dks;
+        uint16_t* knext = w.kbuf + (kb ^ 1) * kChunk * Dks;
+        const uint8_t* const* ksrc = gi + 1 < HG ? kp[cur] + (gi + 1) * kChunk : kp[nx];
+        const int64_t kn = gi + 1 < HG ? nk : nn;
         const uint32_t* qb = w.qb + gi * qbs;
         _tile_zero(0);
         _tile_zero(1);
-        for (int64_t db = 0; db < nb; ++db) {  // two independent accumulation chains (keys 0..15, 16..31)
+        for (int64_t db = 0, kd = 0, vd = 0; db < nb; ++db) {
           _tile_loadd(2, qb + db * 16 * R, static_cast<int>(4 * R));
-          _tile_loadd(3, w.kbuf + db * 32, static_cast<int>(Dks * 2));
-          _tile_loadd(4, w.kbuf + 16 * Dks + db * 32, static_cast<int>(Dks * 2));
+          _tile_loadd(3, kcur + db * 32, static_cast<int>(Dks * 2));
+          _tile_loadd(4, kcur + 16 * Dks + db * 32, static_cast<int>(Dks * 2));
           _tile_dpbf16ps(0, 3, 2);
           _tile_dpbf16ps(1, 4, 2);
+          for (const int64_t ke = kn * (db + 1) / nb; kd < ke; ++kd) {
+            decode_row(g, ksrc[kd], c.Dk, knext + kd * Dks, 64, &cmx);
+            tick();
+          }
+          for (const int64_t ve = np * (db + 1) / nb; vd < ve; ++vd) {
+            const int64_t k = 2 * vd;
+            decode_vpair(g, vpc[k], k + 1 < nk ? vpc[k + 1] : nullptr, c.Dv, vb + vd * Dvp, &cmx);
+            tick();
+            tick();
+          }
         }
         _tile_stored(0, w.sbuf + h * LW, 64);
         _tile_stored(1, w.sbuf + 16 * 16 + h * LW, 64);
+        kb ^= 1;
       }
       // logits, running maximum, rescale (lanes of the slot's heads)
       const __m512 c2v = _mm512_load_ps(c2a[slot]);
@@ -658,6 +755,7 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
         x[k] = capped ? _mm512_mask_mul_ps(ninf, vis, tanh_vec(_mm512_mul_ps(s, c2v)), clv)
                       : _mm512_mask_mul_ps(ninf, vis, s, c2v);
         cmax = _mm512_max_ps(cmax, x[k]);
+        tick();
       }
       const __m512 mn = _mm512_max_ps(m2[slot], _mm512_roundscale_ps(cmax, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC));
       const __mmask16 changed = _mm512_cmp_ps_mask(mn, m2[slot], _CMP_GT_OQ);
@@ -685,6 +783,8 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
         Lg = _mm512_add_ps(Lg, _mm512_castsi512_ps(_mm512_slli_epi32(b0, 16)));
         Lg = _mm512_add_ps(Lg, _mm512_castsi512_ps(_mm512_slli_epi32(b1, 16)));
         pr[i] = _mm512_or_si512(b0, _mm512_slli_epi32(b1, 16));
+        tick();
+        tick();
       }
       L[slot] = Lg;
       transpose16(K, pr);
@@ -700,12 +800,15 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
           _tile_loadd(7, obuf + db * 16 + 16, static_cast<int>(Dvp * 4));
           _tile_loadd(4, vb + db * 16 + 16, static_cast<int>(Dvp * 4));
           _tile_dpbf16ps(6, 5, 3);
+          for (int t = 0; t < 4; ++t) tick();
           _tile_dpbf16ps(7, 5, 4);
+          for (int t = 0; t < 4; ++t) tick();
           _tile_stored(6, obuf + db * 16, static_cast<int>(Dvp * 4));
           _tile_stored(7, obuf + db * 16 + 16, static_cast<int>(Dvp * 4));
         }
       }
     }
+    while (pf.key < pf.kend) pf.tick();  // the lines the ticks did not reach
     if (_mm512_cmpge_epu8_mask(cmx, nonfinite)) return false;  // a non-finite code: the portable path
   }
   for (int64_t gi = 0; gi < HG; ++gi) {
@@ -1151,79 +1254,6 @@ void Scratch::allocate_bf16(int64_t hg, int64_t Dks, int64_t Dvp) {
   place({static_cast<size_t>(kChunk * Dks) * 2, size_t{0}, static_cast<size_t>(hg * Dks / 2 * kAvxRows) * 4,
          static_cast<size_t>(hg * kAvxRows * Dvp) * 4, size_t{0}});
 }
-
-// The next chunk's K and V rows of every head of the unit, one 64-byte line a tick, in address order (key by key: the
-// K rows of the unit's heads, then their V rows — one span each where the heads of a slot lie back to back, as in
-// NHD, else head by head) into L2, ticked from the P̃·V loop (enough ticks a step to cover a chunk's
-// lines), so the lines are requested at a steady pace through the chunk's compute. Measured on Zen 4 (decode B=32
-// ctx=4096, 2 threads, `bench_attention --conv fast`; "A/B": two variants alternated call by call in one process):
-// the AVX2 path's scheme (the next head-chunk's rows into L1 in one burst at its decode) 36–53 ms; the next
-// head-chunk paced 41–44 ms; the next chunk paced into L1 26–31 ms, into L2 21–25 ms (alternated runs); two or three
-// chunks ahead equal (A/B); ticks in the S loop as well (every other d pair, one a P̃·V step) 26.0–28.5 vs 24.2–24.5
-// ms (A/B); no software prefetch 55 ms, or 35 ms with the chunk decoded for every head first in address order (A/B:
-// the hardware prefetchers then follow, but not as well); only each 1 KiB or 4 KiB line of the rows 41 ms (A/B). The
-// prefetches of a burst stall in the line-fill buffers and on 4 KiB-page walks (45 % of the samples sat on a
-// prefetcht0; with the cache on 2 MiB pages the burst scheme ran at 26.6 ms). A tick is a prefetch, an add and a
-// compare (the line address from the cache layout once per span, not per line): 1 thread 47.9 -> 44.9 ms (best of
-// three alternated runs; bench/RESULTS.md session 17).
-struct PrefetchCursor {
-  const Ctx* c = nullptr;
-  const SeqPages* sp = nullptr;
-  int64_t g0 = 0, heads = 0, key = 0, kend = 0, lkv = 0, h = 0, page = 0, slot = 0;  // lkv: lines per key and head
-  int part = 0;                      // 0: K rows, 1: V rows
-  bool kspan = false, vspan = false;  // the heads' rows of a slot lie back to back (NHD): one span for all of them
-  const char* p = nullptr;           // the next line to prefetch, and the end of the current span
-  const char* end = nullptr;
-  // keys [a, b) of heads [g0, g0 + hg)
-  void start(const Ctx& cx, const SeqPages& s, int64_t g, int64_t hg, int64_t a, int64_t b) {
-    c = &cx;
-    sp = &s;
-    g0 = g;
-    heads = hg;
-    key = a;
-    kend = b;
-    lkv = (cx.Dk + 63) / 64 + (cx.s.v_from_k ? 0 : (cx.Dv + 63) / 64);
-    kspan = hg == 1 || cx.s.cache.offset(0, 0, 1) == cx.Dk;
-    vspan = hg == 1 || cx.vshape.offset(0, 0, 1) == cx.Dv;
-    h = 0;
-    part = 0;
-    if (key < kend) {
-      page = sp->pages[key / cx.s.cache.block_size];
-      slot = key % cx.s.cache.block_size;
-      open();
-    }
-  }
-  // p, end: the lines of (key, part, head h) — or of every head of the unit where they form one span
-  void open() {
-    const bool v = part == 1;
-    const int64_t off = v ? c->vshape.offset(page, slot, g0 + h) : c->s.cache.offset(page, slot, g0 + h);
-    const char* base = reinterpret_cast<const char*>((v ? c->a.v_cache : c->a.k_cache) + off);
-    const int64_t len = (v ? c->Dv : c->Dk) * ((v ? vspan : kspan) ? heads : 1);
-    p = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(base) & ~uintptr_t{63});
-    end = base + len;
-  }
-  void advance() {
-    if (!(part == 1 ? vspan : kspan) && ++h < heads) return open();
-    h = 0;
-    if (part == 0 && !c->s.v_from_k) {
-      part = 1;
-      return open();
-    }
-    part = 0;
-    if (++key >= kend) return;
-    if (++slot == c->s.cache.block_size) {
-      slot = 0;
-      page = sp->pages[key / c->s.cache.block_size];
-    }
-    open();
-  }
-  FP8REF_BF16_TARGET void tick() {
-    if (key >= kend) return;
-    _mm_prefetch(p, _MM_HINT_T1);
-    p += 64;
-    if (p >= end) advance();
-  }
-};
 
 // S for 16 keys of the chunk, from key k0: out[k] (8 lanes: the rows) for key k0 + k. Q̃^T is packed by pairs of d
 // pairs: dword 2r + (P & 1) of its 16-dword block P / 2 is row r's pair P; a key's pairs P, P + 1 are adjacent dwords
