@@ -604,6 +604,9 @@ struct PrefetchCursor {
     p += 64;
     if (p >= end) advance();
   }
+  void drain() {  // the lines the ticks did not reach
+    while (key < kend) tick();
+  }
 };
 
 // Returns false (nothing written) when the unit's queries or the codes it reads hold a non-finite value: the caller
@@ -808,7 +811,7 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
         }
       }
     }
-    while (pf.key < pf.kend) pf.tick();  // the lines the ticks did not reach
+    pf.drain();
     if (_mm512_cmpge_epu8_mask(cmx, nonfinite)) return false;  // a non-finite code: the portable path
   }
   for (int64_t gi = 0; gi < HG; ++gi) {
@@ -1496,7 +1499,7 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
       if (R <= 4) pv_fused<4>(g, vpc, nk, c.Dv, Dvp, w.pbuf, ob, pf, ticks, &cmx);
       else pv_fused<8>(g, vpc, nk, c.Dv, Dvp, w.pbuf, ob, pf, ticks, &cmx);
     }
-    while (pf.key < pf.kend) pf.tick();  // the lines the P̃·V loop's ticks did not reach
+    pf.drain();  // (what the P̃·V loop's ticks did not reach)
     if (_mm512_cmpge_epu8_mask(cmx, nonfinite)) return false;  // a non-finite code: the portable path
   }
   for (int64_t gi = 0; gi < HG; ++gi) {
