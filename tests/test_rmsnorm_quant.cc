@@ -395,6 +395,72 @@ TEST_CASE("rmsnorm_quant: cpu AVX-512 BF16 passes next to the f32 subnormal rang
   CHECK(visible2 == M2 * 32);
 }
 
+TEST_CASE("rmsnorm_quant: the AVX-512 BF16 plan's weights (lane order, smallest nonzero |w|) over zeros, Inf, NaN") {
+  // make_plan permutes the weights into the passes' lane order and takes the smallest nonzero finite |w| for the
+  // row guard (+Inf when there is none), both in lanes. Checked per mode and z kind on weight sets with ±0, ±Inf,
+  // NaN, subnormals and the extremes anywhere in a chunk: the minimum against a scalar scan, the order by the norm
+  // pass, whose y (put back in element order by the plan's byte index) must be bf16(bf16(x·r)·w) (dtype-twice) or
+  // bf16(x·r·w) (dtype-once) of each element's own weight.
+  if (!cpu::cpu_has_avx512bf16()) {
+    MESSAGE("this CPU has no AVX-512 BF16: nothing to check");
+    return;
+  }
+  const size_t K = 256;
+  std::mt19937_64 rng(31);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto bf = [](float f) { return f32_of(bits_of(f) & 0xFFFF0000u); };
+  auto rne = [](float f) {  // f32 -> bf16 RNE (finite, normal inputs here)
+    const uint32_t b = bits_of(f);
+    return f32_of(((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16) << 16);
+  };
+  for (int set = 0; set < 6; ++set) {
+    auto wf = hwy::AllocateAligned<float>(K), wperm = hwy::AllocateAligned<float>(K);
+    for (size_t k = 0; k < K; ++k) wf[k] = bf(1.0f + 0.25f * nd(rng));
+    const size_t at = static_cast<size_t>(rng() % K);
+    switch (set) {
+      case 0: break;
+      case 1: wf[at] = bf(0x1p-130f); wf[(at + 7) % K] = -0.0f; break;                 // a subnormal, a −0
+      case 2: wf[at] = -0x1p-3f; wf[(at + 1) % K] = INFINITY; wf[(at + 2) % K] = NAN; break;
+      case 3: for (size_t k = 0; k < K; ++k) wf[k] = k % 3 ? 0.0f : -0.0f; break;        // no nonzero weight
+      case 4: for (size_t k = 0; k < K; ++k) wf[k] = k % 2 ? NAN : -INFINITY; break;     // none finite
+      case 5: wf[at] = 0x1.fep127f; wf[(at + 33) % K] = f32_of(1); break;               // the largest, the smallest
+    }
+    float want = INFINITY;
+    for (size_t k = 0; k < K; ++k)
+      if (std::fabs(wf[k]) > 0.0f && std::fabs(wf[k]) < want) want = std::fabs(wf[k]);
+    for (int mode : {1, 2})
+      for (auto zk : {cpu::rq512::ZKind::bf16, cpu::rq512::ZKind::f32}) {
+        INFO("set " << set << " mode " << mode << " zkind " << static_cast<int>(zk));
+        cpu::rq512::Plan plan;
+        cpu::rq512::make_plan(mode, zk, wf.get(), K, wperm.get(), &plan);
+        CHECK(bits_of(plan.wmin) == bits_of(want));
+        if (set != 0 && set != 2) continue;  // (the norm pass declines rows with subnormal products or NaN/Inf groups)
+        std::vector<uint16_t> x(K);
+        auto zf = hwy::AllocateAligned<float>(K);
+        for (size_t k = 0; k < K; ++k) {
+          x[k] = static_cast<uint16_t>(bits_of(nd(rng)) >> 16);
+          zf[k] = f32_of(static_cast<uint32_t>(x[k]) << 16);
+        }
+        if (set == 2) wf[(at + 1) % K] = wf[(at + 2) % K] = 1.0f;  // (finite for the y check, after the minimum)
+        if (set == 2) cpu::rq512::make_plan(mode, zk, wf.get(), K, wperm.get(), &plan);
+        auto y = hwy::AllocateAligned<uint16_t>(K);
+        uint16_t gmax[2];
+        const float r = 0.8125f;
+        REQUIRE(cpu::rq512::norm_pass(plan, x.data(), nullptr, zf.get(), K, 128, r, y.get(), gmax));
+        int bad = 0;
+        for (size_t c = 0; c < K; c += 32)
+          for (size_t e = 0; e < 32; ++e) {
+            const uint16_t got = y[c + plan.idxb[e] / 2];  // (idxb[e]: byte 2j of the chunk's words)
+            const float a = zf[c + e] * r;
+            const float want_y = mode == 1 ? rne(rne(a) * wf[c + e]) : rne(a * wf[c + e]);
+            bad += got != static_cast<uint16_t>(bits_of(want_y) >> 16);
+          }
+        CHECK(bad == 0);
+        if (set == 2) wf[(at + 1) % K] = INFINITY, wf[(at + 2) % K] = NAN;
+      }
+  }
+}
+
 TEST_CASE("rmsnorm_quant: the AVX-512 BF16 quant pass streams codes to any alignment (lines non-temporal, ends masked)") {
   // quant_pass with stream = true writes whole cache lines by non-temporal stores and the partial lines at both ends
   // by masked stores; the same row at every offset d within a line must give the bytes of the plain stores and leave

@@ -1502,6 +1502,27 @@ float mean_square_cub(ZRow z, int64_t n, int threads, float* part, float* lane0,
 
 }  // namespace
 
+namespace {
+// A thread's row and weight buffers for one rmsnorm_quant call, 64-byte aligned (every vector access within one cache
+// line), kept by the thread between calls up to kArenaKeep bytes. Allocated and freed per call (~190 KB per thread
+// at K = 7168), glibc gave the heap's top back to the OS each time (brk) and the next call faulted it in again: Zen 4,
+// vllm-rmsnorm-quant [1, 7168] on one thread, median 0.047 -> 0.004 ms, [64, 7168] on two 0.125 -> 0.067 ms (with
+// make_plan in lanes; bench/RESULTS.md, session 22).
+struct RowArena {
+  hwy::AlignedFreeUniquePtr<uint8_t[]> mem;
+  size_t cap = 0;
+  uint8_t* take(size_t bytes) {
+    if (bytes > cap) {
+      mem = hwy::AllocateAligned<uint8_t>(bytes);
+      cap = bytes;
+    }
+    return mem.get();
+  }
+};
+constexpr size_t kArenaKeep = size_t{4} << 20;
+thread_local RowArena t_arena;
+}  // namespace
+
 bool rmsnorm_quant_has_avx512bf16() { return avx512bf16_kernels() && simd_target_is_avx512(); }
 
 void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
@@ -1547,29 +1568,39 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
   const bool use512 = path == RmsNormPath::automatic && a.from == Format::bf16 && fast && !a.normed && cast_in_lanes &&
                       (spec.weight == NormWeight::dtype_twice || spec.weight == NormWeight::dtype_once) && K % 64 == 0 &&
                       G % 64 == 0 && K % G == 0 && rmsnorm_quant_has_avx512bf16();
+  // Threads: at most one per row (the unit of work). A one-row call (a decode step of batch 1) runs on the caller's
+  // thread — no team to wake: Zen 4, [1, 7168], 2 threads, OMP_WAIT_POLICY=passive 0.03 -> 0.01 ms. (A limit by
+  // values as quant_cpu.cc's kParallelMin helped under the passive policy, [8, 7168] 3.0 -> 8.0 GB/s, but halved the
+  // default policy's spinning team's 11.7 GB/s: bench/RESULTS.md, session 22.)
+  const int64_t team = std::min<int64_t>(static_cast<int64_t>(omp_get_max_threads()), M);
 
-#pragma omp parallel
+#pragma omp parallel num_threads(static_cast<int>(team > 1 ? team : 1))
   {
     // rows and widened weights 64-byte aligned (hwy::AllocateAligned): every vector access within one cache line
     // (std::vector's 16-byte alignment split every 64-byte load of wf across two lines)
-    const size_t Ka = static_cast<size_t>(K > 0 ? K : 1);
-    auto z = hwy::AllocateAligned<float>(Ka), ybuf = hwy::AllocateAligned<float>(Ka), v = hwy::AllocateAligned<float>(Ka);
+    const size_t Ka = static_cast<size_t>(K > 0 ? K : 1), Kp = (Ka + 15) / 16 * 16;
+    // (carved from the thread's arena: z, ybuf, v, wf, wfp, w512 K floats each, y512 K words)
+    RowArena local;
+    const size_t arena_bytes = 6 * Kp * 4 + Kp * 2;
+    uint8_t* arena = (arena_bytes <= kArenaKeep ? t_arena : local).take(arena_bytes);
+    auto slice = [&](int i) { return reinterpret_cast<float*>(arena) + static_cast<size_t>(i) * Kp; };
+    float *const z = slice(0), *const ybuf = slice(1), *const v = slice(2);
     std::vector<float> part(static_cast<size_t>(L.cub_threads > 0 ? L.cub_threads : 1)), lane0(part.size() / 32 + 1);
     std::vector<float> gamax(static_cast<size_t>(ngroups > 0 ? ngroups : 1)), gsv(gamax.size());
     std::vector<uint8_t> gnan(gamax.size()), gfast(gamax.size());
     std::vector<float> grb(gamax.size());
-    hwy::AlignedFreeUniquePtr<float[]> wf, wfp, w512;
-    hwy::AlignedFreeUniquePtr<uint16_t[]> y512;
+    float *wf = nullptr, *wfp = nullptr, *w512 = nullptr;
+    uint16_t* y512 = nullptr;
     std::vector<uint16_t> gmax16(use512 ? gamax.size() : 0);
     rq512::Plan plan;
     if (a.from != Format::bf16 || fast) {  // weights widened once per thread (bf16: for the fast path)
-      wf = hwy::AllocateAligned<float>(Ka);
+      wf = slice(3);
       if (a.from == Format::bf16)  // (bf16 widened in lanes: LoadRowBf16 without a residual)
         HWY_DYNAMIC_DISPATCH(LoadRowBf16)(static_cast<const uint16_t*>(a.weight), nullptr, static_cast<size_t>(K), false,
-                                          wf.get(), nullptr, nullptr, false, nullptr, 0);
+                                          wf, nullptr, nullptr, false, nullptr, 0);
       // (and permuted for NormWeightBf16Avx2 where the row's quant is RowQuantFast: 16-blocks as 0–3, 8–11, 4–7, 12–15)
       if (a.from == Format::bf16 && cast_in_lanes && K % 16 == 0) {
-        wfp = hwy::AllocateAligned<float>(Ka);
+        wfp = slice(4);
         for (int64_t k = 0; k < K; k += 16)
           for (int64_t i = 0; i < 4; ++i) {
             wfp[k + i] = wf[k + i];
@@ -1579,10 +1610,10 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
           }
       }
       if (use512) {
-        w512 = hwy::AllocateAligned<float>(Ka);
-        y512 = hwy::AllocateAligned<uint16_t>(Ka);
-        rq512::make_plan(spec.weight == NormWeight::dtype_twice ? 1 : 2, zkind, wf.get(), static_cast<size_t>(K),
-                         w512.get(), &plan);
+        w512 = slice(5);
+        y512 = reinterpret_cast<uint16_t*>(slice(6));
+        rq512::make_plan(spec.weight == NormWeight::dtype_twice ? 1 : 2, zkind, wf, static_cast<size_t>(K),
+                         w512, &plan);
       }
       for (int64_t k = 0; k < K && a.from != Format::bf16; ++k) {
         if (a.from == Format::f32) {
@@ -1618,7 +1649,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
         const auto* pr = nx && a.residual
                              ? reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(a.residual) + noff)
                              : nullptr;
-        rq512::quant_pass(plan, y512.get(), static_cast<size_t>(K), static_cast<size_t>(G), gsv.data(), grb.data(),
+        rq512::quant_pass(plan, y512, static_cast<size_t>(K), static_cast<size_t>(G), gsv.data(), grb.data(),
                           pend.div, max, pend.q, px, pr, stream_q);
         nt_open = nt_open || stream_q;
         pend.on = false;
@@ -1649,13 +1680,13 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       auto z_row = [&]() {
         if (!have_z)
           HWY_DYNAMIC_DISPATCH(LoadRowBf16)(reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr),
-                                            static_cast<size_t>(K), false, z.get(), nullptr, nullptr, false, nullptr, 0);
+                                            static_cast<size_t>(K), false, z, nullptr, nullptr, false, nullptr, 0);
         have_z = true;
-        return z.get();
+        return z;
       };
       const ZRow zp = zbf16  ? ZRow{xr, nullptr, 1}
                       : zsum ? ZRow{xr, reinterpret_cast<const uint16_t*>(rr), 2}
-                             : ZRow{z.get(), nullptr, 0};
+                             : ZRow{z, nullptr, 0};
       if (zbf16) {
         // (nothing to write)
       } else if (zsum) {  // residual_out only (and Σ z² or the cub partials on the way)
@@ -1669,7 +1700,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
                        cub_here;
       } else if (a.from == Format::bf16) {
         HWY_DYNAMIC_DISPATCH(LoadRowBf16)(reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr),
-                                          static_cast<size_t>(K), dtype_sum, z.get(), reinterpret_cast<uint16_t*>(ro), nullptr,
+                                          static_cast<size_t>(K), dtype_sum, z, reinterpret_cast<uint16_t*>(ro), nullptr,
                                           stream_out, nullptr, 0);
       } else {
         for (int64_t k = 0; k < K; ++k) {
@@ -1726,7 +1757,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
                                                   : gpu(1.0f / gpu(std::sqrt(u)));
       if (a.rms) a.rms[m] = r;
       // 5.–6. (and, for bf16 rows, the groups' amax)
-      float* y = fast && !a.normed ? ybuf.get() : y_out + off;
+      float* y = fast && !a.normed ? ybuf : y_out + off;
       const bool bf16_fast = a.from == Format::bf16 && fast && !a.normed && !std::isnan(var) && !std::isnan(r);
       // (the next row of this thread's static share, prefetched by the bf16 fast passes)
       const bool has_next = m + 1 < M && a.from == Format::bf16;
@@ -1734,8 +1765,8 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       const auto* next_r = has_next && rr ? reinterpret_cast<const uint16_t*>(rr + K * esz) : nullptr;
       // steps 5–9 as the AVX-512 BF16 passes (false: a row they decline; it goes on below)
       if (bf16_fast && use512 &&
-          rq512::norm_pass(plan, reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr), z.get(),
-                           static_cast<size_t>(K), static_cast<size_t>(G), r, y512.get(), gmax16.data(), zmin1)) {
+          rq512::norm_pass(plan, reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr), z,
+                           static_cast<size_t>(K), static_cast<size_t>(G), r, y512, gmax16.data(), zmin1)) {
         for (int64_t g = 0; g < ngroups; ++g) {
           gamax[g] = f32_of(static_cast<uint32_t>(gmax16[g]) << 16);
           gnan[g] = 0;
@@ -1751,20 +1782,20 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       }
       // steps 5–9 fused per group in registers (the cast in lanes; false: G or K does not fit it)
       if (bf16_fast && cast_in_lanes &&
-          HWY_DYNAMIC_DISPATCH(NormQuantBf16)(zp, wf.get(), static_cast<size_t>(K), r, spec.weight,
-                                              static_cast<size_t>(G), qs, rcp_max, ybuf.get(),
+          HWY_DYNAMIC_DISPATCH(NormQuantBf16)(zp, wf, static_cast<size_t>(K), r, spec.weight,
+                                              static_cast<size_t>(G), qs, rcp_max, ybuf,
                                               static_cast<float*>(a.scales) + m * ngroups, a.q + off, next_x, next_r))
         continue;
       bool permuted = false;  // y in NormWeightBf16Avx2's order (RowQuantFast puts the codes in order)
       if (bf16_fast) {
-        permuted = HWY_DYNAMIC_DISPATCH(NormWeightBf16Fast)(zp, wf.get(), wfp.get(), static_cast<size_t>(K), r,
+        permuted = HWY_DYNAMIC_DISPATCH(NormWeightBf16Fast)(zp, wf, wfp, static_cast<size_t>(K), r,
                                                             spec.weight, y, static_cast<size_t>(G), gamax.data(),
                                                             gnan.data(), next_x, next_r);
       } else if (a.from == Format::bf16) {
         HWY_DYNAMIC_DISPATCH(NormWeightBf16)(z_row(), static_cast<const uint16_t*>(a.weight), static_cast<size_t>(K), r,
                                              spec.weight, y, static_cast<size_t>(G), gamax.data(), gnan.data());
       } else if (a.from == Format::f32) {
-        HWY_DYNAMIC_DISPATCH(NormWeightF32)(z.get(), wf.get(), static_cast<size_t>(K), r, y);
+        HWY_DYNAMIC_DISPATCH(NormWeightF32)(z, wf, static_cast<size_t>(K), r, y);
       } else {
         for (int64_t k = 0; k < K; ++k) {
           const float an = gpu(z[k] * r);
@@ -1790,8 +1821,8 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
         continue;
       }
       HWY_DYNAMIC_DISPATCH(RowQuant)(y, static_cast<size_t>(K), static_cast<size_t>(G), gsv.data(), mul, qs.clamp, max,
-                                     cast_in_lanes, v.get(), a.q + off);
-      if (!cast_in_lanes) encode_f32(v.get(), a.q + off, static_cast<size_t>(K), qs.cast);
+                                     cast_in_lanes, v, a.q + off);
+      if (!cast_in_lanes) encode_f32(v, a.q + off, static_cast<size_t>(K), qs.cast);
     }
     flush(-1);  // this thread's last row (the region's end waits for every thread)
   }
