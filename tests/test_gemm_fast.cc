@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cpu/gemm_fast.h"
+#include "cpu/rmsnorm_quant_avx512.h"
 #include "fp8ref/convert.h"
 #include "fp8ref/error.h"
 #include "fp8ref/gemm.h"
@@ -325,4 +326,47 @@ TEST_CASE("fast scaled_mm: a NaN code or scale gives NaN in its output row / col
           }
         CHECK(wrong == 0);
       }
+}
+
+// The small-M path (M <= 16 on CPUs with AVX-512 BF16 + VBMI: B read as codes, decoded in registers, K in chunks of
+// <= 64 codes that never cross a scale group): within the bound at every chunk and group edge, for each row-block
+// shape (1–4 rows, then blocks of four) and column tail; bit-identical across thread counts and for a packed B (which
+// keeps the codes); the oneDNN tile path (the kernels switched off) within the same bound on the same cases.
+TEST_CASE("fast scaled_mm: the small-M path (B as codes) at chunk and group edges, any thread count, packed B") {
+  std::mt19937_64 rng(29);
+  const GemmScaling scalings[] = {GemmScaling::tensor, GemmScaling::rowwise, GemmScaling::blockwise, GemmScaling::group,
+                                  GemmScaling::mx};
+  const int64_t Ms[] = {1, 2, 3, 4, 5, 7, 8, 11, 16}, Ns[] = {1, 3, 4, 6, 9, 130}, Ks[] = {1, 31, 63, 64, 65, 127, 128, 129, 200, 520};
+  const Format fmts[] = {Format::e4m3fn, Format::e5m2};
+  const int threads = omp_get_max_threads();
+  int cases = 0;
+  for (GemmScaling s : scalings)
+    for (int i = 0; i < 12; ++i, ++cases) {
+      const Format fa = fmts[rng() % 2], fb = fmts[rng() % 2];
+      const Format out = i % 3 == 0 ? Format::f32 : i % 3 == 1 ? Format::bf16 : Format::f16;
+      const BiasMode bias = i % 4 == 3 ? BiasMode::f32 : BiasMode::none;
+      const int64_t M = Ms[rng() % 9], N = Ns[rng() % 6], K = Ks[rng() % 10];
+      const Case c = make_case(rng, s, fa, fb, out, bias, M, N, K);
+      const std::string what = "case " + std::to_string(cases) + ": " + c.spec.describe() + " M=" + std::to_string(M) +
+                               " N=" + std::to_string(N) + " K=" + std::to_string(K);
+      check_case(c, what);
+      const size_t bytes = static_cast<size_t>(M * N) * (out == Format::f32 ? 4 : 2);
+      std::vector<uint8_t> o1(bytes), o2(bytes), o3(bytes);
+      const float* b = c.bias.empty() ? nullptr : c.bias.data();
+      omp_set_num_threads(1);
+      cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), c.bt.data(), c.sa.data(), c.sb.data(), b, o1.data());
+      omp_set_num_threads(std::max(threads, 2));
+      cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), c.bt.data(), c.sa.data(), c.sb.data(), b, o2.data());
+      omp_set_num_threads(threads);
+      const cpu::FastGemmB packed(c.spec, c.g, c.bt.data());
+      cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), packed, c.sa.data(), c.sb.data(), b, o3.data());
+      CHECK_MESSAGE(o1 == o2, what);
+      CHECK_MESSAGE(o1 == o3, what);
+      cpu::set_avx512bf16_kernels_for_test(false);
+      check_case(c, what + " (tile path)");
+      cpu::set_avx512bf16_kernels_for_test(true);
+    }
+  // A decode-sized product: M = 1 over K = 7168 (56 blockwise groups of two chunks), N = 300 (a column tail of 0).
+  const Case d = make_case(rng, GemmScaling::blockwise, Format::e4m3fn, Format::e4m3fn, Format::bf16, BiasMode::none, 1, 300, 7168);
+  check_case(d, "decode M=1 K=7168 blockwise");
 }

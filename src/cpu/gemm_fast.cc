@@ -147,6 +147,7 @@ void FastStoreRow(const float* acc, const float* bias, int mode, bool out_bf16, 
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -158,6 +159,7 @@ HWY_AFTER_NAMESPACE();
 #include <string>
 
 #include "cpu/gemm_fast.h"
+#include "cpu/rmsnorm_quant_avx512.h"
 #include "fp8ref/convert.h"
 #include "fp8ref/error.h"
 
@@ -232,6 +234,159 @@ struct Scales {
   }
 };
 
+// ---- small M (decode): B read as FP8 codes, AVX-512 BF16 + VBMI ---------------------------------------------------
+// A decode step multiplies a few rows by a whole weight: the oneDNN path above converts B to bf16 (twice the bytes of
+// the codes) and runs a tiny matmul per K group. Here each B row (a column of the output) is read once as codes,
+// decoded in registers — two 128-entry vpermi2b tables (the bf16 words' low and high bytes of the non-negative
+// codes, each code's sign ORed into bit 7 of the high byte) and two in-lane byte unpacks —, and multiplied with A's
+// rows (decoded the same way once per call, so both operands share the unpacks' element order) by vdpbf16ps into one
+// f32 partial per lane. Per K group: acc = fma(P, RN32(sa·sb), acc) in the 16 lanes (the groups in increasing
+// order), the lanes summed at the end. Within src/cpu/gemm_fast.h's bound: a term passes at most 2·ceil(L/32) − 1
+// inexact additions inside its group (vs L − 1 allowed), RN32(sa·sb), its fma, KB − 1 later fma's and at most 4 in
+// the lane sum (only ⌈log2⌉ of the nonzero lanes: none for K = 1), fewer than the bound's L − 1 + 2 + KB for every
+// group size L >= 6, and exact additions of zero otherwise. bf16 inputs are never subnormal and the partials are
+// multiples of 2^-32 (vdpbf16ps's DAZ/FTZ change nothing).
+#define FP8REF_GEMV_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,avx512bf16")))
+
+constexpr int64_t kGemvMaxM = 16;  // M up to this on the small-M path (bench/RESULTS.md, session 22)
+constexpr int kGemvCols = 4;      // output columns in flight (independent vdpbf16ps chains)
+constexpr int kGemvRows = 4;      // A rows per pass over a column's codes
+constexpr int kGemvAhead = 1024;  // bytes of a column's codes prefetched ahead
+
+struct GemvTables {
+  alignas(64) uint8_t lo[128], hi[128];
+  explicit GemvTables(Format f) {
+    uint8_t codes[128];
+    uint16_t w[128];
+    for (int i = 0; i < 128; ++i) codes[i] = static_cast<uint8_t>(i);
+    HWY_DYNAMIC_DISPATCH(FastCodesToBf16)(f == Format::e5m2, codes, w, 128);
+    for (int i = 0; i < 128; ++i) {
+      lo[i] = static_cast<uint8_t>(w[i]);
+      hi[i] = static_cast<uint8_t>(w[i] >> 8);
+    }
+  }
+};
+
+struct GemvDecoder {
+  __m512i lo0, lo1, hi0, hi1, s80;
+  FP8REF_GEMV_TARGET explicit GemvDecoder(const GemvTables& t)
+      : lo0(_mm512_load_si512(t.lo)), lo1(_mm512_load_si512(t.lo + 64)), hi0(_mm512_load_si512(t.hi)),
+        hi1(_mm512_load_si512(t.hi + 64)), s80(_mm512_set1_epi8(static_cast<char>(0x80))) {}
+  // 64 codes -> bf16 words: w0 = the codes 16L + 0..7 of each 128-bit lane L, w1 = 16L + 8..15 (zero codes: +0)
+  FP8REF_GEMV_TARGET void decode(__m512i c, __m512i* w0, __m512i* w1) const {
+    const __m512i lo = _mm512_permutex2var_epi8(lo0, c, lo1);
+    const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi0, c, hi1), c, s80, 0xF8);  // hi | (c & 0x80)
+    *w0 = _mm512_unpacklo_epi8(lo, hi);
+    *w1 = _mm512_unpackhi_epi8(lo, hi);
+  }
+};
+
+FP8REF_GEMV_TARGET inline __mmask64 gemv_mask(int64_t n) { return n >= 64 ? ~__mmask64{0} : ((__mmask64{1} << n) - 1); }
+
+// The K chunks (<= 64 codes, never across a K group): chunk i covers [k0, k0 + n) of group g.
+struct GemvChunks {
+  std::vector<int64_t> k0, n;
+  std::vector<int64_t> first;  // first chunk of each group, and one past the last
+  GemvChunks(int64_t K, int64_t G) {
+    for (int64_t g0 = 0; g0 < K; g0 += G) {
+      first.push_back(static_cast<int64_t>(k0.size()));
+      for (int64_t k = g0; k < std::min(K, g0 + G); k += 64) {
+        k0.push_back(k);
+        n.push_back(std::min<int64_t>(64, std::min(K, g0 + G) - k));
+      }
+    }
+    first.push_back(static_cast<int64_t>(k0.size()));
+  }
+};
+
+// A's rows as bf16 words in the decoder's order: row m, chunk i at ap[(m · chunks + i) · 64].
+FP8REF_GEMV_TARGET void gemv_decode_a(const GemvDecoder& d, const GemvChunks& ch, const uint8_t* a, int64_t M,
+                                      int64_t K, uint16_t* ap) {
+  const int64_t nc = static_cast<int64_t>(ch.k0.size());
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t i = 0; i < nc; ++i) {
+      __m512i w0, w1;
+      d.decode(_mm512_maskz_loadu_epi8(gemv_mask(ch.n[i]), a + m * K + ch.k0[i]), &w0, &w1);
+      _mm512_storeu_si512(ap + (m * nc + i) * 64, w0);
+      _mm512_storeu_si512(ap + (m * nc + i) * 64 + 32, w1);
+    }
+}
+
+// acc rows m0..m0+MB-1 (f32, row stride N) for the columns n[0..C) (repeats past N are computed, not stored). C·MB
+// partial chains and as many accumulators in registers (C·MB <= 8: no spills).
+template <int MB, int C>
+FP8REF_GEMV_TARGET void gemv_cols(const GemvDecoder& d, const GemvChunks& ch, const Scales& sc, const uint16_t* ap,
+                                  const uint8_t* bt, int64_t K, int64_t N, int64_t m0, const int64_t* n, int ncols,
+                                  float* acc_out) {
+  const int64_t nc = static_cast<int64_t>(ch.k0.size()), KB = static_cast<int64_t>(ch.first.size()) - 1;
+  __m512 acc[C][MB];
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < MB; ++r) acc[c][r] = _mm512_setzero_ps();
+  for (int64_t kb = 0; kb < KB; ++kb) {
+    __m512 p[C][MB];
+    for (int c = 0; c < C; ++c)
+      for (int r = 0; r < MB; ++r) p[c][r] = _mm512_setzero_ps();
+    for (int64_t i = ch.first[kb]; i < ch.first[kb + 1]; ++i) {
+      const __mmask64 mk = gemv_mask(ch.n[i]);
+      const bool full = ch.n[i] == 64;
+      for (int c = 0; c < C; ++c) {
+        const uint8_t* src = bt + n[c] * K + ch.k0[i];
+        _mm_prefetch(reinterpret_cast<const char*>(src) + kGemvAhead, _MM_HINT_T0);
+        __m512i w0, w1;
+        d.decode(full ? _mm512_loadu_si512(src) : _mm512_maskz_loadu_epi8(mk, src), &w0, &w1);
+        for (int r = 0; r < MB; ++r) {
+          const uint16_t* a = ap + ((m0 + r) * nc + i) * 64;
+          p[c][r] = _mm512_dpbf16_ps(p[c][r], (__m512bh)w0, (__m512bh)_mm512_loadu_si512(a));
+          p[c][r] = _mm512_dpbf16_ps(p[c][r], (__m512bh)w1, (__m512bh)_mm512_loadu_si512(a + 32));
+        }
+      }
+    }
+    for (int c = 0; c < C; ++c) {
+      const float sbv = sc.b(n[c], kb);
+      for (int r = 0; r < MB; ++r)
+        acc[c][r] = _mm512_fmadd_ps(p[c][r], _mm512_set1_ps(sc.a(m0 + r, kb) * sbv), acc[c][r]);
+    }
+  }
+  for (int c = 0; c < ncols; ++c)
+    for (int r = 0; r < MB; ++r) acc_out[(m0 + r) * N + n[c]] = _mm512_reduce_add_ps(acc[c][r]);
+}
+
+bool gemv_usable(const ScaledMmSpec& spec, const GemmShape& g) {
+  return g.M <= kGemvMaxM && g.K > 0 && avx512bf16_kernels() && simd_target_is_avx512() &&
+         (spec.fa == Format::e4m3fn || spec.fa == Format::e5m2) && (spec.fb == Format::e4m3fn || spec.fb == Format::e5m2);
+}
+
+// acc = the f32 accumulators [M][N] (before the epilogue) on the small-M path.
+void gemv_fast(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const Scales& sc, const uint8_t* a,
+               const uint8_t* bt, float* acc) {
+  const int64_t M = g.M, N = g.N, K = g.K;
+  const GemvChunks ch(K, G);
+  const GemvTables ta(spec.fa), tb(spec.fb);
+  std::vector<uint16_t> ap(static_cast<size_t>(M) * ch.k0.size() * 64);
+  gemv_decode_a(GemvDecoder(ta), ch, a, M, K, ap.data());
+  const int64_t quads = (N + kGemvCols - 1) / kGemvCols;
+#pragma omp parallel for schedule(dynamic, 16) if (N * K * M > (int64_t{1} << 18))
+  for (int64_t q = 0; q < quads; ++q) {
+    const GemvDecoder d(tb);
+    int64_t n[kGemvCols];
+    const int64_t c0 = q * kGemvCols;
+    for (int c = 0; c < kGemvCols; ++c) n[c] = std::min(c0 + c, N - 1);
+    const int wide = static_cast<int>(std::min<int64_t>(kGemvCols, N - c0));
+    for (int64_t m0 = 0; m0 < M;) {  // rows in blocks of up to four: 1–2 rows four columns at a time, 3–4 rows two
+      const int64_t mb = M - m0;
+      if (mb == 1) gemv_cols<1, 4>(d, ch, sc, ap.data(), bt, K, N, m0, n, wide, acc);
+      else if (mb == 2) gemv_cols<2, 4>(d, ch, sc, ap.data(), bt, K, N, m0, n, wide, acc);
+      else
+        for (int h = 0; h < wide; h += 2) {
+          const int half = std::min(2, wide - h);
+          if (mb == 3) gemv_cols<3, 2>(d, ch, sc, ap.data(), bt, K, N, m0, n + h, half, acc);
+          else gemv_cols<4, 2>(d, ch, sc, ap.data(), bt, K, N, m0, n + h, half, acc);
+        }
+      m0 += std::min<int64_t>(mb, kGemvRows);
+    }
+  }
+}
+
 uint16_t f16_bits(float v) {
   uint32_t b;
   std::memcpy(&b, &v, 4);
@@ -250,9 +405,37 @@ FastGemmB::FastGemmB(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t
     : N_(g.N), K_(g.K), G_(k_group(spec, g.K)), Nt_(tile_n_for(g.N)) {
   check_scaled_mm(spec, g);
   data_ = pack(spec.fb, bt, N_, K_, Nt_, G_);
+  codes_.assign(bt, bt + N_ * K_);
 }
 
 namespace {
+
+// The epilogue of one output row's columns n0..n0+cols-1 from their f32 accumulators ar (src/cpu/gemm_fast.h step 4).
+void store_row(const ScaledMmSpec& spec, const float* ar, const float* bias, int64_t m, int64_t n0, int64_t cols,
+               int64_t N, void* out) {
+  const int mode = spec.bias == BiasMode::f32 ? 1 : spec.bias == BiasMode::out ? 2 : 0;
+  const float* br = bias ? bias + n0 : nullptr;
+  const size_t off = static_cast<size_t>(m * N + n0);
+  if (spec.out == Format::f16) {
+    uint16_t* o = static_cast<uint16_t*>(out) + off;
+    for (int64_t j = 0; j < cols; ++j) {
+      if (mode == 1) o[j] = f16_bits(ar[j] + br[j]);
+      else if (mode == 2) {
+        const uint16_t h1 = f16_bits(ar[j]), h2 = f16_bits(br[j]);
+        const uint32_t fx = static_cast<uint32_t>(ref::narrow(Format::f16, h1, Format::f32)),
+                       fy = static_cast<uint32_t>(ref::narrow(Format::f16, h2, Format::f32));
+        float vx, vy;
+        std::memcpy(&vx, &fx, 4);
+        std::memcpy(&vy, &fy, 4);
+        o[j] = f16_bits(vx + vy);
+      } else o[j] = f16_bits(ar[j]);
+    }
+  } else {
+    void* dst = spec.out == Format::bf16 ? static_cast<void*>(static_cast<uint16_t*>(out) + off)
+                                         : static_cast<void*>(static_cast<float*>(out) + off);
+    HWY_DYNAMIC_DISPATCH(FastStoreRow)(ar, br, mode, spec.out == Format::bf16, dst, static_cast<size_t>(cols));
+  }
+}
 
 // The tile loop. B comes packed (b_packed: [tiles_n][KB][Nt][G]) or as codes (bt), then each thread converts one
 // n-tile of B at a time into its own buffer and runs every m-tile against it (no full bf16 copy of B).
@@ -263,11 +446,16 @@ void run_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, co
   const int64_t M = g.M, N = g.N, K = g.K, G = k_group(spec, g.K), Nt = tile_n_for(N);
   if (M == 0 || N == 0) return;
   const int64_t KB = K == 0 ? 0 : cdiv(K, G);
+  const Scales sc{spec.scaling, sa, sb, KB, spec.cublas_sb_stride ? round_up(KB, 4) : KB};
+  if (bt && gemv_usable(spec, g)) {  // small M: B as codes (see gemv_fast)
+    std::vector<float> acc(static_cast<size_t>(M * N));
+    gemv_fast(spec, g, G, sc, a, bt, acc.data());
+    for (int64_t m = 0; m < M; ++m) store_row(spec, acc.data() + m * N, bias, m, 0, N, N, out);
+    return;
+  }
   const int64_t Mt = std::min(kMaxTileM, round_up(M, 16));
   const int64_t tiles_m = cdiv(M, Mt), tiles_n = cdiv(N, Nt);
   const std::vector<uint16_t> ap = pack(spec.fa, a, M, K, Mt, G);
-  const Scales sc{spec.scaling, sa, sb, KB, spec.cublas_sb_stride ? round_up(KB, 4) : KB};
-  const int mode = spec.bias == BiasMode::f32 ? 1 : spec.bias == BiasMode::out ? 2 : 0;
 
   using dnnl::memory;
   const int64_t KC = std::max<int64_t>(1, std::min<int64_t>(KB, kPartialBytes / (Mt * Nt * 4)));
@@ -350,30 +538,7 @@ void run_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, co
                                                   static_cast<size_t>(cols));
         }
       }
-      for (int64_t i = 0; i < rows; ++i) {
-        const float* ar = acc.data() + i * Nt;
-        const float* br = bias ? bias + n0 : nullptr;
-        const size_t off = static_cast<size_t>((m0 + i) * N + n0);
-        if (spec.out == Format::f16) {
-          uint16_t* o = static_cast<uint16_t*>(out) + off;
-          for (int64_t j = 0; j < cols; ++j) {
-            if (mode == 1) o[j] = f16_bits(ar[j] + br[j]);
-            else if (mode == 2) {
-              const uint16_t h1 = f16_bits(ar[j]), h2 = f16_bits(br[j]);
-              const uint32_t fx = static_cast<uint32_t>(ref::narrow(Format::f16, h1, Format::f32)),
-                             fy = static_cast<uint32_t>(ref::narrow(Format::f16, h2, Format::f32));
-              float vx, vy;
-              std::memcpy(&vx, &fx, 4);
-              std::memcpy(&vy, &fy, 4);
-              o[j] = f16_bits(vx + vy);
-            } else o[j] = f16_bits(ar[j]);
-          }
-        } else {
-          void* dst = spec.out == Format::bf16 ? static_cast<void*>(static_cast<uint16_t*>(out) + off)
-                                               : static_cast<void*>(static_cast<float*>(out) + off);
-          HWY_DYNAMIC_DISPATCH(FastStoreRow)(ar, br, mode, spec.out == Format::bf16, dst, static_cast<size_t>(cols));
-        }
-      }
+      for (int64_t i = 0; i < rows; ++i) store_row(spec, acc.data() + i * Nt, bias, m0 + i, n0, cols, N, out);
     };
     // Work items: one output tile (B packed), or one n-tile of B converted here and every m-tile against it.
     const int64_t work = b_packed ? tiles_m * tiles_n : tiles_n;
@@ -399,9 +564,9 @@ void run_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, co
 void scaled_mm_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, const uint8_t* bt,
                     const float* sa, const float* sb, const float* bias, void* out) {
   check_scaled_mm(spec, g);
-  // B converted tile by tile inside the loop when there are enough n-tiles to keep every thread busy; else packed
-  // once up front (parallel over all output tiles).
-  if (cdiv(g.N, tile_n_for(g.N)) >= omp_get_max_threads()) {
+  // B converted tile by tile inside the loop when there are enough n-tiles to keep every thread busy (or read as codes
+  // on the small-M path); else packed once up front (parallel over all output tiles).
+  if (cdiv(g.N, tile_n_for(g.N)) >= omp_get_max_threads() || gemv_usable(spec, g)) {
     run_fast(spec, g, a, nullptr, bt, sa, sb, bias, out);
   } else {
     const FastGemmB b(spec, g, bt);
@@ -414,7 +579,7 @@ void scaled_mm_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t*
   check_scaled_mm(spec, g);
   if (b.N() != g.N || b.K() != g.K || b.group() != k_group(spec, g.K) || b.tile_n() != tile_n_for(g.N))
     throw InputError("fast scaled_mm: the packed B was made for another N, K or scaling");
-  run_fast(spec, g, a, b.data(), nullptr, sa, sb, bias, out);
+  run_fast(spec, g, a, b.data(), b.codes(), sa, sb, bias, out);
 }
 
 double fast_accumulation_constant(const ScaledMmSpec& spec, int64_t K) {
