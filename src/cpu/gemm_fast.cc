@@ -224,6 +224,16 @@ struct Scales {
       default: return sa[m * KB + kb];
     }
   }
+  // sb(n, kb) for kb = 0, 1, ... at row[kb · step] (step 0: one scale for every kb)
+  const float* b_row(int64_t n, int64_t* step) const {
+    *step = kind == GemmScaling::tensor || kind == GemmScaling::rowwise ? 0 : 1;
+    switch (kind) {
+      case GemmScaling::tensor: return sb;
+      case GemmScaling::rowwise: return sb + n;
+      case GemmScaling::blockwise: return sb + (n / 128) * sb_stride;
+      default: return sb + n * KB;
+    }
+  }
   float b(int64_t n, int64_t kb) const {
     switch (kind) {
       case GemmScaling::tensor: return sb[0];
@@ -313,9 +323,10 @@ FP8REF_GEMV_TARGET void gemv_decode_a(const GemvDecoder& d, const GemvChunks& ch
 }
 
 // acc rows m0..m0+MB-1 (f32, row stride N) for the columns n[0..C) (repeats past N are computed, not stored). C·MB
-// partial chains and as many accumulators in registers (C·MB <= 8: no spills).
+// partial chains and as many accumulators in registers (C·MB <= 8: no spills). S: the scale products RN32(sa·sb),
+// S[(c·MB + r)·KB + kb] for column n[c], row m0 + r (gemv_scales).
 template <int MB, int C>
-FP8REF_GEMV_TARGET void gemv_cols(const GemvDecoder& d, const GemvChunks& ch, const Scales& sc, const uint16_t* ap,
+FP8REF_GEMV_TARGET void gemv_cols(const GemvDecoder& d, const GemvChunks& ch, const float* S, const uint16_t* ap,
                                   const uint8_t* bt, int64_t K, int64_t N, int64_t m0, const int64_t* n, int ncols,
                                   float* acc_out) {
   const int64_t nc = static_cast<int64_t>(ch.k0.size()), KB = static_cast<int64_t>(ch.first.size()) - 1;
@@ -323,9 +334,12 @@ FP8REF_GEMV_TARGET void gemv_cols(const GemvDecoder& d, const GemvChunks& ch, co
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < MB; ++r) acc[c][r] = _mm512_setzero_ps();
   for (int64_t kb = 0; kb < KB; ++kb) {
-    __m512 p[C][MB];
+    // (one row and four columns: the chunk halves in two chains each, eight in flight — a group's four vdpbf16ps
+    // of one chain would wait on each other)
+    constexpr bool kSplit = C * MB <= 4;
+    __m512 p[C][MB], p1[C][MB];
     for (int c = 0; c < C; ++c)
-      for (int r = 0; r < MB; ++r) p[c][r] = _mm512_setzero_ps();
+      for (int r = 0; r < MB; ++r) p[c][r] = p1[c][r] = _mm512_setzero_ps();
     for (int64_t i = ch.first[kb]; i < ch.first[kb + 1]; ++i) {
       const __mmask64 mk = gemv_mask(ch.n[i]);
       const bool full = ch.n[i] == 64;
@@ -337,15 +351,16 @@ FP8REF_GEMV_TARGET void gemv_cols(const GemvDecoder& d, const GemvChunks& ch, co
         for (int r = 0; r < MB; ++r) {
           const uint16_t* a = ap + ((m0 + r) * nc + i) * 64;
           p[c][r] = _mm512_dpbf16_ps(p[c][r], (__m512bh)w0, (__m512bh)_mm512_loadu_si512(a));
-          p[c][r] = _mm512_dpbf16_ps(p[c][r], (__m512bh)w1, (__m512bh)_mm512_loadu_si512(a + 32));
+          if (kSplit) p1[c][r] = _mm512_dpbf16_ps(p1[c][r], (__m512bh)w1, (__m512bh)_mm512_loadu_si512(a + 32));
+          else p[c][r] = _mm512_dpbf16_ps(p[c][r], (__m512bh)w1, (__m512bh)_mm512_loadu_si512(a + 32));
         }
       }
     }
-    for (int c = 0; c < C; ++c) {
-      const float sbv = sc.b(n[c], kb);
-      for (int r = 0; r < MB; ++r)
-        acc[c][r] = _mm512_fmadd_ps(p[c][r], _mm512_set1_ps(sc.a(m0 + r, kb) * sbv), acc[c][r]);
-    }
+    for (int c = 0; c < C; ++c)
+      for (int r = 0; r < MB; ++r) {
+        const __m512 pr = kSplit ? _mm512_add_ps(p[c][r], p1[c][r]) : p[c][r];
+        acc[c][r] = _mm512_fmadd_ps(pr, _mm512_set1_ps(S[(c * MB + r) * KB + kb]), acc[c][r]);
+      }
   }
   for (int c = 0; c < ncols; ++c)
     for (int r = 0; r < MB; ++r) acc_out[(m0 + r) * N + n[c]] = _mm512_reduce_add_ps(acc[c][r]);
@@ -357,32 +372,62 @@ bool gemv_usable(const ScaledMmSpec& spec, const GemmShape& g) {
 }
 
 // acc = the f32 accumulators [M][N] (before the epilogue) on the small-M path.
+// The scale products of rows m0..m0+mb-1 and columns n[0..nc): S[(c·mb + r)·KB + kb] = RN32(sa(m0 + r, kb) ·
+// sb(n[c], kb)), from A's scales per row (sat: [M][KB]) and B's row of scales over kb.
+void gemv_scales(const Scales& sc, const float* sat, int64_t KB, int64_t m0, int mb, const int64_t* n, int nc, float* S) {
+  for (int c = 0; c < nc; ++c) {
+    int64_t step;
+    const float* br = sc.b_row(n[c], &step);
+    for (int r = 0; r < mb; ++r) {
+      const float* ar = sat + (m0 + r) * KB;
+      float* o = S + (c * mb + r) * KB;
+      if (step == 0)
+        for (int64_t kb = 0; kb < KB; ++kb) o[kb] = ar[kb] * br[0];
+      else
+        for (int64_t kb = 0; kb < KB; ++kb) o[kb] = ar[kb] * br[kb];
+    }
+  }
+}
+
+// acc = the f32 accumulators [M][N] (before the epilogue) on the small-M path.
 void gemv_fast(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const Scales& sc, const uint8_t* a,
                const uint8_t* bt, float* acc) {
   const int64_t M = g.M, N = g.N, K = g.K;
   const GemvChunks ch(K, G);
+  const int64_t KB = static_cast<int64_t>(ch.first.size()) - 1;
   const GemvTables ta(spec.fa), tb(spec.fb);
   std::vector<uint16_t> ap(static_cast<size_t>(M) * ch.k0.size() * 64);
   gemv_decode_a(GemvDecoder(ta), ch, a, M, K, ap.data());
+  std::vector<float> sat(static_cast<size_t>(M * KB));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t kb = 0; kb < KB; ++kb) sat[static_cast<size_t>(m * KB + kb)] = sc.a(m, kb);
   const int64_t quads = (N + kGemvCols - 1) / kGemvCols;
-#pragma omp parallel for schedule(dynamic, 16) if (N * K * M > (int64_t{1} << 18))
-  for (int64_t q = 0; q < quads; ++q) {
+#pragma omp parallel if (N * K * M > (int64_t{1} << 18))
+  {
+    std::vector<float> S(static_cast<size_t>(kGemvCols * kGemvRows * KB));
     const GemvDecoder d(tb);
-    int64_t n[kGemvCols];
-    const int64_t c0 = q * kGemvCols;
-    for (int c = 0; c < kGemvCols; ++c) n[c] = std::min(c0 + c, N - 1);
-    const int wide = static_cast<int>(std::min<int64_t>(kGemvCols, N - c0));
-    for (int64_t m0 = 0; m0 < M;) {  // rows in blocks of up to four: 1–2 rows four columns at a time, 3–4 rows two
-      const int64_t mb = M - m0;
-      if (mb == 1) gemv_cols<1, 4>(d, ch, sc, ap.data(), bt, K, N, m0, n, wide, acc);
-      else if (mb == 2) gemv_cols<2, 4>(d, ch, sc, ap.data(), bt, K, N, m0, n, wide, acc);
-      else
-        for (int h = 0; h < wide; h += 2) {
-          const int half = std::min(2, wide - h);
-          if (mb == 3) gemv_cols<3, 2>(d, ch, sc, ap.data(), bt, K, N, m0, n + h, half, acc);
-          else gemv_cols<4, 2>(d, ch, sc, ap.data(), bt, K, N, m0, n + h, half, acc);
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t q = 0; q < quads; ++q) {
+      int64_t n[kGemvCols];
+      const int64_t c0 = q * kGemvCols;
+      for (int c = 0; c < kGemvCols; ++c) n[c] = std::min(c0 + c, N - 1);
+      const int wide = static_cast<int>(std::min<int64_t>(kGemvCols, N - c0));
+      for (int64_t m0 = 0; m0 < M;) {  // rows in blocks of up to four: 1–2 rows four columns at a time, 3–4 rows two
+        const int mb = static_cast<int>(std::min<int64_t>(M - m0, kGemvRows));
+        if (mb <= 2) {
+          gemv_scales(sc, sat.data(), KB, m0, mb, n, kGemvCols, S.data());
+          if (mb == 1) gemv_cols<1, 4>(d, ch, S.data(), ap.data(), bt, K, N, m0, n, wide, acc);
+          else gemv_cols<2, 4>(d, ch, S.data(), ap.data(), bt, K, N, m0, n, wide, acc);
+        } else {
+          for (int h = 0; h < wide; h += 2) {
+            const int half = std::min(2, wide - h);
+            gemv_scales(sc, sat.data(), KB, m0, mb, n + h, 2, S.data());
+            if (mb == 3) gemv_cols<3, 2>(d, ch, S.data(), ap.data(), bt, K, N, m0, n + h, half, acc);
+            else gemv_cols<4, 2>(d, ch, S.data(), ap.data(), bt, K, N, m0, n + h, half, acc);
+          }
         }
-      m0 += std::min<int64_t>(mb, kGemvRows);
+        m0 += mb;
+      }
     }
   }
 }
