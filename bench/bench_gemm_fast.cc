@@ -7,6 +7,10 @@
 //                     already bf16 (no conversion counted), its kernel is printed (ONEDNN_VERBOSE shows the same);
 //   * fast          : cpu::scaled_mm_fast from fp8 codes: A and B converted and packed, scales, output rounding;
 //   * fast, B packed: cpu::FastGemmB made once outside the timing (a weight converted once), then scaled_mm_fast.
+//   For M <= 16 on CPUs with AVX-512 BF16 (the small-M path: B read as codes), also:
+//   * read pass     : one pass over B's N·K code bytes on the same threads (a sum of 64-bit words) — the memory
+//                     floor of a decode-sized product, which must read every weight once;
+//   * fast, tile path: the packed-B call with the small-M path switched off (oneDNN per K group, as for larger M).
 // Rounds are interleaved (anchor, fast, fast packed, then again); best of R (median in parentheses).
 // TFLOP/s = 2·M·N·K / time. Run with OMP_WAIT_POLICY=passive on this 2-core VM.
 //
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "cpu/gemm_fast.h"
+#include "cpu/rmsnorm_quant_avx512.h"
 #include "fp8ref/convert.h"
 #include "fp8ref/gemm.h"
 
@@ -102,9 +107,31 @@ void run_shape(int64_t M, int64_t N, int64_t K, int reps, GemmScaling scaling) {
   const cpu::FastGemmB packed(spec, g, bt.data());
   auto fast_packed = [&] { cpu::scaled_mm_fast(spec, g, a.data(), packed, sa.data(), sb.data(), nullptr, out.data()); };
 
-  Stat s_dnnl, s_fast, s_packed;
+  // small M: the tile path beside the small-M path, and a read pass over B's codes
+  const bool small = M <= 16 && cpu::avx512bf16_kernels();
+  auto tile_packed = [&] {
+    cpu::set_avx512bf16_kernels_for_test(false);
+    fast_packed();
+    cpu::set_avx512bf16_kernels_for_test(true);
+  };
+  std::vector<uint64_t> words(small ? bt.size() / 8 : 0);
+  if (small) std::memcpy(words.data(), bt.data(), words.size() * 8);
+  uint64_t sink = 0;
+  auto read_pass = [&] {
+    uint64_t sum = 0;
+    const int64_t n = static_cast<int64_t>(words.size());
+#pragma omp parallel for reduction(+ : sum) schedule(static)
+    for (int64_t i = 0; i < n; ++i) sum += words[static_cast<size_t>(i)];
+    sink += sum;
+  };
+
+  Stat s_dnnl, s_fast, s_packed, s_tile, s_read;
   onednn();  // warm-up (primitive caches, AMX permission, page faults)
   fast_packed();
+  if (small) {
+    tile_packed();
+    read_pass();
+  }
   auto timed = [](Stat& s, const auto& fn) {
     const double t0 = now_s(), c0 = cpu_s();
     fn();
@@ -115,6 +142,10 @@ void run_shape(int64_t M, int64_t N, int64_t K, int reps, GemmScaling scaling) {
     timed(s_dnnl, onednn);
     timed(s_fast, fast);
     timed(s_packed, fast_packed);
+    if (small) {
+      timed(s_tile, tile_packed);
+      timed(s_read, read_pass);
+    }
   }
   const double flop = 2.0 * M * N * K;
   auto row = [&](const std::string& name, const Stat& s) {
@@ -126,6 +157,14 @@ void run_shape(int64_t M, int64_t N, int64_t K, int reps, GemmScaling scaling) {
   row(std::string("onednn bf16 (") + pd.impl_info_str() + ")", s_dnnl);
   row(std::string("fast ") + to_string(scaling) + " (fp8 in, B converted per call)", s_fast);
   row(std::string("fast ") + to_string(scaling) + " (fp8 in, B packed once)", s_packed);
+  if (small) {
+    row(std::string("fast ") + to_string(scaling) + " (B packed once, tile path: small-M path off)", s_tile);
+    std::printf("| %ld,%ld,%ld | anchor: read pass over B's %.1f MB of codes | %.2f ms (%.2f) | | | | | "
+                "fast packed / read pass: %.2f |\n",
+                static_cast<long>(M), static_cast<long>(N), static_cast<long>(K), static_cast<double>(bt.size()) / 1e6,
+                s_read.best() * 1e3, s_read.median() * 1e3, s_read.best() / s_packed.best());
+  }
+  if (sink == 42) std::printf(" ");
   std::fflush(stdout);
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs this machine's build of the unit tests and the CPU benchmarks (attention, quantize, rmsnorm_quant and its
-# passes), with the shared libraries the device machine lacks (oneDNN, Highway, the OpenCL loader that Debian's oneDNN
+# passes, the fast GEMM), with the shared libraries the device machine lacks (oneDNN, Highway, the OpenCL loader that Debian's oneDNN
 # links), into .devbuild/db.tar.xz (git-ignored, ~11 MB xz: the 40 MB libdnnl would push the carried tree over the
 # device tool's 64 MiB). The device machine's host CPU (a Xeon with AVX-512, AVX-512-FP16 and AMX, Ubuntu 24.04,
 # glibc 2.39 >= Debian 12's 2.36) then runs the paths this CPU may lack: Highway's AVX3 target, the AMX attention
@@ -15,12 +15,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
-cmake --build "$BUILD" -j2 --target fp8ref_tests fp8ref_exhaustive bench_attention bench_quant bench_rmsnorm_quant \
+cmake --build "$BUILD" -j2 --target fp8ref_tests fp8ref_exhaustive bench_attention bench_quant bench_rmsnorm_quant bench_gemm_fast \
   bench_rmsnorm_passes >/dev/null
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 cp "$BUILD/tests/fp8ref_tests" "$BUILD/tests/fp8ref_exhaustive" "$BUILD/bench/bench_attention" \
-   "$BUILD/bench/bench_quant" \
+   "$BUILD/bench/bench_quant" "$BUILD/bench/bench_gemm_fast" \
    "$BUILD/bench/bench_rmsnorm_quant" "$BUILD/bench/bench_rmsnorm_passes" "$stage/"
 for lib in libdnnl.so.2 libhwy.so.1 libOpenCL.so.1; do
   path=$(ldd "$BUILD/tests/fp8ref_tests" | awk -v l="$lib" '$1 == l { print $3 }')
