@@ -138,12 +138,14 @@ double out_value(const Case& c, const std::vector<uint8_t>& out, size_t i) {
   return f;
 }
 
-// Runs fast and the bound; returns the largest |fast − v| / bound (CHECKs every element).
-double check_case(const Case& c, const std::string& what) {
+// Runs fast (on B's codes, or on a packed B) and the bound; returns the largest |fast − v| / bound (CHECKs every
+// element).
+double check_case(const Case& c, const std::string& what, const cpu::FastGemmB* packed = nullptr) {
   const size_t MN = static_cast<size_t>(c.g.M * c.g.N);
   std::vector<uint8_t> out(MN * (c.spec.out == Format::f32 ? 4 : 2));
   const float* bias = c.bias.empty() ? nullptr : c.bias.data();
-  cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), c.bt.data(), c.sa.data(), c.sb.data(), bias, out.data());
+  if (packed) cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), *packed, c.sa.data(), c.sb.data(), bias, out.data());
+  else cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), c.bt.data(), c.sa.data(), c.sb.data(), bias, out.data());
   std::vector<double> bound(MN);
   cpu::scaled_mm_fast_bound(c.spec, c.g, c.a.data(), c.bt.data(), c.sa.data(), c.sb.data(), bias, bound.data());
   std::vector<long double> v, oerr;
@@ -219,9 +221,11 @@ TEST_CASE("fast scaled_mm: the bound is tight enough to catch a wrong scale") {
 
 TEST_CASE("fast scaled_mm: packed B reuse, zero sizes and bad input") {
   std::mt19937_64 rng(11);
-  const Case c = make_case(rng, GemmScaling::group, Format::e4m3fn, Format::e4m3fn, Format::f32, BiasMode::none, 9, 40, 256);
+  // (M = 20: the tile path, where a packed B gives the same bits; for M <= 16 a packed B has its own kernel, tested
+  // below within the bound)
+  const Case c = make_case(rng, GemmScaling::group, Format::e4m3fn, Format::e4m3fn, Format::f32, BiasMode::none, 20, 40, 256);
   const cpu::FastGemmB packed(c.spec, c.g, c.bt.data());
-  std::vector<float> o1(9 * 40), o2(9 * 40);
+  std::vector<float> o1(20 * 40), o2(20 * 40);
   cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), c.bt.data(), c.sa.data(), c.sb.data(), nullptr, o1.data());
   cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), packed, c.sa.data(), c.sb.data(), nullptr, o2.data());
   CHECK(std::memcmp(o1.data(), o2.data(), o1.size() * 4) == 0);
@@ -315,23 +319,28 @@ TEST_CASE("fast scaled_mm: a NaN code or scale gives NaN in its output row / col
         if (where == 0) c.a[static_cast<size_t>(2 * 300 + 257)] = nan;  // A row 2, k 257 (the last K block)
         else if (where == 1) c.bt[static_cast<size_t>(131 * 300 + 3)] = nan;  // B column 131, k 3
         else c.sa[per_row ? 2 * per_row + per_row - 1 : 0] = std::numeric_limits<float>::quiet_NaN();  // row 2's last
-        std::vector<uint8_t> out(static_cast<size_t>(9 * 140 * 2));
-        cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), c.bt.data(), c.sa.data(), c.sb.data(), nullptr, out.data());
-        int wrong = 0;
-        for (size_t m = 0; m < 9; ++m)
-          for (size_t n = 0; n < 140; ++n) {
-            const bool want = where == 1 ? n == 131 : (m == 2 || (where == 2 && per_row == 0));
-            if (std::isnan(out_value(c, out, m * 140 + n)) != want && wrong++ < 3)
-              MESSAGE(c.spec.describe() << ": element (" << m << ", " << n << ") " << out_value(c, out, m * 140 + n));
-          }
-        CHECK(wrong == 0);
+        const cpu::FastGemmB packed(c.spec, c.g, c.bt.data());
+        for (bool use_packed : {false, true}) {  // (B's codes, and a packed B: each small-M kernel)
+          std::vector<uint8_t> out(static_cast<size_t>(9 * 140 * 2));
+          if (use_packed) cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), packed, c.sa.data(), c.sb.data(), nullptr, out.data());
+          else cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), c.bt.data(), c.sa.data(), c.sb.data(), nullptr, out.data());
+          int wrong = 0;
+          for (size_t m = 0; m < 9; ++m)
+            for (size_t n = 0; n < 140; ++n) {
+              const bool want = where == 1 ? n == 131 : (m == 2 || (where == 2 && per_row == 0));
+              if (std::isnan(out_value(c, out, m * 140 + n)) != want && wrong++ < 3)
+                MESSAGE(c.spec.describe() << (use_packed ? " packed" : "") << ": element (" << m << ", " << n << ") "
+                                          << out_value(c, out, m * 140 + n));
+            }
+          CHECK(wrong == 0);
+        }
       }
 }
 
-// The small-M path (M <= 16 on CPUs with AVX-512 BF16 + VBMI: B read as codes, decoded in registers, K in chunks of
-// <= 64 codes that never cross a scale group): within the bound at every chunk and group edge, for each row-block
-// shape (1–4 rows, then blocks of four) and column tail; bit-identical across thread counts and for a packed B (which
-// keeps the codes); the oneDNN tile path (the kernels switched off) within the same bound on the same cases.
+// The small-M paths (M <= 16 on CPUs with AVX-512 BF16 + VBMI): B's codes read row by row (K in chunks of <= 64 codes
+// that never cross a scale group), and a packed B's column blocks of 16 (gemm16_fast): each within the bound at every
+// chunk and group edge, for each row-block shape and column tail, bit-identical across thread counts; the oneDNN tile
+// path (the kernels switched off) within the same bound on the same cases.
 TEST_CASE("fast scaled_mm: the small-M path (B as codes) at chunk and group edges, any thread count, packed B") {
   std::mt19937_64 rng(29);
   const GemmScaling scalings[] = {GemmScaling::tensor, GemmScaling::rowwise, GemmScaling::blockwise, GemmScaling::group,
@@ -351,22 +360,27 @@ TEST_CASE("fast scaled_mm: the small-M path (B as codes) at chunk and group edge
                                " N=" + std::to_string(N) + " K=" + std::to_string(K);
       check_case(c, what);
       const size_t bytes = static_cast<size_t>(M * N) * (out == Format::f32 ? 4 : 2);
-      std::vector<uint8_t> o1(bytes), o2(bytes), o3(bytes);
+      std::vector<uint8_t> o1(bytes), o2(bytes), o3(bytes), o4(bytes);
       const float* b = c.bias.empty() ? nullptr : c.bias.data();
+      const cpu::FastGemmB packed(c.spec, c.g, c.bt.data());
+      check_case(c, what + " (packed B)", &packed);
       omp_set_num_threads(1);
       cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), c.bt.data(), c.sa.data(), c.sb.data(), b, o1.data());
+      cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), packed, c.sa.data(), c.sb.data(), b, o3.data());
       omp_set_num_threads(std::max(threads, 2));
       cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), c.bt.data(), c.sa.data(), c.sb.data(), b, o2.data());
+      cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), packed, c.sa.data(), c.sb.data(), b, o4.data());
       omp_set_num_threads(threads);
-      const cpu::FastGemmB packed(c.spec, c.g, c.bt.data());
-      cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), packed, c.sa.data(), c.sb.data(), b, o3.data());
       CHECK_MESSAGE(o1 == o2, what);
-      CHECK_MESSAGE(o1 == o3, what);
+      CHECK_MESSAGE(o3 == o4, what);
       cpu::set_avx512bf16_kernels_for_test(false);
       check_case(c, what + " (tile path)");
+      check_case(c, what + " (tile path, packed B)", &packed);
       cpu::set_avx512bf16_kernels_for_test(true);
     }
   // A decode-sized product: M = 1 over K = 7168 (56 blockwise groups of two chunks), N = 300 (a column tail of 0).
   const Case d = make_case(rng, GemmScaling::blockwise, Format::e4m3fn, Format::e4m3fn, Format::bf16, BiasMode::none, 1, 300, 7168);
   check_case(d, "decode M=1 K=7168 blockwise");
+  const cpu::FastGemmB dp(d.spec, d.g, d.bt.data());
+  check_case(d, "decode M=1 K=7168 blockwise, packed B", &dp);
 }

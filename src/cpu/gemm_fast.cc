@@ -432,6 +432,159 @@ void gemv_fast(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const Sc
   }
 }
 
+// ---- small M with a packed B (FastGemmB): B's codes in column blocks of 16 --------------------------------------
+// A weight packed once is laid out for a register-blocked kernel: per block of 16 columns and 4 K (64 bytes), byte
+// 16L + 8h + 2i + b = B[16·nb + 4L + i][4·kq + 2h + b] (zero past N and K), so the decoder's two unpacks give, in
+// dword 4L + i of w0 (w1), column 4L + i's pair k = 4kq, +1 (4kq + 2, +3) — the VNNI layout. Each vdpbf16ps then
+// multiplies 16 columns by one row's bf16 pair broadcast from A: MB rows × C column blocks of partials P (one column per
+// lane: each a sequential sum of its group's products, L − 1 additions as the bound assumes), acc = fma(P, S, acc)
+// per group with S the 16 columns' RN32(sa·sb), no lane sum. The decode is shared by the MB rows (the row kernel
+// above decodes per four rows and sums lanes).
+constexpr int64_t kB16 = 16;  // columns per block
+
+// bt [N][K] -> [ceil(N/16)][ceil(K/4)][64] as above
+std::vector<uint8_t> pack_b16(const uint8_t* bt, int64_t N, int64_t K) {
+  const int64_t NB = cdiv(N, kB16), KQ = cdiv(K, 4);
+  std::vector<uint8_t> out(static_cast<size_t>(NB * KQ * 64), uint8_t{0});
+#pragma omp parallel for schedule(static) if (N * K > (int64_t{1} << 20))
+  for (int64_t nb = 0; nb < NB; ++nb)
+    for (int j = 0; j < kB16 && nb * kB16 + j < N; ++j) {
+      const uint8_t* row = bt + (nb * kB16 + j) * K;
+      const int L = j / 4, i = j % 4;
+      uint8_t* blk = out.data() + nb * KQ * 64;
+      for (int64_t k = 0; k < K; ++k) blk[(k / 4) * 64 + 16 * L + 8 * ((k / 2) % 2) + 2 * i + k % 2] = row[k];
+    }
+  return out;
+}
+
+// acc rows m0..m0+MB-1, columns of blocks nb0..nb0+C-1 (f32, row stride N; columns past N not stored). a16: A as bf16
+// [M][KQ·4] (zero past K). S[((r·C + c)·KB + kb)·16 + j]: column 16(nb0 + c) + j's scale product with row m0 + r.
+template <int MB, int C>
+FP8REF_GEMV_TARGET void gemm16_cols(const GemvDecoder& d, const uint8_t* b16, int64_t KQ, int64_t GQ, int64_t KB,
+                                    const uint16_t* a16, const float* S, int64_t m0, int64_t nb0, int64_t N,
+                                    float* acc_out) {
+  // the accumulators in memory (touched once per group), the partials in two chains each (w0's and w1's pairs): 2·MB·C
+  // independent vdpbf16ps chains of one instruction per 4 K — one chain of two per 4 K ran at ~18 of the 32 MAC per
+  // cycle (session 22)
+  alignas(64) float acc[MB * C * kB16];
+  for (int i = 0; i < MB * C; ++i) _mm512_store_ps(acc + i * kB16, _mm512_setzero_ps());
+  for (int64_t kb = 0; kb < KB; ++kb) {
+    __m512 p[MB][C], p1[MB][C];
+    for (int r = 0; r < MB; ++r)
+      for (int c = 0; c < C; ++c) p[r][c] = p1[r][c] = _mm512_setzero_ps();
+    const int64_t q1 = std::min(KQ, (kb + 1) * GQ);
+    for (int64_t kq = kb * GQ; kq < q1; ++kq) {
+      __m512i w0[C], w1[C];
+      for (int c = 0; c < C; ++c) {
+        const uint8_t* src = b16 + ((nb0 + c) * KQ + kq) * 64;
+        _mm_prefetch(reinterpret_cast<const char*>(src) + kGemvAhead, _MM_HINT_T0);
+        d.decode(_mm512_loadu_si512(src), &w0[c], &w1[c]);
+      }
+      for (int r = 0; r < MB; ++r) {
+        const uint16_t* ar = a16 + (m0 + r) * KQ * 4 + kq * 4;
+        int32_t x01, x23;
+        std::memcpy(&x01, ar, 4);
+        std::memcpy(&x23, ar + 2, 4);
+        const __m512bh a01 = (__m512bh)_mm512_set1_epi32(x01), a23 = (__m512bh)_mm512_set1_epi32(x23);
+        for (int c = 0; c < C; ++c) {
+          p[r][c] = _mm512_dpbf16_ps(p[r][c], (__m512bh)w0[c], a01);
+          p1[r][c] = _mm512_dpbf16_ps(p1[r][c], (__m512bh)w1[c], a23);
+        }
+      }
+    }
+    for (int r = 0; r < MB; ++r)
+      for (int c = 0; c < C; ++c) {
+        float* ac = acc + (r * C + c) * kB16;
+        _mm512_store_ps(ac, _mm512_fmadd_ps(_mm512_add_ps(p[r][c], p1[r][c]),
+                                            _mm512_loadu_ps(S + ((r * C + c) * KB + kb) * kB16), _mm512_load_ps(ac)));
+      }
+  }
+  for (int r = 0; r < MB; ++r)
+    for (int c = 0; c < C; ++c) {
+      const int64_t n0 = (nb0 + c) * kB16;
+      if (n0 >= N) continue;
+      const __mmask16 mk = N - n0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (N - n0)) - 1);
+      _mm512_mask_storeu_ps(acc_out + (m0 + r) * N + n0, mk, _mm512_load_ps(acc + (r * C + c) * kB16));
+    }
+}
+
+// out[j] = RN32(sa · sb[j]) for the 16 columns of a block
+FP8REF_GEMV_TARGET inline void gemm16_scale_row(float sa, const float* sb, float* out) {
+  _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_set1_ps(sa), _mm512_loadu_ps(sb)));
+}
+
+// acc = the f32 accumulators [M][N] on the small-M path with a packed B (b16 from pack_b16).
+void gemm16_fast(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const Scales& sc, const uint8_t* a,
+                 const uint8_t* b16, float* acc) {
+  const int64_t M = g.M, N = g.N, K = g.K, NB = cdiv(N, kB16), KQ = cdiv(K, 4), KB = cdiv(K, G), GQ = cdiv(G, 4);
+  std::vector<uint16_t> a16(static_cast<size_t>(M * KQ * 4), uint16_t{0});
+  for (int64_t m = 0; m < M; ++m) HWY_DYNAMIC_DISPATCH(FastCodesToBf16)(spec.fa == Format::e5m2, a + m * K, a16.data() + m * KQ * 4, static_cast<size_t>(K));
+  std::vector<float> sat(static_cast<size_t>(M * KB));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t kb = 0; kb < KB; ++kb) sat[static_cast<size_t>(m * KB + kb)] = sc.a(m, kb);
+  const GemvTables tb(spec.fb);
+  // rows in blocks of up to 8; per row block MB·C <= 8 column-block accumulators: C = 4 for 1–2 rows, 2 for 3–4, 1
+  // for 5–8 (the decode of a block shared by the MB rows; 2·MB·C vdpbf16ps chains)
+  using Kern = void (*)(const GemvDecoder&, const uint8_t*, int64_t, int64_t, int64_t, const uint16_t*, const float*,
+                        int64_t, int64_t, int64_t, float*);
+  auto pick = [](int mb, int c) -> Kern {
+    if (c == 4) return mb == 1 ? gemm16_cols<1, 4> : gemm16_cols<2, 4>;
+    if (c == 2) return mb == 1 ? gemm16_cols<1, 2> : mb == 2 ? gemm16_cols<2, 2> : mb == 3 ? gemm16_cols<3, 2> : gemm16_cols<4, 2>;
+    switch (mb) {
+      case 1: return gemm16_cols<1, 1>;
+      case 2: return gemm16_cols<2, 1>;
+      case 3: return gemm16_cols<3, 1>;
+      case 4: return gemm16_cols<4, 1>;
+      case 5: return gemm16_cols<5, 1>;
+      case 6: return gemm16_cols<6, 1>;
+      case 7: return gemm16_cols<7, 1>;
+      default: return gemm16_cols<8, 1>;
+    }
+  };
+  constexpr int kBlocks = 4;  // column blocks per work item
+  const int64_t work = cdiv(NB, kBlocks);
+#pragma omp parallel if (N * K * M > (int64_t{1} << 18))
+  {
+    std::vector<float> S(static_cast<size_t>(8 * KB * kB16)), SB(static_cast<size_t>(kBlocks * KB * kB16));
+    const GemvDecoder d(tb);
+    // SB[(c·KB + kb)·16 + j] = sb(column 16(nb0 + c) + j, kb) for the work item's blocks, then S per row block as
+    // sa(m, kb) times that vector (the scale products in lanes: a per-element scalar loop here cost a third of the
+    // kernel's time at M = 8, session 22)
+    auto col_scales = [&](int64_t nb0, int nc) {
+      for (int c = 0; c < nc; ++c)
+        for (int j = 0; j < kB16; ++j) {
+          int64_t step;
+          const float* br = sc.b_row(std::min((nb0 + c) * kB16 + j, N - 1), &step);
+          for (int64_t kb = 0; kb < KB; ++kb) SB[static_cast<size_t>((c * KB + kb) * kB16 + j)] = br[kb * step];
+        }
+    };
+    auto scales = [&](int64_t m0, int mb, int c0, int nc) {  // S for rows m0.., SB's blocks c0..c0+nc-1
+      for (int r = 0; r < mb; ++r)
+        for (int c = 0; c < nc; ++c)
+          for (int64_t kb = 0; kb < KB; ++kb)
+            gemm16_scale_row(sat[static_cast<size_t>((m0 + r) * KB + kb)], SB.data() + ((c0 + c) * KB + kb) * kB16,
+                             S.data() + ((r * nc + c) * KB + kb) * kB16);
+    };
+#pragma omp for schedule(dynamic, 2)
+    for (int64_t w = 0; w < work; ++w) {
+      const int64_t nb0 = kBlocks * w;
+      const int nc = static_cast<int>(std::min<int64_t>(kBlocks, NB - nb0));
+      col_scales(nb0, nc);
+      for (int64_t m0 = 0; m0 < M;) {
+        const int mb = static_cast<int>(std::min<int64_t>(M - m0, 8));
+        const int cmax = mb <= 2 ? 4 : mb <= 4 ? 2 : 1;
+        for (int c0 = 0; c0 < nc;) {
+          const int cc = std::min(cmax, nc - c0) >= 4 ? 4 : std::min(cmax, nc - c0) >= 2 ? 2 : 1;
+          scales(m0, mb, c0, cc);
+          pick(mb, cc)(d, b16, KQ, GQ, KB, a16.data(), S.data(), m0, nb0 + c0, N, acc);
+          c0 += cc;
+        }
+        m0 += mb;
+      }
+    }
+  }
+}
+
 uint16_t f16_bits(float v) {
   uint32_t b;
   std::memcpy(&b, &v, 4);
@@ -450,7 +603,7 @@ FastGemmB::FastGemmB(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t
     : N_(g.N), K_(g.K), G_(k_group(spec, g.K)), Nt_(tile_n_for(g.N)) {
   check_scaled_mm(spec, g);
   data_ = pack(spec.fb, bt, N_, K_, Nt_, G_);
-  codes_.assign(bt, bt + N_ * K_);
+  codes16_ = pack_b16(bt, N_, K_);
 }
 
 namespace {
@@ -485,16 +638,18 @@ void store_row(const ScaledMmSpec& spec, const float* ar, const float* bias, int
 // The tile loop. B comes packed (b_packed: [tiles_n][KB][Nt][G]) or as codes (bt), then each thread converts one
 // n-tile of B at a time into its own buffer and runs every m-tile against it (no full bf16 copy of B).
 void run_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, const uint16_t* b_packed,
-              const uint8_t* bt, const float* sa, const float* sb, const float* bias, void* out) {
+              const uint8_t* bt, const float* sa, const float* sb, const float* bias, void* out,
+              const uint8_t* b16 = nullptr) {
   if ((spec.bias != BiasMode::none) != (bias != nullptr))
     throw InputError("fast scaled_mm: a bias is given iff the spec has a bias mode");
   const int64_t M = g.M, N = g.N, K = g.K, G = k_group(spec, g.K), Nt = tile_n_for(N);
   if (M == 0 || N == 0) return;
   const int64_t KB = K == 0 ? 0 : cdiv(K, G);
   const Scales sc{spec.scaling, sa, sb, KB, spec.cublas_sb_stride ? round_up(KB, 4) : KB};
-  if (bt && gemv_usable(spec, g)) {  // small M: B as codes (see gemv_fast)
+  if ((b16 || bt) && gemv_usable(spec, g)) {  // small M: B as codes (gemm16_fast for a packed B, else gemv_fast)
     std::vector<float> acc(static_cast<size_t>(M * N));
-    gemv_fast(spec, g, G, sc, a, bt, acc.data());
+    if (b16) gemm16_fast(spec, g, G, sc, a, b16, acc.data());
+    else gemv_fast(spec, g, G, sc, a, bt, acc.data());
     for (int64_t m = 0; m < M; ++m) store_row(spec, acc.data() + m * N, bias, m, 0, N, N, out);
     return;
   }
@@ -624,7 +779,7 @@ void scaled_mm_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t*
   check_scaled_mm(spec, g);
   if (b.N() != g.N || b.K() != g.K || b.group() != k_group(spec, g.K) || b.tile_n() != tile_n_for(g.N))
     throw InputError("fast scaled_mm: the packed B was made for another N, K or scaling");
-  run_fast(spec, g, a, b.data(), b.codes(), sa, sb, bias, out);
+  run_fast(spec, g, a, b.data(), nullptr, sa, sb, bias, out, b.codes16());
 }
 
 double fast_accumulation_constant(const ScaledMmSpec& spec, int64_t K) {
