@@ -221,11 +221,11 @@ TEST_CASE("fast scaled_mm: the bound is tight enough to catch a wrong scale") {
 
 TEST_CASE("fast scaled_mm: packed B reuse, zero sizes and bad input") {
   std::mt19937_64 rng(11);
-  // (M = 20: the tile path, where a packed B gives the same bits; for M <= 16 a packed B has its own kernel, tested
-  // below within the bound)
-  const Case c = make_case(rng, GemmScaling::group, Format::e4m3fn, Format::e4m3fn, Format::f32, BiasMode::none, 20, 40, 256);
+  // (M = 80: the tile path, where a packed B gives the same bits; for M <= 64 a packed B has its own kernel on
+  // AVX-512 BF16 CPUs, tested below within the bound)
+  const Case c = make_case(rng, GemmScaling::group, Format::e4m3fn, Format::e4m3fn, Format::f32, BiasMode::none, 80, 40, 256);
   const cpu::FastGemmB packed(c.spec, c.g, c.bt.data());
-  std::vector<float> o1(20 * 40), o2(20 * 40);
+  std::vector<float> o1(80 * 40), o2(80 * 40);
   cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), c.bt.data(), c.sa.data(), c.sb.data(), nullptr, o1.data());
   cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), packed, c.sa.data(), c.sb.data(), nullptr, o2.data());
   CHECK(std::memcmp(o1.data(), o2.data(), o1.size() * 4) == 0);
@@ -337,15 +337,18 @@ TEST_CASE("fast scaled_mm: a NaN code or scale gives NaN in its output row / col
       }
 }
 
-// The small-M paths (M <= 16 on CPUs with AVX-512 BF16 + VBMI): B's codes read row by row (K in chunks of <= 64 codes
-// that never cross a scale group), and a packed B's column blocks of 16 (gemm16_fast): each within the bound at every
+// The small-M paths (CPUs with AVX-512 BF16 + VBMI): B's codes read row by row (M <= 16; K in chunks of <= 64 codes
+// that never cross a scale group), and a packed B's column blocks of 16 (gemm16_fast, M <= 64 without AMX, 16 with
+// it): each within the bound at every
 // chunk and group edge, for each row-block shape and column tail, bit-identical across thread counts; the oneDNN tile
 // path (the kernels switched off) within the same bound on the same cases.
-TEST_CASE("fast scaled_mm: the small-M path (B as codes) at chunk and group edges, any thread count, packed B") {
+TEST_CASE("fast scaled_mm: the small-M kernels (B's codes; a packed B's column blocks) at chunk and group edges, any thread count") {
   std::mt19937_64 rng(29);
   const GemmScaling scalings[] = {GemmScaling::tensor, GemmScaling::rowwise, GemmScaling::blockwise, GemmScaling::group,
                                   GemmScaling::mx};
-  const int64_t Ms[] = {1, 2, 3, 4, 5, 7, 8, 11, 16}, Ns[] = {1, 3, 4, 6, 9, 130}, Ks[] = {1, 31, 63, 64, 65, 127, 128, 129, 200, 520};
+  // (M > 16: a packed B's kernel, rows in blocks of 8 and a remainder; B's codes go the tile path there)
+  const int64_t Ms[] = {1, 2, 3, 4, 5, 7, 8, 11, 16, 17, 29, 64}, Ns[] = {1, 3, 4, 6, 9, 130},
+                Ks[] = {1, 31, 63, 64, 65, 127, 128, 129, 200, 520};
   const Format fmts[] = {Format::e4m3fn, Format::e5m2};
   const int threads = omp_get_max_threads();
   int cases = 0;
@@ -354,7 +357,7 @@ TEST_CASE("fast scaled_mm: the small-M path (B as codes) at chunk and group edge
       const Format fa = fmts[rng() % 2], fb = fmts[rng() % 2];
       const Format out = i % 3 == 0 ? Format::f32 : i % 3 == 1 ? Format::bf16 : Format::f16;
       const BiasMode bias = i % 4 == 3 ? BiasMode::f32 : BiasMode::none;
-      const int64_t M = Ms[rng() % 9], N = Ns[rng() % 6], K = Ks[rng() % 10];
+      const int64_t M = Ms[rng() % 12], N = Ns[rng() % 6], K = Ks[rng() % 10];
       const Case c = make_case(rng, s, fa, fb, out, bias, M, N, K);
       const std::string what = "case " + std::to_string(cases) + ": " + c.spec.describe() + " M=" + std::to_string(M) +
                                " N=" + std::to_string(N) + " K=" + std::to_string(K);

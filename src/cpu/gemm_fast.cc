@@ -158,6 +158,7 @@ HWY_AFTER_NAMESPACE();
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 
+#include "cpu/attention_fast.h"
 #include "cpu/gemm_fast.h"
 #include "cpu/rmsnorm_quant_avx512.h"
 #include "fp8ref/convert.h"
@@ -259,6 +260,11 @@ struct Scales {
 #define FP8REF_GEMV_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,avx512bf16")))
 
 constexpr int64_t kGemvMaxM = 16;  // M up to this on the small-M path (bench/RESULTS.md, session 22)
+// M up to this on a packed B's small-M kernel: 64 where oneDNN has no AMX (Zen 4, 2 threads, [M, 7168] x [7168,
+// 7168] blockwise, packed: M = 16 13.3 -> 5.4 ms, 32 17.1 -> 10.1, 64 24.4 -> 18.4, 128 40.6 -> 35.5 but [128, 2048]
+// 11.9 -> 13.2, 256 even: bench/RESULTS.md, session 22); 16 where it has (its tile path runs on AMX there — not
+// measured yet: bench_gemm_fast prints both paths for M <= 16).
+int64_t gemm16_max_m() { return attn::cpu::fast_attention_has_amx() ? 16 : 64; }
 constexpr int kGemvCols = 4;      // output columns in flight (independent vdpbf16ps chains)
 constexpr int kGemvRows = 4;      // A rows per pass over a column's codes
 constexpr int kGemvAhead = 1024;  // bytes of a column's codes prefetched ahead
@@ -366,8 +372,9 @@ FP8REF_GEMV_TARGET void gemv_cols(const GemvDecoder& d, const GemvChunks& ch, co
     for (int r = 0; r < MB; ++r) acc_out[(m0 + r) * N + n[c]] = _mm512_reduce_add_ps(acc[c][r]);
 }
 
-bool gemv_usable(const ScaledMmSpec& spec, const GemmShape& g) {
-  return g.M <= kGemvMaxM && g.K > 0 && avx512bf16_kernels() && simd_target_is_avx512() &&
+// Whether the small-M kernels run: M up to max_m (kGemvMaxM for B's codes row by row, gemm16_max_m() for a packed B).
+bool gemv_usable(const ScaledMmSpec& spec, const GemmShape& g, int64_t max_m = kGemvMaxM) {
+  return g.M <= max_m && g.K > 0 && avx512bf16_kernels() && simd_target_is_avx512() &&
          (spec.fa == Format::e4m3fn || spec.fa == Format::e5m2) && (spec.fb == Format::e4m3fn || spec.fb == Format::e5m2);
 }
 
@@ -646,7 +653,7 @@ void run_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, co
   if (M == 0 || N == 0) return;
   const int64_t KB = K == 0 ? 0 : cdiv(K, G);
   const Scales sc{spec.scaling, sa, sb, KB, spec.cublas_sb_stride ? round_up(KB, 4) : KB};
-  if ((b16 || bt) && gemv_usable(spec, g)) {  // small M: B as codes (gemm16_fast for a packed B, else gemv_fast)
+  if ((b16 && gemv_usable(spec, g, gemm16_max_m())) || (bt && gemv_usable(spec, g))) {  // small M: B as codes (gemm16_fast for a packed B, else gemv_fast)
     std::vector<float> acc(static_cast<size_t>(M * N));
     if (b16) gemm16_fast(spec, g, G, sc, a, b16, acc.data());
     else gemv_fast(spec, g, G, sc, a, bt, acc.data());
