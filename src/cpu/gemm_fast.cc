@@ -252,8 +252,8 @@ struct Scales {
 // codes, each code's sign ORed into bit 7 of the high byte) and two in-lane byte unpacks —, and multiplied with A's
 // rows (decoded the same way once per call, so both operands share the unpacks' element order) by vdpbf16ps into one
 // f32 partial per lane. Per K group: acc = fma(P, RN32(sa·sb), acc) in the 16 lanes (the groups in increasing
-// order), the lanes summed at the end. Within src/cpu/gemm_fast.h's bound: a term passes at most 2·ceil(L/32) − 1
-// inexact additions inside its group (vs L − 1 allowed), RN32(sa·sb), its fma, KB − 1 later fma's and at most 4 in
+// order), the lanes summed at the end. Within src/cpu/gemm_fast.h's bound: a term passes at most 2·ceil(L/32)
+// inexact additions inside its group (one row: two half-chains and their sum; vs L − 1 allowed), RN32(sa·sb), its fma, KB − 1 later fma's and at most 4 in
 // the lane sum (only ⌈log2⌉ of the nonzero lanes: none for K = 1), fewer than the bound's L − 1 + 2 + KB for every
 // group size L >= 6, and exact additions of zero otherwise. bf16 inputs are never subnormal and the partials are
 // multiples of 2^-32 (vdpbf16ps's DAZ/FTZ change nothing).
@@ -444,7 +444,8 @@ void gemv_fast(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const Sc
 // 16L + 8h + 2i + b = B[16·nb + 4L + i][4·kq + 2h + b] (zero past N and K), so the decoder's two unpacks give, in
 // dword 4L + i of w0 (w1), column 4L + i's pair k = 4kq, +1 (4kq + 2, +3) — the VNNI layout. Each vdpbf16ps then
 // multiplies 16 columns by one row's bf16 pair broadcast from A: MB rows × C column blocks of partials P (one column per
-// lane: each a sequential sum of its group's products, L − 1 additions as the bound assumes), acc = fma(P, S, acc)
+// lane: two sequential chains over the group's K pairs, then their sum — at most L/2 + 1 <= L − 1 inexact additions
+// for L >= 4, and exact ones below: the bound's L − 1), acc = fma(P, S, acc)
 // per group with S the 16 columns' RN32(sa·sb), no lane sum. The decode is shared by the MB rows (the row kernel
 // above decodes per four rows and sums lanes).
 constexpr int64_t kB16 = 16;  // columns per block

@@ -17,8 +17,8 @@
 // registers and multiplied by vdpbf16ps; per K group acc = fma(P, RN32(sa·sb), acc) in 16 lanes, the lanes summed at
 // the end (src/cpu/gemm_fast.cc gemv_fast: within the same bound). A FastGemmB also keeps B's codes in column blocks
 // of 16 (4 K per 64 bytes, the VNNI pair layout once decoded): its small-M kernel (gemm16_fast) multiplies 16 columns
-// per vdpbf16ps by a broadcast A pair, up to 8 rows sharing each block's decode, one column per lane (each P a
-// sequential sum of its group, as the bound assumes; no lane sum).
+// per vdpbf16ps by a broadcast A pair, up to 8 rows sharing each block's decode, one column per lane (each P two
+// sequential chains over its group and their sum: within the bound's L − 1 additions; no lane sum).
 // Memory beyond inputs and output: A's bf16 copy; B's (FastGemmB), or — when there are at least as many n-tiles as
 // threads — only one bf16 n-tile of B per thread, converted inside the tile loop; plus per thread one f32 tile and
 // its partials (≤ 1 MiB). Tiny scale products (min|sa|·min|sb| < 2^-125) add 2^-148·(Σ|a·b| + KB) to E_acc.
