@@ -459,8 +459,13 @@ std::vector<uint8_t> pack_b16(const uint8_t* bt, int64_t N, int64_t K) {
     for (int j = 0; j < kB16 && nb * kB16 + j < N; ++j) {
       const uint8_t* row = bt + (nb * kB16 + j) * K;
       const int L = j / 4, i = j % 4;
-      uint8_t* blk = out.data() + nb * KQ * 64;
-      for (int64_t k = 0; k < K; ++k) blk[(k / 4) * 64 + 16 * L + 8 * ((k / 2) % 2) + 2 * i + k % 2] = row[k];
+      uint8_t* blk = out.data() + nb * KQ * 64 + 16 * L + 2 * i;
+      int64_t k = 0;
+      for (; k + 4 <= K; k += 4) {  // a row's 4 codes: k, k+1 to byte 16L + 2i, k+2, k+3 to 8 bytes on
+        std::memcpy(blk + (k / 4) * 64, row + k, 2);
+        std::memcpy(blk + (k / 4) * 64 + 8, row + k + 2, 2);
+      }
+      for (; k < K; ++k) blk[(k / 4) * 64 + 8 * ((k / 2) % 2) + k % 2] = row[k];
     }
   return out;
 }
