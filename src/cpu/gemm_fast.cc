@@ -454,6 +454,7 @@ constexpr int64_t kB16 = 16;  // columns per block
 std::vector<uint8_t> pack_b16(const uint8_t* bt, int64_t N, int64_t K) {
   const int64_t NB = cdiv(N, kB16), KQ = cdiv(K, 4);
   std::vector<uint8_t> out(static_cast<size_t>(NB * KQ * 64), uint8_t{0});
+  if (out.empty()) return out;  // (K = 0 or N = 0: no blocks)
 #pragma omp parallel for schedule(static) if (N * K > (int64_t{1} << 20))
   for (int64_t nb = 0; nb < NB; ++nb)
     for (int j = 0; j < kB16 && nb * kB16 + j < N; ++j) {
