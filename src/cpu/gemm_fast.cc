@@ -252,11 +252,14 @@ struct Scales {
 // codes, each code's sign ORed into bit 7 of the high byte) and two in-lane byte unpacks —, and multiplied with A's
 // rows (decoded the same way once per call, so both operands share the unpacks' element order) by vdpbf16ps into one
 // f32 partial per lane. Per K group: acc = fma(P, RN32(sa·sb), acc) in the 16 lanes (the groups in increasing
-// order), the lanes summed at the end. Within src/cpu/gemm_fast.h's bound: a term passes at most 2·ceil(L/32)
-// inexact additions inside its group (one row: two half-chains and their sum; vs L − 1 allowed), RN32(sa·sb), its fma, KB − 1 later fma's and at most 4 in
-// the lane sum (only ⌈log2⌉ of the nonzero lanes: none for K = 1), fewer than the bound's L − 1 + 2 + KB for every
-// group size L >= 6, and exact additions of zero otherwise. bf16 inputs are never subnormal and the partials are
-// multiples of 2^-32 (vdpbf16ps's DAZ/FTZ change nothing).
+// order), the lanes summed at the end. Within src/cpu/gemm_fast.h's bound: a lane takes at most 4·⌈L/64⌉ of a
+// group's L products (two per vdpbf16ps, two vdpbf16ps per chunk of 64), so a term passes at most 4·⌈L/64⌉ − 1
+// inexact additions inside its group (however the lane's chains are split and summed; the bound allows L − 1), then
+// RN32(sa·sb), its fma, KB − 1 later fma's and at most 4 in the lane sum: 4·⌈L/64⌉ + 4 + KB <= L + 1 + KB, the
+// bound's L − 1 + 2 + KB, for L >= 8. Below 8 a lane holds at most two products (codes 2j, 2j + 1) and at most four
+// lanes are nonzero (the lane sum: <= 2 inexact additions): KB + 4 <= L + 1 + KB for L >= 3; L = 2: KB + 2, L = 1:
+// KB + 1. bf16 inputs are never subnormal and the partials are multiples of 2^-32 (vdpbf16ps's DAZ/FTZ change
+// nothing).
 #define FP8REF_GEMV_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,avx512bf16")))
 
 constexpr int64_t kGemvMaxM = 16;  // M up to this on the small-M path (bench/RESULTS.md, session 22)
@@ -378,7 +381,14 @@ bool gemv_usable(const ScaledMmSpec& spec, const GemmShape& g, int64_t max_m = k
          (spec.fa == Format::e4m3fn || spec.fa == Format::e5m2) && (spec.fb == Format::e4m3fn || spec.fb == Format::e5m2);
 }
 
-// acc = the f32 accumulators [M][N] (before the epilogue) on the small-M path.
+// A's scales per row and K group, sa(m, kb) at [m · KB + kb] (the small-M kernels' scale products start from them).
+std::vector<float> a_scale_rows(const Scales& sc, int64_t M, int64_t KB) {
+  std::vector<float> sat(static_cast<size_t>(M * KB));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t kb = 0; kb < KB; ++kb) sat[static_cast<size_t>(m * KB + kb)] = sc.a(m, kb);
+  return sat;
+}
+
 // The scale products of rows m0..m0+mb-1 and columns n[0..nc): S[(c·mb + r)·KB + kb] = RN32(sa(m0 + r, kb) ·
 // sb(n[c], kb)), from A's scales per row (sat: [M][KB]) and B's row of scales over kb.
 void gemv_scales(const Scales& sc, const float* sat, int64_t KB, int64_t m0, int mb, const int64_t* n, int nc, float* S) {
@@ -405,9 +415,7 @@ void gemv_fast(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const Sc
   const GemvTables ta(spec.fa), tb(spec.fb);
   std::vector<uint16_t> ap(static_cast<size_t>(M) * ch.k0.size() * 64);
   gemv_decode_a(GemvDecoder(ta), ch, a, M, K, ap.data());
-  std::vector<float> sat(static_cast<size_t>(M * KB));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t kb = 0; kb < KB; ++kb) sat[static_cast<size_t>(m * KB + kb)] = sc.a(m, kb);
+  const std::vector<float> sat = a_scale_rows(sc, M, KB);
   const int64_t quads = (N + kGemvCols - 1) / kGemvCols;
 #pragma omp parallel if (N * K * M > (int64_t{1} << 18))
   {
@@ -533,9 +541,7 @@ void gemm16_fast(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const 
   const int64_t M = g.M, N = g.N, K = g.K, NB = cdiv(N, kB16), KQ = cdiv(K, 4), KB = cdiv(K, G), GQ = cdiv(G, 4);
   std::vector<uint16_t> a16(static_cast<size_t>(M * KQ * 4), uint16_t{0});
   for (int64_t m = 0; m < M; ++m) HWY_DYNAMIC_DISPATCH(FastCodesToBf16)(spec.fa == Format::e5m2, a + m * K, a16.data() + m * KQ * 4, static_cast<size_t>(K));
-  std::vector<float> sat(static_cast<size_t>(M * KB));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t kb = 0; kb < KB; ++kb) sat[static_cast<size_t>(m * KB + kb)] = sc.a(m, kb);
+  const std::vector<float> sat = a_scale_rows(sc, M, KB);
   const GemvTables tb(spec.fb);
   // rows in blocks of up to 8; per row block MB·C <= 8 column-block accumulators: C = 4 for 1–2 rows, 2 for 3–4, 1
   // for 5–8 (the decode of a block shared by the MB rows; 2·MB·C vdpbf16ps chains)
@@ -617,7 +623,8 @@ FastGemmB::FastGemmB(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t
     : N_(g.N), K_(g.K), G_(k_group(spec, g.K)), Nt_(tile_n_for(g.N)) {
   check_scaled_mm(spec, g);
   data_ = pack(spec.fb, bt, N_, K_, Nt_, G_);
-  codes16_ = pack_b16(bt, N_, K_);
+  // (only where the packed small-M kernel can run: elsewhere a FastGemmB holds the bf16 packing alone)
+  if (cpu_has_avx512bf16()) codes16_ = pack_b16(bt, N_, K_);
 }
 
 namespace {

@@ -12,13 +12,14 @@
 //   3. acc += P_kb · RN32(sa(m,kb) · sb(n,kb)) in f32 (fma or mul+add), groups in increasing order, from +0;
 //   4. epilogue: bias=f32: RN_out(RN32(acc + bias)); bias=out: RN_out(RN32(RN_out(acc) + RN_out(bias))); else RN_out(acc)
 //      (RN_out = round to nearest even; f32/bf16/f16).
-// Small M (M <= 16, the decode step's rows; CPUs with AVX-512 BF16 + VBMI: AMD Zen 4, Intel Sapphire Rapids): no
-// oneDNN and no bf16 copy of B — each B row is read once per block of four A rows as FP8 codes, decoded to bf16 in
+// Small M (the decode step's rows; CPUs with AVX-512 BF16 + VBMI: AMD Zen 4, Intel Sapphire Rapids): no oneDNN and
+// no bf16 copy of B. B given as codes (M <= 16): each B row is read once per block of four A rows, decoded to bf16 in
 // registers and multiplied by vdpbf16ps; per K group acc = fma(P, RN32(sa·sb), acc) in 16 lanes, the lanes summed at
-// the end (src/cpu/gemm_fast.cc gemv_fast: within the same bound). A FastGemmB also keeps B's codes in column blocks
-// of 16 (4 K per 64 bytes, the VNNI pair layout once decoded): its small-M kernel (gemm16_fast) multiplies 16 columns
-// per vdpbf16ps by a broadcast A pair, up to 8 rows sharing each block's decode, one column per lane (each P two
-// sequential chains over its group and their sum: within the bound's L − 1 additions; no lane sum).
+// the end (src/cpu/gemm_fast.cc gemv_fast: within the same bound). A FastGemmB (on such CPUs) also keeps B's codes in
+// column blocks of 16 (4 K per 64 bytes, the VNNI pair layout once decoded): its kernel (gemm16_fast; M <= 64, 16
+// where oneDNN has AMX) multiplies 16 columns per vdpbf16ps by a broadcast A pair, up to 8 rows sharing each block's
+// decode, one column per lane (each P two sequential chains over its group and their sum: within the bound's L − 1
+// additions; no lane sum).
 // Memory beyond inputs and output: A's bf16 copy; B's (FastGemmB), or — when there are at least as many n-tiles as
 // threads — only one bf16 n-tile of B per thread, converted inside the tile loop; plus per thread one f32 tile and
 // its partials (≤ 1 MiB). Tiny scale products (min|sa|·min|sb| < 2^-125) add 2^-148·(Σ|a·b| + KB) to E_acc.
@@ -57,8 +58,9 @@ class FastGemmB {
   int64_t group() const { return G_; }  // K group: 128, 32 or K
   int64_t tile_n() const { return Nt_; }
   const uint16_t* data() const { return data_.data(); }  // [ceil(N/Nt)][KB][Nt][G] bf16 bits
-  // the codes in the small-M path's column blocks of 16 (src/cpu/gemm_fast.cc pack_b16)
-  const uint8_t* codes16() const { return codes16_.data(); }
+  // the codes in the small-M path's column blocks of 16 (src/cpu/gemm_fast.cc pack_b16); null on CPUs without AVX-512
+  // BF16 (and for K = 0)
+  const uint8_t* codes16() const { return codes16_.empty() ? nullptr : codes16_.data(); }
 
  private:
   int64_t N_, K_, G_, Nt_;
