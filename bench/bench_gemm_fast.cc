@@ -7,10 +7,12 @@
 //                     already bf16 (no conversion counted), its kernel is printed (ONEDNN_VERBOSE shows the same);
 //   * fast          : cpu::scaled_mm_fast from fp8 codes: A and B converted and packed, scales, output rounding;
 //   * fast, B packed: cpu::FastGemmB made once outside the timing (a weight converted once), then scaled_mm_fast.
-//   For M <= 16 on CPUs with AVX-512 BF16 (the small-M path: B read as codes), also:
+//   For M <= 64 on CPUs with AVX-512 BF16 (the small-M kernels: B read as codes), also:
 //   * read pass     : one pass over B's N·K code bytes on the same threads (a sum of 64-bit words) — the memory
 //                     floor of a decode-sized product, which must read every weight once;
-//   * fast, tile path: the packed-B call with the small-M path switched off (oneDNN per K group, as for larger M).
+//   * fast, tile path: both calls with the small-M kernels switched off (oneDNN per K group, as for larger M);
+//   * fast, small-M kernel: the packed-B call on gemm16_fast whatever this CPU's default limit (gemm16_max_m) —
+//                     the two rows settle that limit (the default row is one of them).
 // Rounds are interleaved (anchor, fast, fast packed, then again); best of R (median in parentheses).
 // TFLOP/s = 2·M·N·K / time. Run with OMP_WAIT_POLICY=passive on this 2-core VM.
 //
@@ -107,12 +109,22 @@ void run_shape(int64_t M, int64_t N, int64_t K, int reps, GemmScaling scaling) {
   const cpu::FastGemmB packed(spec, g, bt.data());
   auto fast_packed = [&] { cpu::scaled_mm_fast(spec, g, a.data(), packed, sa.data(), sb.data(), nullptr, out.data()); };
 
-  // small M: the tile path beside the small-M path, and a read pass over B's codes
-  const bool small = M <= 16 && cpu::avx512bf16_kernels();
+  // small M: the tile path beside the packed small-M kernel, and a read pass over B's codes
+  const bool small = M <= 64 && cpu::avx512bf16_kernels();
   auto tile_packed = [&] {
     cpu::set_avx512bf16_kernels_for_test(false);
     fast_packed();
     cpu::set_avx512bf16_kernels_for_test(true);
+  };
+  auto tile_fast = [&] {
+    cpu::set_avx512bf16_kernels_for_test(false);
+    fast();
+    cpu::set_avx512bf16_kernels_for_test(true);
+  };
+  auto kernel_packed = [&] {
+    cpu::set_gemm16_max_m_for_test(64);
+    fast_packed();
+    cpu::set_gemm16_max_m_for_test(-1);
   };
   std::vector<uint64_t> words(small ? bt.size() / 8 : 0);
   if (small) std::memcpy(words.data(), bt.data(), words.size() * 8);
@@ -125,11 +137,13 @@ void run_shape(int64_t M, int64_t N, int64_t K, int reps, GemmScaling scaling) {
     sink += sum;
   };
 
-  Stat s_dnnl, s_fast, s_packed, s_tile, s_read;
+  Stat s_dnnl, s_fast, s_packed, s_tile_fast, s_tile, s_kernel, s_read;
   onednn();  // warm-up (primitive caches, AMX permission, page faults)
   fast_packed();
   if (small) {
+    tile_fast();
     tile_packed();
+    kernel_packed();
     read_pass();
   }
   auto timed = [](Stat& s, const auto& fn) {
@@ -143,7 +157,9 @@ void run_shape(int64_t M, int64_t N, int64_t K, int reps, GemmScaling scaling) {
     timed(s_fast, fast);
     timed(s_packed, fast_packed);
     if (small) {
+      timed(s_tile_fast, tile_fast);
       timed(s_tile, tile_packed);
+      timed(s_kernel, kernel_packed);
       timed(s_read, read_pass);
     }
   }
@@ -158,7 +174,11 @@ void run_shape(int64_t M, int64_t N, int64_t K, int reps, GemmScaling scaling) {
   row(std::string("fast ") + to_string(scaling) + " (fp8 in, B converted per call)", s_fast);
   row(std::string("fast ") + to_string(scaling) + " (fp8 in, B packed once)", s_packed);
   if (small) {
-    row(std::string("fast ") + to_string(scaling) + " (B packed once, tile path: small-M path off)", s_tile);
+    row(std::string("fast ") + to_string(scaling) + " (B converted per call, tile path: small-M kernels off)", s_tile_fast);
+    row(std::string("fast ") + to_string(scaling) + " (B packed once, tile path: small-M kernels off)", s_tile);
+    row(std::string("fast ") + to_string(scaling) + " (B packed once, small-M kernel; default up to M = " +
+            std::to_string(cpu::gemm16_max_m()) + ")",
+        s_kernel);
     std::printf("| %ld,%ld,%ld | anchor: read pass over B's %.1f MB of codes | %.2f ms (%.2f) | | | | | "
                 "fast packed / read pass: %.2f |\n",
                 static_cast<long>(M), static_cast<long>(N), static_cast<long>(K), static_cast<double>(bt.size()) / 1e6,

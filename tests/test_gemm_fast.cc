@@ -338,10 +338,10 @@ TEST_CASE("fast scaled_mm: a NaN code or scale gives NaN in its output row / col
 }
 
 // The small-M paths (CPUs with AVX-512 BF16 + VBMI): B's codes read row by row (M <= 16; K in chunks of <= 64 codes
-// that never cross a scale group), and a packed B's column blocks of 16 (gemm16_fast, M <= 64 without AMX, 16 with
-// it): each within the bound at every
-// chunk and group edge, for each row-block shape and column tail, bit-identical across thread counts; the oneDNN tile
-// path (the kernels switched off) within the same bound on the same cases.
+// that never cross a scale group), and a packed B's column blocks of 16 (gemm16_fast; here up to M = 64 on every such
+// CPU, whatever its default limit): each within the bound at every chunk and group edge, for each row-block shape and
+// column tail, bit-identical across thread counts; the oneDNN tile path (the kernels switched off) within the same
+// bound on the same cases.
 TEST_CASE("fast scaled_mm: the small-M kernels (B's codes; a packed B's column blocks) at chunk and group edges, any thread count") {
   std::mt19937_64 rng(29);
   const GemmScaling scalings[] = {GemmScaling::tensor, GemmScaling::rowwise, GemmScaling::blockwise, GemmScaling::group,
@@ -351,6 +351,7 @@ TEST_CASE("fast scaled_mm: the small-M kernels (B's codes; a packed B's column b
                 Ks[] = {1, 31, 63, 64, 65, 127, 128, 129, 200, 520};
   const Format fmts[] = {Format::e4m3fn, Format::e5m2};
   const int threads = omp_get_max_threads();
+  cpu::set_gemm16_max_m_for_test(64);  // (a packed B's kernel up to M = 64 on every CPU that has it, AMX or not)
   int cases = 0;
   for (GemmScaling s : scalings)
     for (int i = 0; i < 12; ++i, ++cases) {
@@ -386,4 +387,5 @@ TEST_CASE("fast scaled_mm: the small-M kernels (B's codes; a packed B's column b
   check_case(d, "decode M=1 K=7168 blockwise");
   const cpu::FastGemmB dp(d.spec, d.g, d.bt.data());
   check_case(d, "decode M=1 K=7168 blockwise, packed B", &dp);
+  cpu::set_gemm16_max_m_for_test(-1);
 }

@@ -152,6 +152,7 @@ HWY_AFTER_NAMESPACE();
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -263,11 +264,6 @@ struct Scales {
 #define FP8REF_GEMV_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,avx512bf16")))
 
 constexpr int64_t kGemvMaxM = 16;  // M up to this on the small-M path (bench/RESULTS.md, session 22)
-// M up to this on a packed B's small-M kernel: 64 where oneDNN has no AMX (Zen 4, 2 threads, [M, 7168] x [7168,
-// 7168] blockwise, packed: M = 16 13.3 -> 5.4 ms, 32 17.1 -> 10.1, 64 24.4 -> 18.4, 128 40.6 -> 35.5 but [128, 2048]
-// 11.9 -> 13.2, 256 even: bench/RESULTS.md, session 22); 16 where it has (its tile path runs on AMX there — not
-// measured yet: bench_gemm_fast prints both paths for M <= 16).
-int64_t gemm16_max_m() { return attn::cpu::fast_attention_has_amx() ? 16 : 64; }
 constexpr int kGemvCols = 4;      // output columns in flight (independent vdpbf16ps chains)
 constexpr int kGemvRows = 4;      // A rows per pass over a column's codes
 constexpr int kGemvAhead = 1024;  // bytes of a column's codes prefetched ahead
@@ -612,6 +608,20 @@ uint16_t f16_bits(float v) {
 }
 
 }  // namespace
+
+// M up to this on a packed B's small-M kernel: 64 where oneDNN has no AMX (Zen 4, 2 threads, [M, 7168] x [7168,
+// 7168] blockwise, packed: M = 16 13.3 -> 5.4 ms, 32 17.1 -> 10.1, 64 24.4 -> 18.4, 128 40.6 -> 35.5 but [128, 2048]
+// 11.9 -> 13.2, 256 even: bench/RESULTS.md, session 22); 12 where it has (a Sapphire Rapids-class Xeon, the same
+// shapes, tile path -> kernel: M = 1 9.9 -> 2.0 ms, 8 10.0 -> 6.0, 12 9.7 -> 8.9, but 14 9.8 -> 10.1, 16 10.5 -> 11.3,
+// 32 12.0 -> 21.5: bench/RESULTS.md, session 23).
+namespace {
+std::atomic<int64_t> g_gemm16_max_m{-1};  // (set_gemm16_max_m_for_test; -1: the CPU's default)
+}  // namespace
+int64_t gemm16_max_m() {
+  const int64_t m = g_gemm16_max_m.load(std::memory_order_relaxed);
+  return m >= 0 ? m : attn::cpu::fast_attention_has_amx() ? 12 : 64;
+}
+void set_gemm16_max_m_for_test(int64_t m) { g_gemm16_max_m.store(m < 0 ? -1 : m, std::memory_order_relaxed); }
 
 void fp8_to_bf16(Format f, const uint8_t* codes, uint16_t* out, size_t n) {
   if (f != Format::e4m3fn && f != Format::e5m2)

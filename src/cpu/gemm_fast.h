@@ -16,7 +16,7 @@
 // no bf16 copy of B. B given as codes (M <= 16): each B row is read once per block of four A rows, decoded to bf16 in
 // registers and multiplied by vdpbf16ps; per K group acc = fma(P, RN32(sa·sb), acc) in 16 lanes, the lanes summed at
 // the end (src/cpu/gemm_fast.cc gemv_fast: within the same bound). A FastGemmB (on such CPUs) also keeps B's codes in
-// column blocks of 16 (4 K per 64 bytes, the VNNI pair layout once decoded): its kernel (gemm16_fast; M <= 64, 16
+// column blocks of 16 (4 K per 64 bytes, the VNNI pair layout once decoded): its kernel (gemm16_fast; M <= 64, 12
 // where oneDNN has AMX) multiplies 16 columns per vdpbf16ps by a broadcast A pair, up to 8 rows sharing each block's
 // decode, one column per lane (each P two sequential chains over its group and their sum: within the bound's L − 1
 // additions; no lane sum).
@@ -86,5 +86,10 @@ void fp8_to_bf16(Format f, const uint8_t* codes, uint16_t* out, size_t n);
 
 // The constant c of the bound for this spec and K (exposed for the docs and tests).
 double fast_accumulation_constant(const ScaledMmSpec& spec, int64_t K);
+
+// The largest M a packed B's small-M kernel (gemm16_fast) takes; bench_gemm_fast and the tests set another limit
+// (m >= 0; -1 restores the CPU's default) to measure or check that kernel beside the tile path at any M.
+int64_t gemm16_max_m();
+void set_gemm16_max_m_for_test(int64_t m);
 
 }  // namespace fp8ref::cpu
