@@ -11,8 +11,9 @@
 //   * read pass     : one pass over B's N·K code bytes on the same threads (a sum of 64-bit words) — the memory
 //                     floor of a decode-sized product, which must read every weight once;
 //   * fast, tile path: both calls with the small-M kernels switched off (oneDNN per K group, as for larger M);
-//   * fast, small-M kernel: the packed-B call on gemm16_fast whatever this CPU's default limit (gemm16_max_m) —
-//                     the two rows settle that limit (the default row is one of them).
+//   * fast, small-M kernel: the packed-B call on gemm16_fast (vdpbf16ps) and, on CPUs with AMX, gemm16_amx (the
+//                     tiles), whatever this CPU's default limits — these rows and the tile path's settle them (the
+//                     default "B packed once" row is one of them).
 // Rounds are interleaved (anchor, fast, fast packed, then again); best of R (median in parentheses).
 // TFLOP/s = 2·M·N·K / time. Run with OMP_WAIT_POLICY=passive on this 2-core VM.
 //
@@ -32,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/attention_fast.h"
 #include "cpu/gemm_fast.h"
 #include "cpu/rmsnorm_quant_avx512.h"
 #include "fp8ref/convert.h"
@@ -121,7 +123,15 @@ void run_shape(int64_t M, int64_t N, int64_t K, int reps, GemmScaling scaling) {
     fast();
     cpu::set_avx512bf16_kernels_for_test(true);
   };
-  auto kernel_packed = [&] {
+  auto kernel_packed = [&] {  // (on vdpbf16ps)
+    cpu::set_gemm16_max_m_for_test(64);
+    cpu::set_gemm16_amx_for_test(false);
+    fast_packed();
+    cpu::set_gemm16_amx_for_test(true);
+    cpu::set_gemm16_max_m_for_test(-1);
+  };
+  const bool amx = small && attn::cpu::fast_attention_has_amx();
+  auto amx_packed = [&] {
     cpu::set_gemm16_max_m_for_test(64);
     fast_packed();
     cpu::set_gemm16_max_m_for_test(-1);
@@ -137,13 +147,14 @@ void run_shape(int64_t M, int64_t N, int64_t K, int reps, GemmScaling scaling) {
     sink += sum;
   };
 
-  Stat s_dnnl, s_fast, s_packed, s_tile_fast, s_tile, s_kernel, s_read;
+  Stat s_dnnl, s_fast, s_packed, s_tile_fast, s_tile, s_kernel, s_amx, s_read;
   onednn();  // warm-up (primitive caches, AMX permission, page faults)
   fast_packed();
   if (small) {
     tile_fast();
     tile_packed();
     kernel_packed();
+    if (amx) amx_packed();
     read_pass();
   }
   auto timed = [](Stat& s, const auto& fn) {
@@ -160,6 +171,7 @@ void run_shape(int64_t M, int64_t N, int64_t K, int reps, GemmScaling scaling) {
       timed(s_tile_fast, tile_fast);
       timed(s_tile, tile_packed);
       timed(s_kernel, kernel_packed);
+      if (amx) timed(s_amx, amx_packed);
       timed(s_read, read_pass);
     }
   }
@@ -176,9 +188,8 @@ void run_shape(int64_t M, int64_t N, int64_t K, int reps, GemmScaling scaling) {
   if (small) {
     row(std::string("fast ") + to_string(scaling) + " (B converted per call, tile path: small-M kernels off)", s_tile_fast);
     row(std::string("fast ") + to_string(scaling) + " (B packed once, tile path: small-M kernels off)", s_tile);
-    row(std::string("fast ") + to_string(scaling) + " (B packed once, small-M kernel; default up to M = " +
-            std::to_string(cpu::gemm16_max_m()) + ")",
-        s_kernel);
+    row(std::string("fast ") + to_string(scaling) + " (B packed once, small-M kernel on vdpbf16ps)", s_kernel);
+    if (amx) row(std::string("fast ") + to_string(scaling) + " (B packed once, small-M kernel on AMX tiles)", s_amx);
     std::printf("| %ld,%ld,%ld | anchor: read pass over B's %.1f MB of codes | %.2f ms (%.2f) | | | | | "
                 "fast packed / read pass: %.2f |\n",
                 static_cast<long>(M), static_cast<long>(N), static_cast<long>(K), static_cast<double>(bt.size()) / 1e6,

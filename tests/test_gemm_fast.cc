@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/attention_fast.h"
 #include "cpu/gemm_fast.h"
 #include "cpu/rmsnorm_quant_avx512.h"
 #include "fp8ref/convert.h"
@@ -320,16 +321,20 @@ TEST_CASE("fast scaled_mm: a NaN code or scale gives NaN in its output row / col
         else if (where == 1) c.bt[static_cast<size_t>(131 * 300 + 3)] = nan;  // B column 131, k 3
         else c.sa[per_row ? 2 * per_row + per_row - 1 : 0] = std::numeric_limits<float>::quiet_NaN();  // row 2's last
         const cpu::FastGemmB packed(c.spec, c.g, c.bt.data());
-        for (bool use_packed : {false, true}) {  // (B's codes, and a packed B: each small-M kernel)
+        for (int variant = 0; variant < 3; ++variant) {  // B's codes, a packed B, a packed B on vdpbf16ps (AMX CPUs)
+          const bool use_packed = variant > 0;
+          if (variant == 2 && !attn::cpu::fast_attention_has_amx()) continue;
           std::vector<uint8_t> out(static_cast<size_t>(9 * 140 * 2));
+          cpu::set_gemm16_amx_for_test(variant != 2);
           if (use_packed) cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), packed, c.sa.data(), c.sb.data(), nullptr, out.data());
           else cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), c.bt.data(), c.sa.data(), c.sb.data(), nullptr, out.data());
+          cpu::set_gemm16_amx_for_test(true);
           int wrong = 0;
           for (size_t m = 0; m < 9; ++m)
             for (size_t n = 0; n < 140; ++n) {
               const bool want = where == 1 ? n == 131 : (m == 2 || (where == 2 && per_row == 0));
               if (std::isnan(out_value(c, out, m * 140 + n)) != want && wrong++ < 3)
-                MESSAGE(c.spec.describe() << (use_packed ? " packed" : "") << ": element (" << m << ", " << n << ") "
+                MESSAGE(c.spec.describe() << (use_packed ? " packed" : "") << (variant == 2 ? " vdpbf16ps" : "") << ": element (" << m << ", " << n << ") "
                                           << out_value(c, out, m * 140 + n));
             }
           CHECK(wrong == 0);
@@ -347,18 +352,19 @@ TEST_CASE("fast scaled_mm: the small-M kernels (B's codes; a packed B's column b
   const GemmScaling scalings[] = {GemmScaling::tensor, GemmScaling::rowwise, GemmScaling::blockwise, GemmScaling::group,
                                   GemmScaling::mx};
   // (M > 16: a packed B's kernel, rows in blocks of 8 and a remainder; B's codes go the tile path there)
-  const int64_t Ms[] = {1, 2, 3, 4, 5, 7, 8, 11, 16, 17, 29, 64}, Ns[] = {1, 3, 4, 6, 9, 130},
+  // (on AMX CPUs a packed B's M >= 4 runs on the tiles: 1–4 row tiles of 16, the last one partial or whole)
+  const int64_t Ms[] = {1, 2, 3, 4, 5, 7, 8, 11, 16, 17, 29, 40, 64}, Ns[] = {1, 3, 4, 6, 9, 130},
                 Ks[] = {1, 31, 63, 64, 65, 127, 128, 129, 200, 520};
   const Format fmts[] = {Format::e4m3fn, Format::e5m2};
   const int threads = omp_get_max_threads();
   cpu::set_gemm16_max_m_for_test(64);  // (a packed B's kernel up to M = 64 on every CPU that has it, AMX or not)
   int cases = 0;
   for (GemmScaling s : scalings)
-    for (int i = 0; i < 12; ++i, ++cases) {
+    for (int i = 0; i < 14; ++i, ++cases) {
       const Format fa = fmts[rng() % 2], fb = fmts[rng() % 2];
       const Format out = i % 3 == 0 ? Format::f32 : i % 3 == 1 ? Format::bf16 : Format::f16;
       const BiasMode bias = i % 4 == 3 ? BiasMode::f32 : BiasMode::none;
-      const int64_t M = Ms[rng() % 12], N = Ns[rng() % 6], K = Ks[rng() % 10];
+      const int64_t M = Ms[rng() % 13], N = Ns[rng() % 6], K = Ks[rng() % 10];
       const Case c = make_case(rng, s, fa, fb, out, bias, M, N, K);
       const std::string what = "case " + std::to_string(cases) + ": " + c.spec.describe() + " M=" + std::to_string(M) +
                                " N=" + std::to_string(N) + " K=" + std::to_string(K);
@@ -368,6 +374,11 @@ TEST_CASE("fast scaled_mm: the small-M kernels (B's codes; a packed B's column b
       const float* b = c.bias.empty() ? nullptr : c.bias.data();
       const cpu::FastGemmB packed(c.spec, c.g, c.bt.data());
       check_case(c, what + " (packed B)", &packed);
+      if (attn::cpu::fast_attention_has_amx()) {  // (the packed B ran on the AMX tiles: the vdpbf16ps kernel as well)
+        cpu::set_gemm16_amx_for_test(false);
+        check_case(c, what + " (packed B, vdpbf16ps kernel)", &packed);
+        cpu::set_gemm16_amx_for_test(true);
+      }
       omp_set_num_threads(1);
       cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), c.bt.data(), c.sa.data(), c.sb.data(), b, o1.data());
       cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), packed, c.sa.data(), c.sb.data(), b, o3.data());

@@ -52,6 +52,7 @@
 // read pass (both faster); the slots in a two-stage pipeline (the S tiles of slot s + 1 before the softmax of slot s,
 // so S's tile stores land before the vector loads read them: that hand-off alone, faked, measured ~7%) — equal or 2–5%
 // slower (twice the V buffers). Kept: the 64-byte-aligned, staggered scratch (~10%) and the in-lane byte interleave.
+#include "cpu/amx_tile.h"
 #include "cpu/attention_fast.h"
 #include "cpu/rmsnorm_quant_avx512.h"
 
@@ -267,12 +268,7 @@ void unit_portable(const Ctx& c, const Unit& u) {
 // The decode helpers shared with the AVX-512 BF16 path (a subset of both kernels' targets, so they inline into each).
 #define FP8REF_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16")))
 
-struct alignas(64) TileCfg {
-  uint8_t palette = 1, start = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
+using fp8ref::cpu::TileCfg;  // (src/cpu/amx_tile.h)
 
 // bf16 code-value tables of the 128 magnitudes: low bytes [0..127] and high bytes [0..127] (the sign is ORed in).
 struct DecodeTables {

@@ -154,11 +154,15 @@ HWY_AFTER_NAMESPACE();
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <exception>
 #include <limits>
+#include <memory>
+#include <new>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 
+#include "cpu/amx_tile.h"
 #include "cpu/attention_fast.h"
 #include "cpu/gemm_fast.h"
 #include "cpu/rmsnorm_quant_avx512.h"
@@ -601,6 +605,197 @@ void gemm16_fast(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const 
   }
 }
 
+// ---- small M with a packed B on AMX ------------------------------------------------------------------------------
+// On CPUs with AMX-BF16 the vdpbf16ps kernel above is slow (a Sapphire Rapids-class core issues one vdpbf16ps zmm per
+// ~2 cycles: bench/pipe_pairs.py, session 23) and the oneDNN tile path converts per K group. Here the same packed
+// codes feed the tile unit: a 64-byte block of pack_b16 decodes (GemvDecoder) into two rows of a VNNI B tile — dword
+// j of w0 (w1) is column j's K pair (4kq, 4kq + 1) ((4kq + 2, 4kq + 3)) —, so 8 blocks make one B tile (16 columns ×
+// 32 K). Per column block of 16, the K groups in chunks of up to 4 such tiles (128 K): the next chunk decoded into the
+// other of two buffers while the tile unit runs this one (tdpbf16ps C_t += A_t · B for up to 4 row tiles A_t of 16
+// rows × 32 K, read straight from A's bf16 rows, zero-padded to 16-row and 32-K multiples); at a group's end C_t is
+// stored and acc = fma(P, RN32(sa·sb), acc) per row in 16 lanes, as gemm16_fast. Within src/cpu/gemm_fast.h's bound:
+// P is an f32 sum of the group's L products in the tile unit's order (the bound's L − 1 additions with u', as the
+// oneDNN tile path on AMX); products of fp8 values are never subnormal, their partial sums multiples of 2^-32 (the
+// tile unit's DAZ/FTZ change nothing); a NaN or Inf code propagates as in IEEE arithmetic (0·Inf = NaN).
+#define FP8REF_GEMM_AMX_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,avx512bf16,amx-tile,amx-bf16")))
+
+// M from kAmxMinM to kAmxMaxM (4 row tiles) on the tiles: below, the vdpbf16ps kernel reads B faster (Sapphire
+// Rapids-class Xeon, 2 threads, [M, 7168] x [7168, 7168] blockwise, vdpbf16ps -> tiles: M = 1 1.9 -> 3.2 ms, 3 2.8 ->
+// 3.2, 4 3.3 -> 3.2, 8 6.0 -> 3.3, 16 11.3 -> 4.0, 32 21.5 -> 5.0; the oneDNN tile path 8.4–12 ms, 64 13.9 -> 8.3:
+// bench/RESULTS.md, session 23)
+constexpr int64_t kAmxMinM = 4, kAmxMaxM = 64;
+constexpr int kAmxChunkSteps = 4;  // B tiles (32 K each) decoded per chunk
+
+std::atomic<bool> g_gemm_amx_off{false};  // (set_gemm16_amx_for_test)
+bool gemm16_amx_usable() { return attn::cpu::fast_attention_has_amx() && !g_gemm_amx_off.load(std::memory_order_relaxed); }
+
+// One chunk of a group: kq in [q0, q1) (a K group's range, clipped), decoded as ceil((q1 − q0) / 8) B tiles.
+struct AmxChunk {
+  int64_t kb, q0, q1;
+  bool first, last;  // the first / last chunk of its group
+  int steps() const { return static_cast<int>((q1 - q0 + 7) / 8); }
+};
+
+std::vector<AmxChunk> amx_chunks(int64_t KQ, int64_t GQ, int64_t KB) {
+  std::vector<AmxChunk> out;
+  for (int64_t kb = 0; kb < KB; ++kb) {
+    const int64_t g0 = kb * GQ, g1 = std::min(KQ, g0 + GQ);
+    for (int64_t q = g0; q < g1; q += 8 * kAmxChunkSteps)
+      out.push_back({kb, q, std::min(g1, q + 8 * kAmxChunkSteps), q == g0, q + 8 * kAmxChunkSteps >= g1});
+  }
+  return out;
+}
+
+// A chunk's B tiles: tile s at buf + 512·s (16 rows of 32 bf16 words); blocks past q1 zero.
+FP8REF_GEMV_TARGET void amx_decode_chunk(const GemvDecoder& d, const uint8_t* blk, const AmxChunk& ch, uint16_t* buf) {
+  const int ns = ch.steps();
+  for (int s = 0; s < ns; ++s)
+    for (int i = 0; i < 8; ++i) {
+      const int64_t kq = ch.q0 + 8 * s + i;
+      __m512i w0 = _mm512_setzero_si512(), w1 = w0;
+      if (kq < ch.q1) {
+        _mm_prefetch(reinterpret_cast<const char*>(blk + kq * 64) + kGemvAhead, _MM_HINT_T0);
+        d.decode(_mm512_loadu_si512(blk + kq * 64), &w0, &w1);
+      }
+      _mm512_store_si512(buf + 512 * s + 64 * i, w0);
+      _mm512_store_si512(buf + 512 * s + 64 * i + 32, w1);
+    }
+}
+
+// C_t += A_t · B over a chunk's tiles (C tiles 0..MT-1, A in tiles 4/5, B in 6/7 by parity): a16 the chunk's first
+// A tile (row stride lda bytes), the next row tile rows16 words on, the next K step sstep words on.
+template <int MT>
+FP8REF_GEMM_AMX_TARGET void amx_chunk_tiles(const uint16_t* buf, int ns, const uint16_t* a16, int64_t lda, int64_t rows16,
+                                            int64_t sstep) {
+#define FP8REF_AMX_ROWS(B)                                                        \
+  _tile_loadd(4, a, lda);                                                         \
+  _tile_dpbf16ps(0, 4, B);                                                        \
+  if constexpr (MT > 1) {                                                         \
+    _tile_loadd(5, a + rows16, lda);                                              \
+    _tile_dpbf16ps(1, 5, B);                                                      \
+  }                                                                               \
+  if constexpr (MT > 2) {                                                         \
+    _tile_loadd(4, a + 2 * rows16, lda);                                          \
+    _tile_dpbf16ps(2, 4, B);                                                      \
+  }                                                                               \
+  if constexpr (MT > 3) {                                                         \
+    _tile_loadd(5, a + 3 * rows16, lda);                                          \
+    _tile_dpbf16ps(3, 5, B);                                                      \
+  }
+  for (int s = 0; s < ns; ++s) {
+    const uint16_t* a = a16 + sstep * s;
+    if (s % 2 == 0) {
+      _tile_loadd(6, buf + 512 * s, 64);
+      FP8REF_AMX_ROWS(6)
+    } else {
+      _tile_loadd(7, buf + 512 * s, 64);
+      FP8REF_AMX_ROWS(7)
+    }
+  }
+#undef FP8REF_AMX_ROWS
+}
+
+template <int MT>
+FP8REF_GEMM_AMX_TARGET void amx_zero_c() {
+  _tile_zero(0);
+  if constexpr (MT > 1) _tile_zero(1);
+  if constexpr (MT > 2) _tile_zero(2);
+  if constexpr (MT > 3) _tile_zero(3);
+}
+
+template <int MT>
+FP8REF_GEMM_AMX_TARGET void amx_store_c(float* P) {
+  _tile_stored(0, P, 64);
+  if constexpr (MT > 1) _tile_stored(1, P + 256, 64);
+  if constexpr (MT > 2) _tile_stored(2, P + 512, 64);
+  if constexpr (MT > 3) _tile_stored(3, P + 768, 64);
+}
+
+// Column block nb (16 columns) of acc_out [M][N] for MT = ceil(M / 16) row tiles. a16: A's tiles (gemm16_amx); SB[kb·16 + j] = sb(column 16nb + j, kb); sat [M][KB]; buf: two chunk buffers of 4 tiles; P: 16·MT
+// rows of 16 f32; acc: M rows of 16 f32.
+template <int MT>
+FP8REF_GEMM_AMX_TARGET void amx_block(const GemvDecoder& d, const uint8_t* blk, const std::vector<AmxChunk>& chunks,
+                                      const uint16_t* a16, const float* SB, const float* sat, int64_t M,
+                                      int64_t KB, uint16_t* buf, float* P, float* acc, int64_t n0, int64_t N,
+                                      float* acc_out) {
+  for (int64_t m = 0; m < M; ++m) _mm512_store_ps(acc + 16 * m, _mm512_setzero_ps());
+  const size_t nch = chunks.size();
+  amx_decode_chunk(d, blk, chunks[0], buf);
+  for (size_t i = 0; i < nch; ++i) {
+    const AmxChunk& ch = chunks[i];
+    if (ch.first) amx_zero_c<MT>();
+    amx_chunk_tiles<MT>(buf + 2048 * (i % 2), ch.steps(), a16 + (ch.q0 / 8) * MT * 512, 64, 512, MT * 512);
+    if (i + 1 < nch) amx_decode_chunk(d, blk, chunks[i + 1], buf + 2048 * ((i + 1) % 2));  // (beside the tiles)
+    if (ch.last) {
+      amx_store_c<MT>(P);
+      const __m512 sbv = _mm512_loadu_ps(SB + 16 * ch.kb);
+      for (int64_t m = 0; m < M; ++m) {
+        const __m512 s = _mm512_mul_ps(_mm512_set1_ps(sat[m * KB + ch.kb]), sbv);
+        _mm512_store_ps(acc + 16 * m, _mm512_fmadd_ps(_mm512_load_ps(P + 16 * m), s, _mm512_load_ps(acc + 16 * m)));
+      }
+    }
+  }
+  const __mmask16 mk = N - n0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (N - n0)) - 1);
+  for (int64_t m = 0; m < M; ++m) _mm512_mask_storeu_ps(acc_out + m * N + n0, mk, _mm512_load_ps(acc + 16 * m));
+}
+
+FP8REF_GEMM_AMX_TARGET void amx_config() {
+  TileCfg cfg;
+  for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+  // (GCC 12 does not see ldtilecfg read its operand and drops the stores above: the barrier keeps them)
+  __asm__ volatile("" : : "r"(&cfg) : "memory");
+  _tile_loadconfig(&cfg);
+}
+FP8REF_GEMM_AMX_TARGET void amx_release() { _tile_release(); }
+
+// acc = the f32 accumulators [M][N] (M <= kAmxMaxM) with a packed B on AMX.
+void gemm16_amx(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const Scales& sc, const uint8_t* a,
+                const uint8_t* b16, float* acc) {
+  const int64_t M = g.M, N = g.N, K = g.K, NB = cdiv(N, kB16), KQ = cdiv(K, 4), KB = cdiv(K, G), GQ = cdiv(G, 4);
+  const int64_t K32 = round_up(KQ * 4, 32), MT = cdiv(M, 16);
+  // A as its tiles, each 16 rows × 32 K contiguous (1 KiB, read with a 64-byte stride): tile (s, t) — K step s, rows
+  // 16t.. — at a16 + (s · MT + t) · 512 (rows past M and K zero)
+  std::vector<uint16_t> a16(static_cast<size_t>(16 * MT * K32), uint16_t{0});
+  {
+    std::vector<uint16_t> row(static_cast<size_t>(K32), uint16_t{0});
+    for (int64_t m = 0; m < M; ++m) {
+      HWY_DYNAMIC_DISPATCH(FastCodesToBf16)(spec.fa == Format::e5m2, a + m * K, row.data(), static_cast<size_t>(K));
+      for (int64_t s = 0; s < K32 / 32; ++s)
+        std::memcpy(a16.data() + (s * MT * 16 + m) * 32, row.data() + 32 * s, 64);
+    }
+  }
+  const std::vector<float> sat = a_scale_rows(sc, M, KB);
+  const std::vector<AmxChunk> chunks = amx_chunks(KQ, GQ, KB);
+  const GemvTables tb(spec.fb);
+  using Block = void (*)(const GemvDecoder&, const uint8_t*, const std::vector<AmxChunk>&, const uint16_t*, const float*,
+                         const float*, int64_t, int64_t, uint16_t*, float*, float*, int64_t, int64_t, float*);
+  const Block block = MT == 1 ? amx_block<1> : MT == 2 ? amx_block<2> : MT == 3 ? amx_block<3> : amx_block<4>;
+#pragma omp parallel if (N * K * M > (int64_t{1} << 18))
+  {
+    amx_config();
+    const GemvDecoder d(tb);
+    std::vector<float> SB(static_cast<size_t>(KB * kB16));
+    // two chunk buffers (8 KiB), P (4 KiB), acc (M · 64 bytes), 64-byte aligned
+    const std::unique_ptr<uint8_t, void (*)(void*)> scratch(
+        static_cast<uint8_t*>(std::aligned_alloc(64, static_cast<size_t>(8192 + 4096 + 64 * M))), &std::free);
+    if (!scratch) throw std::bad_alloc();
+    uint16_t* buf = reinterpret_cast<uint16_t*>(scratch.get());
+    float* P = reinterpret_cast<float*>(scratch.get() + 8192);
+    float* ac = P + 4 * 256;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t nb = 0; nb < NB; ++nb) {
+      for (int j = 0; j < kB16; ++j) {
+        int64_t step;
+        const float* br = sc.b_row(std::min(nb * kB16 + j, N - 1), &step);
+        for (int64_t kb = 0; kb < KB; ++kb) SB[static_cast<size_t>(kb * kB16 + j)] = br[kb * step];
+      }
+      block(d, b16 + nb * KQ * 64, chunks, a16.data(), SB.data(), sat.data(), M, KB, buf, P, ac, nb * kB16, N, acc);
+    }
+    amx_release();
+  }
+}
+
 uint16_t f16_bits(float v) {
   uint32_t b;
   std::memcpy(&b, &v, 4);
@@ -619,9 +814,10 @@ std::atomic<int64_t> g_gemm16_max_m{-1};  // (set_gemm16_max_m_for_test; -1: the
 }  // namespace
 int64_t gemm16_max_m() {
   const int64_t m = g_gemm16_max_m.load(std::memory_order_relaxed);
-  return m >= 0 ? m : attn::cpu::fast_attention_has_amx() ? 12 : 64;
+  return m >= 0 ? m : gemm16_amx_usable() ? kAmxMaxM : attn::cpu::fast_attention_has_amx() ? 12 : 64;
 }
 void set_gemm16_max_m_for_test(int64_t m) { g_gemm16_max_m.store(m < 0 ? -1 : m, std::memory_order_relaxed); }
+void set_gemm16_amx_for_test(bool on) { g_gemm_amx_off.store(!on, std::memory_order_relaxed); }
 
 void fp8_to_bf16(Format f, const uint8_t* codes, uint16_t* out, size_t n) {
   if (f != Format::e4m3fn && f != Format::e5m2)
@@ -679,7 +875,8 @@ void run_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, co
   const Scales sc{spec.scaling, sa, sb, KB, spec.cublas_sb_stride ? round_up(KB, 4) : KB};
   if ((b16 && gemv_usable(spec, g, gemm16_max_m())) || (bt && gemv_usable(spec, g))) {  // small M: B as codes (gemm16_fast for a packed B, else gemv_fast)
     std::vector<float> acc(static_cast<size_t>(M * N));
-    if (b16) gemm16_fast(spec, g, G, sc, a, b16, acc.data());
+    if (b16 && gemm16_amx_usable() && M >= kAmxMinM && M <= kAmxMaxM) gemm16_amx(spec, g, G, sc, a, b16, acc.data());
+    else if (b16) gemm16_fast(spec, g, G, sc, a, b16, acc.data());
     else gemv_fast(spec, g, G, sc, a, bt, acc.data());
     for (int64_t m = 0; m < M; ++m) store_row(spec, acc.data() + m * N, bias, m, 0, N, N, out);
     return;
