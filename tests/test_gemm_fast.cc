@@ -321,11 +321,11 @@ TEST_CASE("fast scaled_mm: a NaN code or scale gives NaN in its output row / col
         else if (where == 1) c.bt[static_cast<size_t>(131 * 300 + 3)] = nan;  // B column 131, k 3
         else c.sa[per_row ? 2 * per_row + per_row - 1 : 0] = std::numeric_limits<float>::quiet_NaN();  // row 2's last
         const cpu::FastGemmB packed(c.spec, c.g, c.bt.data());
-        for (int variant = 0; variant < 3; ++variant) {  // B's codes, a packed B, a packed B on vdpbf16ps (AMX CPUs)
-          const bool use_packed = variant > 0;
-          if (variant == 2 && !attn::cpu::fast_attention_has_amx()) continue;
+        for (int variant = 0; variant < 4; ++variant) {  // B's codes, a packed B; both on vdpbf16ps (AMX CPUs)
+          const bool use_packed = variant % 2 == 1;
+          if (variant >= 2 && !attn::cpu::fast_attention_has_amx()) continue;
           std::vector<uint8_t> out(static_cast<size_t>(9 * 140 * 2));
-          cpu::set_gemm16_amx_for_test(variant != 2);
+          cpu::set_gemm16_amx_for_test(variant < 2);
           if (use_packed) cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), packed, c.sa.data(), c.sb.data(), nullptr, out.data());
           else cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), c.bt.data(), c.sa.data(), c.sb.data(), nullptr, out.data());
           cpu::set_gemm16_amx_for_test(true);
@@ -334,7 +334,7 @@ TEST_CASE("fast scaled_mm: a NaN code or scale gives NaN in its output row / col
             for (size_t n = 0; n < 140; ++n) {
               const bool want = where == 1 ? n == 131 : (m == 2 || (where == 2 && per_row == 0));
               if (std::isnan(out_value(c, out, m * 140 + n)) != want && wrong++ < 3)
-                MESSAGE(c.spec.describe() << (use_packed ? " packed" : "") << (variant == 2 ? " vdpbf16ps" : "") << ": element (" << m << ", " << n << ") "
+                MESSAGE(c.spec.describe() << (use_packed ? " packed" : "") << (variant >= 2 ? " vdpbf16ps" : "") << ": element (" << m << ", " << n << ") "
                                           << out_value(c, out, m * 140 + n));
             }
           CHECK(wrong == 0);
@@ -374,8 +374,9 @@ TEST_CASE("fast scaled_mm: the small-M kernels (B's codes; a packed B's column b
       const float* b = c.bias.empty() ? nullptr : c.bias.data();
       const cpu::FastGemmB packed(c.spec, c.g, c.bt.data());
       check_case(c, what + " (packed B)", &packed);
-      if (attn::cpu::fast_attention_has_amx()) {  // (the packed B ran on the AMX tiles: the vdpbf16ps kernel as well)
+      if (attn::cpu::fast_attention_has_amx()) {  // (M >= 4 ran on the AMX tiles: the vdpbf16ps kernels as well)
         cpu::set_gemm16_amx_for_test(false);
+        check_case(c, what + " (vdpbf16ps kernels)");
         check_case(c, what + " (packed B, vdpbf16ps kernel)", &packed);
         cpu::set_gemm16_amx_for_test(true);
       }

@@ -620,11 +620,13 @@ void gemm16_fast(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const 
 #define FP8REF_GEMM_AMX_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,avx512bf16,amx-tile,amx-bf16")))
 
-// M from kAmxMinM to kAmxMaxM (4 row tiles) on the tiles: below, the vdpbf16ps kernel reads B faster (Sapphire
-// Rapids-class Xeon, 2 threads, [M, 7168] x [7168, 7168] blockwise, vdpbf16ps -> tiles: M = 1 1.9 -> 3.2 ms, 3 2.8 ->
-// 3.2, 4 3.3 -> 3.2, 8 6.0 -> 3.3, 16 11.3 -> 4.0, 32 21.5 -> 5.0; the oneDNN tile path 8.4–12 ms, 64 13.9 -> 8.3:
-// bench/RESULTS.md, session 23)
-constexpr int64_t kAmxMinM = 4, kAmxMaxM = 64;
+// M from kAmxMinM (a packed B) or kAmxRowsMinM (B's codes) to kAmxMaxM (4 row tiles) on the tiles: below, the
+// vdpbf16ps kernels read B faster. A Sapphire Rapids-class Xeon, 2 threads, [M, 7168] x [7168, 7168] blockwise
+// (bench/RESULTS.md, session 23): packed, vdpbf16ps -> tiles: M = 1 1.9 -> 3.2 ms, 3 2.8 -> 3.1, 4 3.3 -> 3.2, 8 6.0 ->
+// 3.3, 16 11.3 -> 4.0, 32 21.5 -> 5.1 (the oneDNN tile path 8.4–12 ms), 64 -> 8.5 (tile path 13.9–15.0); B's codes,
+// gemv_fast -> tiles: M = 1 2.6 -> 3.4, 2 3.1 -> 3.3, 3 4.3 -> 3.4, 16 15.9 -> 4.4, then tile path -> tiles: 32 19.5 ->
+// 6.3, 64 22.8 -> 9.2.
+constexpr int64_t kAmxMinM = 4, kAmxRowsMinM = 3, kAmxMaxM = 64;
 constexpr int kAmxChunkSteps = 4;  // B tiles (32 K each) decoded per chunk
 
 std::atomic<bool> g_gemm_amx_off{false};  // (set_gemm16_amx_for_test)
@@ -647,21 +649,89 @@ std::vector<AmxChunk> amx_chunks(int64_t KQ, int64_t GQ, int64_t KB) {
   return out;
 }
 
-// A chunk's B tiles: tile s at buf + 512·s (16 rows of 32 bf16 words); blocks past q1 zero.
-FP8REF_GEMV_TARGET void amx_decode_chunk(const GemvDecoder& d, const uint8_t* blk, const AmxChunk& ch, uint16_t* buf) {
-  const int ns = ch.steps();
-  for (int s = 0; s < ns; ++s)
-    for (int i = 0; i < 8; ++i) {
-      const int64_t kq = ch.q0 + 8 * s + i;
-      __m512i w0 = _mm512_setzero_si512(), w1 = w0;
-      if (kq < ch.q1) {
-        _mm_prefetch(reinterpret_cast<const char*>(blk + kq * 64) + kGemvAhead, _MM_HINT_T0);
-        d.decode(_mm512_loadu_si512(blk + kq * 64), &w0, &w1);
+// Where a column block's B tiles come from. A chunk's tiles go to buf: tile s at buf + 512·s (16 rows of 32 bf16
+// words), its rows 2i, 2i + 1 the decoded block kq = q0 + 8s + i of pack_b16's layout (zero past q1); lane j of a
+// tile row (and of the block's accumulators) is column 16nb + col(j).
+// A FastGemmB's column blocks: the blocks as stored.
+struct PackedB {
+  const uint8_t* b16;
+  int64_t KQ;
+  const uint8_t* blk = nullptr;
+  static constexpr bool kSwapped = false;  // col(j) = j
+  void column_block(int64_t nb) { blk = b16 + nb * KQ * 64; }
+  FP8REF_GEMV_TARGET void chunk(const GemvDecoder& d, const AmxChunk& ch, uint16_t* buf) const {
+    const int ns = ch.steps();
+    for (int s = 0; s < ns; ++s)
+      for (int i = 0; i < 8; ++i) {
+        const int64_t kq = ch.q0 + 8 * s + i;
+        __m512i w0 = _mm512_setzero_si512(), w1 = w0;
+        if (kq < ch.q1) {
+          _mm_prefetch(reinterpret_cast<const char*>(blk + kq * 64) + kGemvAhead, _MM_HINT_T0);
+          d.decode(_mm512_loadu_si512(blk + kq * 64), &w0, &w1);
+        }
+        _mm512_store_si512(buf + 512 * s + 64 * i, w0);
+        _mm512_store_si512(buf + 512 * s + 64 * i + 32, w1);
       }
-      _mm512_store_si512(buf + 512 * s + 64 * i, w0);
-      _mm512_store_si512(buf + 512 * s + 64 * i + 32, w1);
+  }
+};
+
+// B's codes as given ([N][K], row n = column n of the product): per 32 K the 16 rows' 32 codes (16 words each) are
+// transposed into the 8 blocks by two in-lane unpack stages and one 128-bit lane shuffle — zmm v_j = rows j and j + 8;
+// unpack{lo,hi}_epi16 of (v_2i, v_2i+1), then unpack{lo,hi}_epi32 of those pairs put words w(2kq), w(2kq + 1) of four
+// rows in one 128-bit lane (pack_b16's byte order within the lane); shuffle_i32x4 gathers a block's four lanes, in
+// the row order 0–3, 8–11, 4–7, 12–15 (col(j) swaps lanes 1 and 2: 3 shuffles per 64 codes instead of 4).
+struct RowsB {
+  const uint8_t* bt;
+  int64_t N, K;
+  const uint8_t* row[16] = {};
+  static constexpr bool kSwapped = true;  // col(j): lanes 1 and 2 of the 16 columns swapped
+  void column_block(int64_t nb) {
+    for (int j = 0; j < 16; ++j) row[j] = nb * 16 + j < N ? bt + (nb * 16 + j) * K : nullptr;
+  }
+  FP8REF_GEMV_TARGET static __m512i load2(const uint8_t* a, const uint8_t* b, int64_t k0, int n) {
+    // rows a and b's codes k0 .. k0 + n − 1 (n <= 32; null rows and the rest zero) as the two halves of a zmm
+    if (n == 32 && a && b)
+      return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + k0))),
+                                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + k0)), 1);
+    const __mmask32 m = n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1;
+    const __m256i x = a ? _mm256_maskz_loadu_epi8(m, a + k0) : _mm256_setzero_si256();
+    const __m256i y = b ? _mm256_maskz_loadu_epi8(m, b + k0) : _mm256_setzero_si256();
+    return _mm512_inserti64x4(_mm512_castsi256_si512(x), y, 1);
+  }
+  FP8REF_GEMV_TARGET void chunk(const GemvDecoder& d, const AmxChunk& ch, uint16_t* buf) const {
+    const int ns = ch.steps();
+    const int64_t kend = std::min(K, 4 * ch.q1);
+    for (int s = 0; s < ns; ++s) {
+      const int64_t k0 = 4 * (ch.q0 + 8 * s);
+      const int n = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(32, kend - k0)));
+      if (k0 % 64 == 0)
+        for (int j = 0; j < 16; ++j)
+          if (row[j]) _mm_prefetch(reinterpret_cast<const char*>(row[j] + k0) + kGemvAhead, _MM_HINT_T0);
+      __m512i v[8], t[8], u[8];
+      for (int j = 0; j < 8; ++j) v[j] = load2(row[j], row[j + 8], k0, n);
+      for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm512_unpacklo_epi16(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi16(v[2 * i], v[2 * i + 1]);
+      }
+      // u[4h + 2e + b]: rows 4h..4h+3 (and + 8), words 4e + 2b, + 1 (lanes 0, 2) and 8 more (lanes 1, 3)
+      for (int h = 0; h < 2; ++h)
+        for (int e = 0; e < 2; ++e) {
+          u[4 * h + 2 * e] = _mm512_unpacklo_epi32(t[4 * h + e], t[4 * h + 2 + e]);
+          u[4 * h + 2 * e + 1] = _mm512_unpackhi_epi32(t[4 * h + e], t[4 * h + 2 + e]);
+        }
+      for (int x = 0; x < 4; ++x) {  // blocks x (lanes 0, 2 of u[x], u[4 + x]) and x + 4 (lanes 1, 3)
+        const __m512i blk[2] = {_mm512_shuffle_i32x4(u[x], u[4 + x], 0x88), _mm512_shuffle_i32x4(u[x], u[4 + x], 0xDD)};
+        for (int hh = 0; hh < 2; ++hh) {
+          const int i = x + 4 * hh;
+          __m512i w0 = _mm512_setzero_si512(), w1 = w0;
+          if (ch.q0 + 8 * s + i < ch.q1) d.decode(blk[hh], &w0, &w1);
+          _mm512_store_si512(buf + 512 * s + 64 * i, w0);
+          _mm512_store_si512(buf + 512 * s + 64 * i + 32, w1);
+        }
+      }
     }
-}
+  }
+};
 
 // C_t += A_t · B over a chunk's tiles (C tiles 0..MT-1, A in tiles 4/5, B in 6/7 by parity): a16 the chunk's first
 // A tile (row stride lda bytes), the next row tile rows16 words on, the next K step sstep words on.
@@ -712,21 +782,21 @@ FP8REF_GEMM_AMX_TARGET void amx_store_c(float* P) {
   if constexpr (MT > 3) _tile_stored(3, P + 768, 64);
 }
 
-// Column block nb (16 columns) of acc_out [M][N] for MT = ceil(M / 16) row tiles. a16: A's tiles (gemm16_amx); SB[kb·16 + j] = sb(column 16nb + j, kb); sat [M][KB]; buf: two chunk buffers of 4 tiles; P: 16·MT
-// rows of 16 f32; acc: M rows of 16 f32.
-template <int MT>
-FP8REF_GEMM_AMX_TARGET void amx_block(const GemvDecoder& d, const uint8_t* blk, const std::vector<AmxChunk>& chunks,
-                                      const uint16_t* a16, const float* SB, const float* sat, int64_t M,
-                                      int64_t KB, uint16_t* buf, float* P, float* acc, int64_t n0, int64_t N,
-                                      float* acc_out) {
+// Column block n0 / 16 of acc_out [M][N] for MT = ceil(M / 16) row tiles, B's tiles from src (column_block set).
+// a16: A's tiles (amx_product); SB[kb·16 + j] = sb(column n0 + col(j), kb); sat [M][KB]; buf: two chunk buffers of 4
+// tiles; P: 16·MT rows of 16 f32; acc: M rows of 16 f32.
+template <int MT, class Src>
+FP8REF_GEMM_AMX_TARGET void amx_block(const Src& src, const GemvDecoder& d, const std::vector<AmxChunk>& chunks,
+                                      const uint16_t* a16, const float* SB, const float* sat, int64_t M, int64_t KB,
+                                      uint16_t* buf, float* P, float* acc, int64_t n0, int64_t N, float* acc_out) {
   for (int64_t m = 0; m < M; ++m) _mm512_store_ps(acc + 16 * m, _mm512_setzero_ps());
   const size_t nch = chunks.size();
-  amx_decode_chunk(d, blk, chunks[0], buf);
+  src.chunk(d, chunks[0], buf);
   for (size_t i = 0; i < nch; ++i) {
     const AmxChunk& ch = chunks[i];
     if (ch.first) amx_zero_c<MT>();
     amx_chunk_tiles<MT>(buf + 2048 * (i % 2), ch.steps(), a16 + (ch.q0 / 8) * MT * 512, 64, 512, MT * 512);
-    if (i + 1 < nch) amx_decode_chunk(d, blk, chunks[i + 1], buf + 2048 * ((i + 1) % 2));  // (beside the tiles)
+    if (i + 1 < nch) src.chunk(d, chunks[i + 1], buf + 2048 * ((i + 1) % 2));  // (beside the tiles)
     if (ch.last) {
       amx_store_c<MT>(P);
       const __m512 sbv = _mm512_loadu_ps(SB + 16 * ch.kb);
@@ -737,7 +807,11 @@ FP8REF_GEMM_AMX_TARGET void amx_block(const GemvDecoder& d, const uint8_t* blk, 
     }
   }
   const __mmask16 mk = N - n0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (N - n0)) - 1);
-  for (int64_t m = 0; m < M; ++m) _mm512_mask_storeu_ps(acc_out + m * N + n0, mk, _mm512_load_ps(acc + 16 * m));
+  for (int64_t m = 0; m < M; ++m) {
+    __m512 r = _mm512_load_ps(acc + 16 * m);
+    if constexpr (Src::kSwapped) r = _mm512_shuffle_f32x4(r, r, 0xD8);  // lanes 0, 2, 1, 3: back in column order
+    _mm512_mask_storeu_ps(acc_out + m * N + n0, mk, r);
+  }
 }
 
 FP8REF_GEMM_AMX_TARGET void amx_config() {
@@ -749,9 +823,10 @@ FP8REF_GEMM_AMX_TARGET void amx_config() {
 }
 FP8REF_GEMM_AMX_TARGET void amx_release() { _tile_release(); }
 
-// acc = the f32 accumulators [M][N] (M <= kAmxMaxM) with a packed B on AMX.
-void gemm16_amx(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const Scales& sc, const uint8_t* a,
-                const uint8_t* b16, float* acc) {
+// acc = the f32 accumulators [M][N] (M <= kAmxMaxM) on AMX, B's tiles from src (PackedB or RowsB).
+template <class Src>
+void amx_product(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const Scales& sc, const uint8_t* a, Src src,
+                 float* acc) {
   const int64_t M = g.M, N = g.N, K = g.K, NB = cdiv(N, kB16), KQ = cdiv(K, 4), KB = cdiv(K, G), GQ = cdiv(G, 4);
   const int64_t K32 = round_up(KQ * 4, 32), MT = cdiv(M, 16);
   // A as its tiles, each 16 rows × 32 K contiguous (1 KiB, read with a 64-byte stride): tile (s, t) — K step s, rows
@@ -768,29 +843,33 @@ void gemm16_amx(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const S
   const std::vector<float> sat = a_scale_rows(sc, M, KB);
   const std::vector<AmxChunk> chunks = amx_chunks(KQ, GQ, KB);
   const GemvTables tb(spec.fb);
-  using Block = void (*)(const GemvDecoder&, const uint8_t*, const std::vector<AmxChunk>&, const uint16_t*, const float*,
+  using Block = void (*)(const Src&, const GemvDecoder&, const std::vector<AmxChunk>&, const uint16_t*, const float*,
                          const float*, int64_t, int64_t, uint16_t*, float*, float*, int64_t, int64_t, float*);
-  const Block block = MT == 1 ? amx_block<1> : MT == 2 ? amx_block<2> : MT == 3 ? amx_block<3> : amx_block<4>;
-#pragma omp parallel if (N * K * M > (int64_t{1} << 18))
+  const Block block = MT == 1 ? amx_block<1, Src> : MT == 2 ? amx_block<2, Src> : MT == 3 ? amx_block<3, Src> : amx_block<4, Src>;
+  // per thread: two chunk buffers (8 KiB), P (4 KiB), acc (M · 64 bytes), 64-byte aligned
+  const size_t per = static_cast<size_t>(8192 + 4096 + 64 * M);
+  const int nt = omp_get_max_threads();
+  const std::unique_ptr<uint8_t, void (*)(void*)> scratch(static_cast<uint8_t*>(std::aligned_alloc(64, per * nt)), &std::free);
+  if (!scratch) throw std::bad_alloc();
+#pragma omp parallel num_threads(nt) firstprivate(src) if (N * K * M > (int64_t{1} << 18))
   {
     amx_config();
     const GemvDecoder d(tb);
     std::vector<float> SB(static_cast<size_t>(KB * kB16));
-    // two chunk buffers (8 KiB), P (4 KiB), acc (M · 64 bytes), 64-byte aligned
-    const std::unique_ptr<uint8_t, void (*)(void*)> scratch(
-        static_cast<uint8_t*>(std::aligned_alloc(64, static_cast<size_t>(8192 + 4096 + 64 * M))), &std::free);
-    if (!scratch) throw std::bad_alloc();
-    uint16_t* buf = reinterpret_cast<uint16_t*>(scratch.get());
-    float* P = reinterpret_cast<float*>(scratch.get() + 8192);
+    uint8_t* mine = scratch.get() + per * static_cast<size_t>(omp_get_thread_num());
+    uint16_t* buf = reinterpret_cast<uint16_t*>(mine);
+    float* P = reinterpret_cast<float*>(mine + 8192);
     float* ac = P + 4 * 256;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t nb = 0; nb < NB; ++nb) {
       for (int j = 0; j < kB16; ++j) {
+        const int col = Src::kSwapped ? (j / 4 == 1 ? j + 4 : j / 4 == 2 ? j - 4 : j) : j;  // col(j)
         int64_t step;
-        const float* br = sc.b_row(std::min(nb * kB16 + j, N - 1), &step);
+        const float* br = sc.b_row(std::min(nb * kB16 + col, N - 1), &step);
         for (int64_t kb = 0; kb < KB; ++kb) SB[static_cast<size_t>(kb * kB16 + j)] = br[kb * step];
       }
-      block(d, b16 + nb * KQ * 64, chunks, a16.data(), SB.data(), sat.data(), M, KB, buf, P, ac, nb * kB16, N, acc);
+      src.column_block(nb);
+      block(src, d, chunks, a16.data(), SB.data(), sat.data(), M, KB, buf, P, ac, nb * kB16, N, acc);
     }
     amx_release();
   }
@@ -873,10 +952,14 @@ void run_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, co
   if (M == 0 || N == 0) return;
   const int64_t KB = K == 0 ? 0 : cdiv(K, G);
   const Scales sc{spec.scaling, sa, sb, KB, spec.cublas_sb_stride ? round_up(KB, 4) : KB};
-  if ((b16 && gemv_usable(spec, g, gemm16_max_m())) || (bt && gemv_usable(spec, g))) {  // small M: B as codes (gemm16_fast for a packed B, else gemv_fast)
+  // small M: B as codes — a packed B on gemm16_fast or the tiles, B's rows on gemv_fast or the tiles (RowsB)
+  const int64_t rows_max_m = gemm16_amx_usable() ? kAmxMaxM : kGemvMaxM;
+  if ((b16 && gemv_usable(spec, g, gemm16_max_m())) || (bt && gemv_usable(spec, g, rows_max_m))) {
     std::vector<float> acc(static_cast<size_t>(M * N));
-    if (b16 && gemm16_amx_usable() && M >= kAmxMinM && M <= kAmxMaxM) gemm16_amx(spec, g, G, sc, a, b16, acc.data());
+    const bool amx = gemm16_amx_usable() && M >= (b16 ? kAmxMinM : kAmxRowsMinM) && M <= kAmxMaxM;
+    if (b16 && amx) amx_product(spec, g, G, sc, a, PackedB{b16, cdiv(K, 4)}, acc.data());
     else if (b16) gemm16_fast(spec, g, G, sc, a, b16, acc.data());
+    else if (amx) amx_product(spec, g, G, sc, a, RowsB{bt, N, K}, acc.data());
     else gemv_fast(spec, g, G, sc, a, bt, acc.data());
     for (int64_t m = 0; m < M; ++m) store_row(spec, acc.data() + m * N, bias, m, 0, N, N, out);
     return;
