@@ -222,8 +222,9 @@ TEST_CASE("fast scaled_mm: the bound is tight enough to catch a wrong scale") {
 
 TEST_CASE("fast scaled_mm: packed B reuse, zero sizes and bad input") {
   std::mt19937_64 rng(11);
-  // (M = 80: the tile path, where a packed B gives the same bits; for M <= 64 a packed B has its own kernel on
-  // AVX-512 BF16 CPUs, tested below within the bound)
+  // (M = 80: the tile path, where a packed B gives the same bits — or, on CPUs with AMX, the tiles' small-M kernel for
+  // both B forms, the same bits too; for M <= 64 without AMX a packed B has its own kernel, tested below within the
+  // bound)
   const Case c = make_case(rng, GemmScaling::group, Format::e4m3fn, Format::e4m3fn, Format::f32, BiasMode::none, 80, 40, 256);
   const cpu::FastGemmB packed(c.spec, c.g, c.bt.data());
   std::vector<float> o1(80 * 40), o2(80 * 40);
@@ -353,18 +354,19 @@ TEST_CASE("fast scaled_mm: the small-M kernels (B's codes; a packed B's column b
                                   GemmScaling::mx};
   // (M > 16: a packed B's kernel, rows in blocks of 8 and a remainder; B's codes go the tile path there)
   // (on AMX CPUs a packed B's M >= 4 runs on the tiles: 1–4 row tiles of 16, the last one partial or whole)
-  const int64_t Ms[] = {1, 2, 3, 4, 5, 7, 8, 11, 16, 17, 29, 40, 64}, Ns[] = {1, 3, 4, 6, 9, 130},
+  // (M = 100 on AMX CPUs: two slices of row tiles, 4 and 3, where the K groups are at most 128)
+  const int64_t Ms[] = {1, 2, 3, 4, 5, 7, 8, 11, 16, 17, 29, 40, 64, 100}, Ns[] = {1, 3, 4, 6, 9, 130},
                 Ks[] = {1, 31, 63, 64, 65, 127, 128, 129, 200, 520};
   const Format fmts[] = {Format::e4m3fn, Format::e5m2};
   const int threads = omp_get_max_threads();
   cpu::set_gemm16_max_m_for_test(64);  // (a packed B's kernel up to M = 64 on every CPU that has it, AMX or not)
   int cases = 0;
   for (GemmScaling s : scalings)
-    for (int i = 0; i < 14; ++i, ++cases) {
+    for (int i = 0; i < 15; ++i, ++cases) {
       const Format fa = fmts[rng() % 2], fb = fmts[rng() % 2];
       const Format out = i % 3 == 0 ? Format::f32 : i % 3 == 1 ? Format::bf16 : Format::f16;
       const BiasMode bias = i % 4 == 3 ? BiasMode::f32 : BiasMode::none;
-      const int64_t M = Ms[rng() % 13], N = Ns[rng() % 6], K = Ks[rng() % 10];
+      const int64_t M = Ms[rng() % 14], N = Ns[rng() % 6], K = Ks[rng() % 10];
       const Case c = make_case(rng, s, fa, fb, out, bias, M, N, K);
       const std::string what = "case " + std::to_string(cases) + ": " + c.spec.describe() + " M=" + std::to_string(M) +
                                " N=" + std::to_string(N) + " K=" + std::to_string(K);

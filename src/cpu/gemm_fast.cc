@@ -628,9 +628,16 @@ void gemm16_fast(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const 
 // 6.3, 64 22.8 -> 9.2.
 constexpr int64_t kAmxMinM = 4, kAmxRowsMinM = 3, kAmxMaxM = 64;
 constexpr int kAmxChunkSteps = 4;  // B tiles (32 K each) decoded per chunk
+// Up to kAmxGroupsMaxM where every chunk is a whole K group (G <= 128: blockwise, group, mx): slices of 64 rows then
+// share each chunk's decoded tiles (the same Xeon: B's codes / packed, tile path -> tiles: M = 128 27.6 -> 20.4 /
+// 20.6 -> 19.1 ms, but 256 41.9 -> 43.7 / 34.5 -> 40.2).
+constexpr int64_t kAmxGroupsMaxM = 128;
+int64_t amx_max_m(int64_t G) { return G <= 4 * 8 * kAmxChunkSteps ? kAmxGroupsMaxM : kAmxMaxM; }
 
 std::atomic<bool> g_gemm_amx_off{false};  // (set_gemm16_amx_for_test)
 bool gemm16_amx_usable() { return attn::cpu::fast_attention_has_amx() && !g_gemm_amx_off.load(std::memory_order_relaxed); }
+// The largest M the small-M kernels take for B given as codes (K group G).
+int64_t rows_max_m(int64_t G) { return gemm16_amx_usable() ? amx_max_m(G) : kGemvMaxM; }
 
 // One chunk of a group: kq in [q0, q1) (a K group's range, clipped), decoded as ceil((q1 − q0) / 8) B tiles.
 struct AmxChunk {
@@ -782,27 +789,60 @@ FP8REF_GEMM_AMX_TARGET void amx_store_c(float* P) {
   if constexpr (MT > 3) _tile_stored(3, P + 768, 64);
 }
 
-// Column block n0 / 16 of acc_out [M][N] for MT = ceil(M / 16) row tiles, B's tiles from src (column_block set).
-// a16: A's tiles (amx_product); SB[kb·16 + j] = sb(column n0 + col(j), kb); sat [M][KB]; buf: two chunk buffers of 4
-// tiles; P: 16·MT rows of 16 f32; acc: M rows of 16 f32.
-template <int MT, class Src>
+// One slice of mt <= 4 row tiles over a chunk: C zeroed first when zero, then the chunk's tiles (amx_chunk_tiles).
+FP8REF_GEMM_AMX_TARGET void amx_slice_tiles(int mt, bool zero, const uint16_t* buf, int ns, const uint16_t* a16,
+                                            int64_t sstep) {
+  switch (mt) {
+    case 1:
+      if (zero) amx_zero_c<1>();
+      return amx_chunk_tiles<1>(buf, ns, a16, 64, 512, sstep);
+    case 2:
+      if (zero) amx_zero_c<2>();
+      return amx_chunk_tiles<2>(buf, ns, a16, 64, 512, sstep);
+    case 3:
+      if (zero) amx_zero_c<3>();
+      return amx_chunk_tiles<3>(buf, ns, a16, 64, 512, sstep);
+    default:
+      if (zero) amx_zero_c<4>();
+      return amx_chunk_tiles<4>(buf, ns, a16, 64, 512, sstep);
+  }
+}
+FP8REF_GEMM_AMX_TARGET void amx_slice_store(int mt, float* P) {
+  switch (mt) {
+    case 1: return amx_store_c<1>(P);
+    case 2: return amx_store_c<2>(P);
+    case 3: return amx_store_c<3>(P);
+    default: return amx_store_c<4>(P);
+  }
+}
+
+// Column block n0 / 16 of acc_out [M][N], B's tiles from src (column_block set), the rows in slices of up to 4 row
+// tiles (64 rows; more than one slice only when every chunk is a whole K group: the slices then share each chunk's
+// decoded tiles, C stored per slice). a16: A's tiles (amx_product; MT = ceil(M / 16) per K step); SB[kb·16 + j] =
+// sb(column n0 + col(j), kb); sat [M][KB]; buf: two chunk buffers of 4 tiles; P: 64 rows of 16 f32; acc: M rows of 16
+// f32.
+template <class Src>
 FP8REF_GEMM_AMX_TARGET void amx_block(const Src& src, const GemvDecoder& d, const std::vector<AmxChunk>& chunks,
                                       const uint16_t* a16, const float* SB, const float* sat, int64_t M, int64_t KB,
                                       uint16_t* buf, float* P, float* acc, int64_t n0, int64_t N, float* acc_out) {
+  const int64_t MT = cdiv(M, 16), slices = cdiv(MT, 4);
   for (int64_t m = 0; m < M; ++m) _mm512_store_ps(acc + 16 * m, _mm512_setzero_ps());
   const size_t nch = chunks.size();
   src.chunk(d, chunks[0], buf);
   for (size_t i = 0; i < nch; ++i) {
     const AmxChunk& ch = chunks[i];
-    if (ch.first) amx_zero_c<MT>();
-    amx_chunk_tiles<MT>(buf + 2048 * (i % 2), ch.steps(), a16 + (ch.q0 / 8) * MT * 512, 64, 512, MT * 512);
-    if (i + 1 < nch) src.chunk(d, chunks[i + 1], buf + 2048 * ((i + 1) % 2));  // (beside the tiles)
-    if (ch.last) {
-      amx_store_c<MT>(P);
-      const __m512 sbv = _mm512_loadu_ps(SB + 16 * ch.kb);
-      for (int64_t m = 0; m < M; ++m) {
-        const __m512 s = _mm512_mul_ps(_mm512_set1_ps(sat[m * KB + ch.kb]), sbv);
-        _mm512_store_ps(acc + 16 * m, _mm512_fmadd_ps(_mm512_load_ps(P + 16 * m), s, _mm512_load_ps(acc + 16 * m)));
+    for (int64_t r = 0; r < slices; ++r) {
+      const int mt = static_cast<int>(std::min<int64_t>(4, MT - 4 * r));
+      amx_slice_tiles(mt, ch.first, buf + 2048 * (i % 2), ch.steps(), a16 + ((ch.q0 / 8) * MT + 4 * r) * 512, MT * 512);
+      if (r == 0 && i + 1 < nch) src.chunk(d, chunks[i + 1], buf + 2048 * ((i + 1) % 2));  // (beside the tiles)
+      if (ch.last) {
+        amx_slice_store(mt, P);
+        const __m512 sbv = _mm512_loadu_ps(SB + 16 * ch.kb);
+        for (int64_t m = 64 * r; m < std::min(M, 64 * r + 64); ++m) {
+          const __m512 s = _mm512_mul_ps(_mm512_set1_ps(sat[m * KB + ch.kb]), sbv);
+          _mm512_store_ps(acc + 16 * m,
+                          _mm512_fmadd_ps(_mm512_load_ps(P + 16 * (m - 64 * r)), s, _mm512_load_ps(acc + 16 * m)));
+        }
       }
     }
   }
@@ -823,7 +863,7 @@ FP8REF_GEMM_AMX_TARGET void amx_config() {
 }
 FP8REF_GEMM_AMX_TARGET void amx_release() { _tile_release(); }
 
-// acc = the f32 accumulators [M][N] (M <= kAmxMaxM) on AMX, B's tiles from src (PackedB or RowsB).
+// acc = the f32 accumulators [M][N] (M <= amx_max_m) on AMX, B's tiles from src (PackedB or RowsB).
 template <class Src>
 void amx_product(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const Scales& sc, const uint8_t* a, Src src,
                  float* acc) {
@@ -843,9 +883,6 @@ void amx_product(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const 
   const std::vector<float> sat = a_scale_rows(sc, M, KB);
   const std::vector<AmxChunk> chunks = amx_chunks(KQ, GQ, KB);
   const GemvTables tb(spec.fb);
-  using Block = void (*)(const Src&, const GemvDecoder&, const std::vector<AmxChunk>&, const uint16_t*, const float*,
-                         const float*, int64_t, int64_t, uint16_t*, float*, float*, int64_t, int64_t, float*);
-  const Block block = MT == 1 ? amx_block<1, Src> : MT == 2 ? amx_block<2, Src> : MT == 3 ? amx_block<3, Src> : amx_block<4, Src>;
   // per thread: two chunk buffers (8 KiB), P (4 KiB), acc (M · 64 bytes), 64-byte aligned
   const size_t per = static_cast<size_t>(8192 + 4096 + 64 * M);
   const int nt = omp_get_max_threads();
@@ -859,7 +896,7 @@ void amx_product(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const 
     uint8_t* mine = scratch.get() + per * static_cast<size_t>(omp_get_thread_num());
     uint16_t* buf = reinterpret_cast<uint16_t*>(mine);
     float* P = reinterpret_cast<float*>(mine + 8192);
-    float* ac = P + 4 * 256;
+    float* ac = P + 4 * 256;  // (P: one slice's 64 rows)
 #pragma omp for schedule(dynamic, 1)
     for (int64_t nb = 0; nb < NB; ++nb) {
       for (int j = 0; j < kB16; ++j) {
@@ -869,7 +906,7 @@ void amx_product(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const 
         for (int64_t kb = 0; kb < KB; ++kb) SB[static_cast<size_t>(kb * kB16 + j)] = br[kb * step];
       }
       src.column_block(nb);
-      block(src, d, chunks, a16.data(), SB.data(), sat.data(), M, KB, buf, P, ac, nb * kB16, N, acc);
+      amx_block(src, d, chunks, a16.data(), SB.data(), sat.data(), M, KB, buf, P, ac, nb * kB16, N, acc);
     }
     amx_release();
   }
@@ -953,10 +990,10 @@ void run_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, co
   const int64_t KB = K == 0 ? 0 : cdiv(K, G);
   const Scales sc{spec.scaling, sa, sb, KB, spec.cublas_sb_stride ? round_up(KB, 4) : KB};
   // small M: B as codes — a packed B on gemm16_fast or the tiles, B's rows on gemv_fast or the tiles (RowsB)
-  const int64_t rows_max_m = gemm16_amx_usable() ? kAmxMaxM : kGemvMaxM;
-  if ((b16 && gemv_usable(spec, g, gemm16_max_m())) || (bt && gemv_usable(spec, g, rows_max_m))) {
+  const int64_t packed_max_m = gemm16_amx_usable() ? std::max(gemm16_max_m(), amx_max_m(G)) : gemm16_max_m();
+  if ((b16 && gemv_usable(spec, g, packed_max_m)) || (bt && gemv_usable(spec, g, rows_max_m(G)))) {
     std::vector<float> acc(static_cast<size_t>(M * N));
-    const bool amx = gemm16_amx_usable() && M >= (b16 ? kAmxMinM : kAmxRowsMinM) && M <= kAmxMaxM;
+    const bool amx = gemm16_amx_usable() && M >= (b16 ? kAmxMinM : kAmxRowsMinM) && M <= amx_max_m(G);
     if (b16 && amx) amx_product(spec, g, G, sc, a, PackedB{b16, cdiv(K, 4)}, acc.data());
     else if (b16) gemm16_fast(spec, g, G, sc, a, b16, acc.data());
     else if (amx) amx_product(spec, g, G, sc, a, RowsB{bt, N, K}, acc.data());
@@ -1077,7 +1114,7 @@ void scaled_mm_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t*
   check_scaled_mm(spec, g);
   // B converted tile by tile inside the loop when there are enough n-tiles to keep every thread busy (or read as codes
   // on the small-M path); else packed once up front (parallel over all output tiles).
-  if (cdiv(g.N, tile_n_for(g.N)) >= omp_get_max_threads() || gemv_usable(spec, g)) {
+  if (cdiv(g.N, tile_n_for(g.N)) >= omp_get_max_threads() || gemv_usable(spec, g, rows_max_m(k_group(spec, g.K)))) {
     run_fast(spec, g, a, nullptr, bt, sa, sb, bias, out);
   } else {
     const FastGemmB b(spec, g, bt);

@@ -19,9 +19,10 @@
 // column blocks of 16 (4 K per 64 bytes, the VNNI pair layout once decoded): its kernel (gemm16_fast; M <= 64)
 // multiplies 16 columns per vdpbf16ps by a broadcast A pair, up to 8 rows sharing each block's decode, one column per
 // lane (each P two sequential chains over its group and their sum: within the bound's L − 1 additions; no lane sum).
-// On CPUs with AMX-BF16, for 4 <= M <= 64 the same codes are decoded into B tiles (8 blocks per tile) and multiplied
-// on the tile unit by A's row tiles (amx_product: P is the tile unit's f32 sum of the group, as on the tile path); B
-// given as codes goes the same way, 16 of its rows transposed in registers into those blocks per 32 K.
+// On CPUs with AMX-BF16, for 4 <= M <= 64 (128 where the K groups are at most 128) the same codes are decoded into B
+// tiles (8 blocks per tile) and multiplied on the tile unit by A's row tiles (amx_product: P is the tile unit's f32
+// sum of the group, as on the tile path); B given as codes goes the same way from M = 3, 16 of its rows transposed in
+// registers into those blocks per 32 K.
 // Memory beyond inputs and output: A's bf16 copy; B's (FastGemmB), or — when there are at least as many n-tiles as
 // threads — only one bf16 n-tile of B per thread, converted inside the tile loop; plus per thread one f32 tile and
 // its partials (≤ 1 MiB). Tiny scale products (min|sa|·min|sb| < 2^-125) add 2^-148·(Σ|a·b| + KB) to E_acc.
@@ -93,9 +94,9 @@ double fast_accumulation_constant(const ScaledMmSpec& spec, int64_t K);
 // (m >= 0; -1 restores the CPU's default) to measure or check that kernel beside the tile path at any M.
 int64_t gemm16_max_m();
 void set_gemm16_max_m_for_test(int64_t m);
-// Whether a small-M product may run on the AMX tiles (CPUs with AMX-BF16, 4 <= M <= 64; B packed or as codes) rather
-// than on vdpbf16ps (gemm16_fast, gemv_fast; B's codes then only up to M = 16) or the tile path; false keeps AMX out on
-// every CPU (tests, bench_gemm_fast), true restores the default.
+// Whether a small-M product may run on the AMX tiles (CPUs with AMX-BF16; B packed or as codes) rather than on
+// vdpbf16ps (gemm16_fast, gemv_fast; B's codes then only up to M = 16) or the tile path; false keeps AMX out on every
+// CPU (tests, bench_gemm_fast), true restores the default.
 void set_gemm16_amx_for_test(bool on);
 
 }  // namespace fp8ref::cpu
