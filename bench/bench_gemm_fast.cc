@@ -130,7 +130,7 @@ void run_shape(int64_t M, int64_t N, int64_t K, int reps, GemmScaling scaling) {
     cpu::set_gemm16_amx_for_test(true);
     cpu::set_gemm16_max_m_for_test(-1);
   };
-  const bool amx = small && attn::cpu::fast_attention_has_amx();
+  const bool amx = small && M >= 4 && attn::cpu::fast_attention_has_amx();  // (below 4 rows a packed B stays on vdpbf16ps)
   auto amx_packed = [&] {
     cpu::set_gemm16_max_m_for_test(64);
     fast_packed();
