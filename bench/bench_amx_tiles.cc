@@ -8,7 +8,9 @@
 //   PV step       one pair of 16-column O blocks of O += P̃·V: O and V tiles loaded, two dpbf16, O stored back, the
 //                 next step loading the O it just stored (as when the chunk loop comes back to the same O)
 //   PV step, independent O   the same with the stores going elsewhere (no tile store -> tile load dependency)
-// for R = 8 (decode, GQA 8:1: S^T tiles of 8 columns, P̃ and O tiles of 8 rows) and R = 16.
+// for R = 8 (decode, GQA 8:1: S^T tiles of 8 columns, P̃ and O tiles of 8 rows) and R = 16; then which tile
+// instructions let vector work (vpermi2b, the FP8 decode's lookup) run beside them, and a tile load right behind a
+// vector store to its line (overlap(), below).
 // Usage: bench_amx_tiles [--steps 2000000]
 #include <cpuid.h>
 #include <immintrin.h>
@@ -22,14 +24,11 @@
 #include <cstring>
 #include <string>
 
+#include "cpu/amx_tile.h"
+
 namespace {
 
-struct alignas(64) TileCfg {
-  uint8_t palette = 1, start = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
+using fp8ref::cpu::TileCfg;  // (src/cpu/amx_tile.h)
 
 alignas(4096) uint8_t buf[65536];
 
@@ -100,6 +99,69 @@ __attribute__((target("amx-tile,amx-bf16"))) void run(int R, long n) {
   std::printf("| %d | %.1f | %.1f | %.1f | %.1f |\n", R, dp, s, pv, pvi);
 }
 
+// Which tile instructions let vector work run beside them (the AMX kernels overlap FP8 decodes with the tiles):
+// per iteration, k tile instructions (whose operands stay in L1) and/or four independent chains of two vpermi2b each
+// (the decode's table lookup; ~2 cycles apiece on Sapphire Rapids) — "both" near max(alone, alone) means the two
+// overlap, near the sum that they do not. Then a 64-byte vector store and a tile load of that line (the hand-off of
+// a decoded B tile, when the load comes right behind the stores). TSC ticks per iteration.
+#define FP8REF_OVERLAP_TARGET __attribute__((target("avx512f,avx512bw,avx512vbmi,amx-tile,amx-bf16")))
+
+// tiles: 0 none, 1 two dpbf16, 2 two tile loads, 3 one tile store; perms: the vpermi2b chains beside them
+FP8REF_OVERLAP_TARGET double overlap_time(int tiles, bool perms, long n) {
+  const __m512i t0 = _mm512_loadu_si512(buf + 2048), t1 = _mm512_loadu_si512(buf + 2112);
+  __m512i x0 = _mm512_set1_epi8(3), x1 = _mm512_set1_epi8(5), x2 = _mm512_set1_epi8(7), x3 = _mm512_set1_epi8(9);
+  const uint64_t s0 = __rdtsc();
+  for (long i = 0; i < n; ++i) {
+    if (tiles == 1) {
+      _tile_dpbf16ps(0, 4, 5);
+      _tile_dpbf16ps(1, 4, 5);
+    } else if (tiles == 2) {
+      _tile_loadd(6, buf + 4096, 64);
+      _tile_loadd(7, buf + 5120, 64);
+    } else if (tiles == 3) {
+      _tile_stored(2, buf + 8192, 64);
+    }
+    if (perms)
+      for (int j = 0; j < 2; ++j) {
+        x0 = _mm512_permutex2var_epi8(t0, x0, t1);
+        x1 = _mm512_permutex2var_epi8(t0, x1, t1);
+        x2 = _mm512_permutex2var_epi8(t0, x2, t1);
+        x3 = _mm512_permutex2var_epi8(t0, x3, t1);
+      }
+    __asm__ volatile("" : "+v"(x0), "+v"(x1), "+v"(x2), "+v"(x3));
+  }
+  return static_cast<double>(__rdtsc() - s0) / static_cast<double>(n);
+}
+
+FP8REF_OVERLAP_TARGET void overlap(long n) {
+  TileCfg c;
+  for (int t = 0; t < 8; ++t) c.rows[t] = 16, c.colsb[t] = 64;
+  __asm__ volatile("" : : "r"(&c) : "memory");  // (keep the stores above: GCC does not see ldtilecfg read them)
+  _tile_loadconfig(&c);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_loadd(4, buf, 64);
+  _tile_loadd(5, buf + 1024, 64);
+  auto time = [n](int tiles, bool perms) { return overlap_time(tiles, perms, n); };
+  const double p = time(0, true);
+  std::printf("| 8 vpermi2b (4 chains) alone | %.1f | | |\n", p);
+  const char* names[] = {"", "2 tdpbf16ps", "2 tile loads (L1)", "1 tile store (L1)"};
+  for (int k = 1; k <= 3; ++k) std::printf("| %s | %.1f | %.1f | %.1f |\n", names[k], time(k, false), time(k, true), p);
+  uint64_t s0 = __rdtsc();
+  for (long i = 0; i < n; ++i) _tile_loadd(6, buf + 12288 + (i & 7) * 1024, 64);
+  const double ld = static_cast<double>(__rdtsc() - s0) / static_cast<double>(n);
+  s0 = __rdtsc();
+  for (long i = 0; i < n; ++i) {
+    uint8_t* line = buf + 12288 + (i & 7) * 1024;
+    _mm512_store_si512(line, _mm512_set1_epi32(static_cast<int>(i)));
+    _tile_loadd(6, line, 64);
+  }
+  const double st = static_cast<double>(__rdtsc() - s0) / static_cast<double>(n);
+  std::printf("| a tile load; after a vector store to its first line | %.1f | %.1f | |\n", ld, st);
+  _tile_release();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -114,5 +176,7 @@ int main(int argc, char** argv) {
   std::printf("| R (rows per KV head) | dpbf16 (TSC/instr) | S step (TSC) | PV step, O round trip (TSC) | PV step, independent O (TSC) |\n");
   std::printf("|---:|---:|---:|---:|---:|\n");
   for (int R : {8, 16}) run(R, steps);
+  std::printf("\n| per iteration (TSC) | alone | with the vpermi2b | vpermi2b alone |\n|---|---:|---:|---:|\n");
+  overlap(steps);
   return 0;
 }
