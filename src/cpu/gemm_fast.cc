@@ -605,14 +605,15 @@ void gemm16_fast(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const 
   }
 }
 
-// ---- small M with a packed B on AMX ------------------------------------------------------------------------------
-// On CPUs with AMX-BF16 the vdpbf16ps kernel above is slow (a Sapphire Rapids-class core issues one vdpbf16ps zmm per
-// ~2 cycles: bench/pipe_pairs.py, session 23) and the oneDNN tile path converts per K group. Here the same packed
-// codes feed the tile unit: a 64-byte block of pack_b16 decodes (GemvDecoder) into two rows of a VNNI B tile — dword
-// j of w0 (w1) is column j's K pair (4kq, 4kq + 1) ((4kq + 2, 4kq + 3)) —, so 8 blocks make one B tile (16 columns ×
-// 32 K). Per column block of 16, the K groups in chunks of up to 4 such tiles (128 K): the next chunk decoded into the
-// other of two buffers while the tile unit runs this one (tdpbf16ps C_t += A_t · B for up to 4 row tiles A_t of 16
-// rows × 32 K, read straight from A's bf16 rows, zero-padded to 16-row and 32-K multiples); at a group's end C_t is
+// ---- small M on AMX (a packed B, or B's codes) ---------------------------------------------------------------------
+// On CPUs with AMX-BF16 the vdpbf16ps kernels above are slow (a Sapphire Rapids-class core issues one vdpbf16ps zmm
+// per ~2 cycles: bench/pipe_pairs.py, session 23) and the oneDNN tile path converts per K group. Here the codes feed
+// the tile unit: a 64-byte block of pack_b16's layout decodes (GemvDecoder) into two rows of a VNNI B tile — dword j
+// of w0 (w1) is column j's K pair (4kq, 4kq + 1) ((4kq + 2, 4kq + 3)) —, so 8 blocks make one B tile (16 columns × 32
+// K); a FastGemmB stores those blocks (PackedB), B's rows are transposed into them in registers (RowsB). Per column
+// block of 16, the K groups in chunks of up to 4 such tiles (128 K): the next chunk decoded into the other of two
+// buffers while the tile unit runs this one (tdpbf16ps C_t += A_t · B for up to 4 row tiles A_t of 16 rows × 32 K,
+// A packed once per call as contiguous tiles, zero-padded to 16-row and 32-K multiples); at a group's end C_t is
 // stored and acc = fma(P, RN32(sa·sb), acc) per row in 16 lanes, as gemm16_fast. Within src/cpu/gemm_fast.h's bound:
 // P is an f32 sum of the group's L products in the tile unit's order (the bound's L − 1 additions with u', as the
 // oneDNN tile path on AMX); products of fp8 values are never subnormal, their partial sums multiples of 2^-32 (the
@@ -920,11 +921,12 @@ uint16_t f16_bits(float v) {
 
 }  // namespace
 
-// M up to this on a packed B's small-M kernel: 64 where oneDNN has no AMX (Zen 4, 2 threads, [M, 7168] x [7168,
-// 7168] blockwise, packed: M = 16 13.3 -> 5.4 ms, 32 17.1 -> 10.1, 64 24.4 -> 18.4, 128 40.6 -> 35.5 but [128, 2048]
-// 11.9 -> 13.2, 256 even: bench/RESULTS.md, session 22); 12 where it has (a Sapphire Rapids-class Xeon, the same
-// shapes, tile path -> kernel: M = 1 9.9 -> 2.0 ms, 8 10.0 -> 6.0, 12 9.7 -> 8.9, but 14 9.8 -> 10.1, 16 10.5 -> 11.3,
-// 32 12.0 -> 21.5: bench/RESULTS.md, session 23).
+// M up to this on a packed B's small-M kernels: on AMX CPUs kAmxMaxM (the tiles; run_fast allows amx_max_m); else 64
+// for gemm16_fast (Zen 4, 2 threads, [M, 7168] x [7168, 7168] blockwise, packed: M = 16 13.3 -> 5.4 ms, 32 17.1 ->
+// 10.1, 64 24.4 -> 18.4, 128 40.6 -> 35.5 but [128, 2048] 11.9 -> 13.2, 256 even: bench/RESULTS.md, session 22) —
+// but 12 on an AMX CPU with the tiles switched off (a Sapphire Rapids-class Xeon, the same shapes, oneDNN's tile path
+// -> gemm16_fast: M = 1 9.9 -> 2.0 ms, 8 10.0 -> 6.0, 12 9.7 -> 8.9, but 14 9.8 -> 10.1, 16 10.5 -> 11.3, 32 12.0 ->
+// 21.5: bench/RESULTS.md, session 23).
 namespace {
 std::atomic<int64_t> g_gemm16_max_m{-1};  // (set_gemm16_max_m_for_test; -1: the CPU's default)
 }  // namespace
