@@ -629,6 +629,7 @@ void gemm16_fast(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const 
 // 6.3, 64 22.8 -> 9.2.
 constexpr int64_t kAmxMinM = 4, kAmxRowsMinM = 3, kAmxMaxM = 64;
 constexpr int kAmxChunkSteps = 4;  // B tiles (32 K each) decoded per chunk
+constexpr int64_t kAmxRun = 16;    // column blocks per work item where the K groups go outside (amx_range)
 // Up to kAmxGroupsMaxM where every chunk is a whole K group (G <= 128: blockwise, group, mx): slices of 64 rows then
 // share each chunk's decoded tiles (the same Xeon: B's codes / packed, tile path -> tiles: M = 128 27.6 -> 20.4 /
 // 20.6 -> 19.1 ms, but 256 41.9 -> 43.7 / 34.5 -> 40.2).
@@ -666,6 +667,9 @@ struct PackedB {
   int64_t KQ;
   const uint8_t* blk = nullptr;
   static constexpr bool kSwapped = false;  // col(j) = j
+  // the K groups outside the column blocks (amx_range): a group's blocks of one column block are one contiguous run
+  // (the same Xeon, packed, 2 threads: M = 4 3.6–3.8 -> 2.9–3.1 ms, 16 4.1–4.2 -> 3.4–3.5, 64 8.8–8.9 -> 7.9–8.2)
+  static constexpr bool kGroupsOutside = true;
   void column_block(int64_t nb) { blk = b16 + nb * KQ * 64; }
   FP8REF_GEMV_TARGET void chunk(const GemvDecoder& d, const AmxChunk& ch, uint16_t* buf) const {
     const int ns = ch.steps();
@@ -693,6 +697,9 @@ struct RowsB {
   int64_t N, K;
   const uint8_t* row[16] = {};
   static constexpr bool kSwapped = true;  // col(j): lanes 1 and 2 of the 16 columns swapped
+  // (column blocks outside: with the K groups outside, 256 rows read 128 bytes at a time defeat the prefetchers — M =
+  // 16 4.6 -> 8.3 ms)
+  static constexpr bool kGroupsOutside = false;
   void column_block(int64_t nb) {
     for (int j = 0; j < 16; ++j) row[j] = nb * 16 + j < N ? bt + (nb * 16 + j) * K : nullptr;
   }
@@ -855,6 +862,48 @@ FP8REF_GEMM_AMX_TARGET void amx_block(const Src& src, const GemvDecoder& d, cons
   }
 }
 
+// The same over column blocks nb0 .. nb0 + nc − 1 with the K groups outside (every chunk a whole K group): per group,
+// each column block's tiles in turn, so the group's A tiles stay in L1 (per column block they came from L2 again:
+// bench/RESULTS.md, session 23), the accumulators of the nc blocks in memory (acc: [nc][M][16]); SB: [nc][KB][16].
+template <class Src>
+FP8REF_GEMM_AMX_TARGET void amx_range(Src& src, const GemvDecoder& d, const std::vector<AmxChunk>& chunks,
+                                      const uint16_t* a16, const float* SB, const float* sat, int64_t M, int64_t KB,
+                                      uint16_t* buf, float* P, float* acc, int64_t nb0, int64_t nc, int64_t N,
+                                      float* acc_out) {
+  const int64_t MT = cdiv(M, 16), slices = cdiv(MT, 4), items = static_cast<int64_t>(chunks.size()) * nc;
+  for (int64_t i = 0; i < nc * M; ++i) _mm512_store_ps(acc + 16 * i, _mm512_setzero_ps());
+  src.column_block(nb0);
+  src.chunk(d, chunks[0], buf);
+  for (int64_t it = 0; it < items; ++it) {
+    const AmxChunk& ch = chunks[static_cast<size_t>(it / nc)];
+    const int64_t c = it % nc;
+    float* ac = acc + c * M * 16;
+    const __m512 sbv = _mm512_loadu_ps(SB + (c * KB + ch.kb) * 16);
+    for (int64_t r = 0; r < slices; ++r) {
+      const int mt = static_cast<int>(std::min<int64_t>(4, MT - 4 * r));
+      amx_slice_tiles(mt, true, buf + 2048 * (it % 2), ch.steps(), a16 + ((ch.q0 / 8) * MT + 4 * r) * 512, MT * 512);
+      if (r == 0 && it + 1 < items) {  // (beside the tiles) the next item's: the next block, or the next group's first
+        src.column_block(nb0 + (it + 1) % nc);
+        src.chunk(d, chunks[static_cast<size_t>((it + 1) / nc)], buf + 2048 * ((it + 1) % 2));
+      }
+      amx_slice_store(mt, P);
+      for (int64_t m = 64 * r; m < std::min(M, 64 * r + 64); ++m) {
+        const __m512 sv = _mm512_mul_ps(_mm512_set1_ps(sat[m * KB + ch.kb]), sbv);
+        _mm512_store_ps(ac + 16 * m, _mm512_fmadd_ps(_mm512_load_ps(P + 16 * (m - 64 * r)), sv, _mm512_load_ps(ac + 16 * m)));
+      }
+    }
+  }
+  for (int64_t c = 0; c < nc; ++c) {
+    const int64_t n0 = (nb0 + c) * 16;
+    const __mmask16 mk = N - n0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (N - n0)) - 1);
+    for (int64_t m = 0; m < M; ++m) {
+      __m512 v = _mm512_load_ps(acc + (c * M + m) * 16);
+      if constexpr (Src::kSwapped) v = _mm512_shuffle_f32x4(v, v, 0xD8);  // lanes 0, 2, 1, 3: back in column order
+      _mm512_mask_storeu_ps(acc_out + m * N + n0, mk, v);
+    }
+  }
+}
+
 FP8REF_GEMM_AMX_TARGET void amx_config() {
   TileCfg cfg;
   for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
@@ -884,8 +933,13 @@ void amx_product(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const 
   const std::vector<float> sat = a_scale_rows(sc, M, KB);
   const std::vector<AmxChunk> chunks = amx_chunks(KQ, GQ, KB);
   const GemvTables tb(spec.fb);
-  // per thread: two chunk buffers (8 KiB), P (4 KiB), acc (M · 64 bytes), 64-byte aligned
-  const size_t per = static_cast<size_t>(8192 + 4096 + 64 * M);
+  // a packed B whose chunks are whole K groups (G <= 128): column blocks in runs of kAmxRun with the K groups outside
+  // (amx_range)
+  const bool groups_outside = Src::kGroupsOutside &&
+                              std::all_of(chunks.begin(), chunks.end(), [](const AmxChunk& c) { return c.first && c.last; });
+  const int64_t run = groups_outside ? kAmxRun : 1;
+  // per thread: two chunk buffers (8 KiB), P (4 KiB), the accumulators (run · M · 64 bytes), 64-byte aligned
+  const size_t per = static_cast<size_t>(8192 + 4096 + 64 * M * run);
   const int nt = omp_get_max_threads();
   const std::unique_ptr<uint8_t, void (*)(void*)> scratch(static_cast<uint8_t*>(std::aligned_alloc(64, per * nt)), &std::free);
   if (!scratch) throw std::bad_alloc();
@@ -893,21 +947,27 @@ void amx_product(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const 
   {
     amx_config();
     const GemvDecoder d(tb);
-    std::vector<float> SB(static_cast<size_t>(KB * kB16));
+    std::vector<float> SB(static_cast<size_t>(run * KB * kB16));
     uint8_t* mine = scratch.get() + per * static_cast<size_t>(omp_get_thread_num());
     uint16_t* buf = reinterpret_cast<uint16_t*>(mine);
     float* P = reinterpret_cast<float*>(mine + 8192);
     float* ac = P + 4 * 256;  // (P: one slice's 64 rows)
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t nb = 0; nb < NB; ++nb) {
-      for (int j = 0; j < kB16; ++j) {
-        const int col = Src::kSwapped ? (j / 4 == 1 ? j + 4 : j / 4 == 2 ? j - 4 : j) : j;  // col(j)
-        int64_t step;
-        const float* br = sc.b_row(std::min(nb * kB16 + col, N - 1), &step);
-        for (int64_t kb = 0; kb < KB; ++kb) SB[static_cast<size_t>(kb * kB16 + j)] = br[kb * step];
+    for (int64_t w = 0; w < cdiv(NB, run); ++w) {
+      const int64_t nb0 = w * run, nc = std::min(run, NB - nb0);
+      for (int64_t c = 0; c < nc; ++c)  // SB[(c·KB + kb)·16 + j] = sb(column 16(nb0 + c) + col(j), kb)
+        for (int j = 0; j < kB16; ++j) {
+          const int col = Src::kSwapped ? (j / 4 == 1 ? j + 4 : j / 4 == 2 ? j - 4 : j) : j;  // col(j)
+          int64_t step;
+          const float* br = sc.b_row(std::min((nb0 + c) * kB16 + col, N - 1), &step);
+          for (int64_t kb = 0; kb < KB; ++kb) SB[static_cast<size_t>((c * KB + kb) * kB16 + j)] = br[kb * step];
+        }
+      if (groups_outside) {
+        amx_range(src, d, chunks, a16.data(), SB.data(), sat.data(), M, KB, buf, P, ac, nb0, nc, N, acc);
+      } else {
+        src.column_block(nb0);
+        amx_block(src, d, chunks, a16.data(), SB.data(), sat.data(), M, KB, buf, P, ac, nb0 * kB16, N, acc);
       }
-      src.column_block(nb);
-      amx_block(src, d, chunks, a16.data(), SB.data(), sat.data(), M, KB, buf, P, ac, nb * kB16, N, acc);
     }
     amx_release();
   }
