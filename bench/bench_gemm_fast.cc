@@ -11,9 +11,9 @@
 //   * read pass     : one pass over B's N·K code bytes on the same threads (a sum of 64-bit words) — the memory
 //                     floor of a decode-sized product, which must read every weight once;
 //   * fast, tile path: both calls with the small-M kernels switched off (oneDNN per K group, as for larger M);
-//   * fast, small-M kernel: the packed-B call on gemm16_fast (vdpbf16ps) and, on CPUs with AMX, gemm16_amx (the
-//                     tiles), whatever this CPU's default limits — these rows and the tile path's settle them (the
-//                     default "B packed once" row is one of them).
+//   * fast, small-M kernel on vdpbf16ps: the packed-B call on gemm16_fast whatever this CPU's default limit. On
+//                     CPUs with AMX the default rows run the tiles' kernel for M >= 4 (3 for B per call): these rows
+//                     and the tile path's settle the limits.
 // Rounds are interleaved (anchor, fast, fast packed, then again); best of R (median in parentheses).
 // TFLOP/s = 2·M·N·K / time. Run with OMP_WAIT_POLICY=passive on this 2-core VM.
 //
@@ -33,7 +33,6 @@
 #include <string>
 #include <vector>
 
-#include "cpu/attention_fast.h"
 #include "cpu/gemm_fast.h"
 #include "cpu/rmsnorm_quant_avx512.h"
 #include "fp8ref/convert.h"
@@ -130,12 +129,6 @@ void run_shape(int64_t M, int64_t N, int64_t K, int reps, GemmScaling scaling) {
     cpu::set_gemm16_amx_for_test(true);
     cpu::set_gemm16_max_m_for_test(-1);
   };
-  const bool amx = small && M >= 4 && attn::cpu::fast_attention_has_amx();  // (below 4 rows a packed B stays on vdpbf16ps)
-  auto amx_packed = [&] {
-    cpu::set_gemm16_max_m_for_test(64);
-    fast_packed();
-    cpu::set_gemm16_max_m_for_test(-1);
-  };
   std::vector<uint64_t> words(small ? bt.size() / 8 : 0);
   if (small) std::memcpy(words.data(), bt.data(), words.size() * 8);
   uint64_t sink = 0;
@@ -147,14 +140,13 @@ void run_shape(int64_t M, int64_t N, int64_t K, int reps, GemmScaling scaling) {
     sink += sum;
   };
 
-  Stat s_dnnl, s_fast, s_packed, s_tile_fast, s_tile, s_kernel, s_amx, s_read;
+  Stat s_dnnl, s_fast, s_packed, s_tile_fast, s_tile, s_kernel, s_read;
   onednn();  // warm-up (primitive caches, AMX permission, page faults)
   fast_packed();
   if (small) {
     tile_fast();
     tile_packed();
     kernel_packed();
-    if (amx) amx_packed();
     read_pass();
   }
   auto timed = [](Stat& s, const auto& fn) {
@@ -171,7 +163,6 @@ void run_shape(int64_t M, int64_t N, int64_t K, int reps, GemmScaling scaling) {
       timed(s_tile_fast, tile_fast);
       timed(s_tile, tile_packed);
       timed(s_kernel, kernel_packed);
-      if (amx) timed(s_amx, amx_packed);
       timed(s_read, read_pass);
     }
   }
@@ -189,7 +180,6 @@ void run_shape(int64_t M, int64_t N, int64_t K, int reps, GemmScaling scaling) {
     row(std::string("fast ") + to_string(scaling) + " (B converted per call, tile path: small-M kernels off)", s_tile_fast);
     row(std::string("fast ") + to_string(scaling) + " (B packed once, tile path: small-M kernels off)", s_tile);
     row(std::string("fast ") + to_string(scaling) + " (B packed once, small-M kernel on vdpbf16ps)", s_kernel);
-    if (amx) row(std::string("fast ") + to_string(scaling) + " (B packed once, small-M kernel on AMX tiles)", s_amx);
     std::printf("| %ld,%ld,%ld | anchor: read pass over B's %.1f MB of codes | %.2f ms (%.2f) | | | | | "
                 "fast packed / read pass: %.2f |\n",
                 static_cast<long>(M), static_cast<long>(N), static_cast<long>(K), static_cast<double>(bt.size()) / 1e6,

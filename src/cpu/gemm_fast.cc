@@ -824,47 +824,13 @@ FP8REF_GEMM_AMX_TARGET void amx_slice_store(int mt, float* P) {
   }
 }
 
-// Column block n0 / 16 of acc_out [M][N], B's tiles from src (column_block set), the rows in slices of up to 4 row
-// tiles (64 rows; more than one slice only when every chunk is a whole K group: the slices then share each chunk's
-// decoded tiles, C stored per slice). a16: A's tiles (amx_product; MT = ceil(M / 16) per K step); SB[kb·16 + j] =
-// sb(column n0 + col(j), kb); sat [M][KB]; buf: two chunk buffers of 4 tiles; P: 64 rows of 16 f32; acc: M rows of 16
-// f32.
-template <class Src>
-FP8REF_GEMM_AMX_TARGET void amx_block(const Src& src, const GemvDecoder& d, const std::vector<AmxChunk>& chunks,
-                                      const uint16_t* a16, const float* SB, const float* sat, int64_t M, int64_t KB,
-                                      uint16_t* buf, float* P, float* acc, int64_t n0, int64_t N, float* acc_out) {
-  const int64_t MT = cdiv(M, 16), slices = cdiv(MT, 4);
-  for (int64_t m = 0; m < M; ++m) _mm512_store_ps(acc + 16 * m, _mm512_setzero_ps());
-  const size_t nch = chunks.size();
-  src.chunk(d, chunks[0], buf);
-  for (size_t i = 0; i < nch; ++i) {
-    const AmxChunk& ch = chunks[i];
-    for (int64_t r = 0; r < slices; ++r) {
-      const int mt = static_cast<int>(std::min<int64_t>(4, MT - 4 * r));
-      amx_slice_tiles(mt, ch.first, buf + 2048 * (i % 2), ch.steps(), a16 + ((ch.q0 / 8) * MT + 4 * r) * 512, MT * 512);
-      if (r == 0 && i + 1 < nch) src.chunk(d, chunks[i + 1], buf + 2048 * ((i + 1) % 2));  // (beside the tiles)
-      if (ch.last) {
-        amx_slice_store(mt, P);
-        const __m512 sbv = _mm512_loadu_ps(SB + 16 * ch.kb);
-        for (int64_t m = 64 * r; m < std::min(M, 64 * r + 64); ++m) {
-          const __m512 s = _mm512_mul_ps(_mm512_set1_ps(sat[m * KB + ch.kb]), sbv);
-          _mm512_store_ps(acc + 16 * m,
-                          _mm512_fmadd_ps(_mm512_load_ps(P + 16 * (m - 64 * r)), s, _mm512_load_ps(acc + 16 * m)));
-        }
-      }
-    }
-  }
-  const __mmask16 mk = N - n0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (N - n0)) - 1);
-  for (int64_t m = 0; m < M; ++m) {
-    __m512 r = _mm512_load_ps(acc + 16 * m);
-    if constexpr (Src::kSwapped) r = _mm512_shuffle_f32x4(r, r, 0xD8);  // lanes 0, 2, 1, 3: back in column order
-    _mm512_mask_storeu_ps(acc_out + m * N + n0, mk, r);
-  }
-}
-
-// The same over column blocks nb0 .. nb0 + nc − 1 with the K groups outside (every chunk a whole K group): per group,
-// each column block's tiles in turn, so the group's A tiles stay in L1 (per column block they came from L2 again:
-// bench/RESULTS.md, session 23), the accumulators of the nc blocks in memory (acc: [nc][M][16]); SB: [nc][KB][16].
+// Column blocks nb0 .. nb0 + nc − 1 of acc_out [M][N], B's tiles from src. Items in the order (chunk, column block):
+// with nc > 1 (only where every chunk is a whole K group) each group's A tiles stay in L1 while every block of the run
+// takes its turn (per block they came from L2 again: bench/RESULTS.md, session 23); with nc = 1 a group may span
+// several chunks, C accumulating across them. The rows go in slices of up to 4 row tiles (64 rows; more than one
+// slice only where every chunk is a whole K group: the slices share each item's decoded tiles, C stored per slice).
+// a16: A's tiles (amx_product; MT = ceil(M / 16) per K step); SB: [nc][KB][16], sb(column 16(nb0 + c) + col(j), kb);
+// sat [M][KB]; buf: two chunk buffers of 4 tiles; P: 64 rows of 16 f32; acc: the accumulators, [nc][M][16].
 template <class Src>
 FP8REF_GEMM_AMX_TARGET void amx_range(Src& src, const GemvDecoder& d, const std::vector<AmxChunk>& chunks,
                                       const uint16_t* a16, const float* SB, const float* sat, int64_t M, int64_t KB,
@@ -881,11 +847,12 @@ FP8REF_GEMM_AMX_TARGET void amx_range(Src& src, const GemvDecoder& d, const std:
     const __m512 sbv = _mm512_loadu_ps(SB + (c * KB + ch.kb) * 16);
     for (int64_t r = 0; r < slices; ++r) {
       const int mt = static_cast<int>(std::min<int64_t>(4, MT - 4 * r));
-      amx_slice_tiles(mt, true, buf + 2048 * (it % 2), ch.steps(), a16 + ((ch.q0 / 8) * MT + 4 * r) * 512, MT * 512);
+      amx_slice_tiles(mt, ch.first, buf + 2048 * (it % 2), ch.steps(), a16 + ((ch.q0 / 8) * MT + 4 * r) * 512, MT * 512);
       if (r == 0 && it + 1 < items) {  // (beside the tiles) the next item's: the next block, or the next group's first
         src.column_block(nb0 + (it + 1) % nc);
         src.chunk(d, chunks[static_cast<size_t>((it + 1) / nc)], buf + 2048 * ((it + 1) % 2));
       }
+      if (!ch.last) continue;
       amx_slice_store(mt, P);
       for (int64_t m = 64 * r; m < std::min(M, 64 * r + 64); ++m) {
         const __m512 sv = _mm512_mul_ps(_mm512_set1_ps(sat[m * KB + ch.kb]), sbv);
@@ -962,12 +929,7 @@ void amx_product(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const 
           const float* br = sc.b_row(std::min((nb0 + c) * kB16 + col, N - 1), &step);
           for (int64_t kb = 0; kb < KB; ++kb) SB[static_cast<size_t>((c * KB + kb) * kB16 + j)] = br[kb * step];
         }
-      if (groups_outside) {
-        amx_range(src, d, chunks, a16.data(), SB.data(), sat.data(), M, KB, buf, P, ac, nb0, nc, N, acc);
-      } else {
-        src.column_block(nb0);
-        amx_block(src, d, chunks, a16.data(), SB.data(), sat.data(), M, KB, buf, P, ac, nb0 * kB16, N, acc);
-      }
+      amx_range(src, d, chunks, a16.data(), SB.data(), sat.data(), M, KB, buf, P, ac, nb0, nc, N, acc);
     }
     amx_release();
   }
@@ -981,10 +943,10 @@ uint16_t f16_bits(float v) {
 
 }  // namespace
 
-// M up to this on a packed B's small-M kernels: on AMX CPUs kAmxMaxM (the tiles; run_fast allows amx_max_m); else 64
-// for gemm16_fast (Zen 4, 2 threads, [M, 7168] x [7168, 7168] blockwise, packed: M = 16 13.3 -> 5.4 ms, 32 17.1 ->
+// M up to this on a packed B's vdpbf16ps kernel (where the tiles take a product, run_fast allows amx_max_m): 64 for
+// gemm16_fast (Zen 4, 2 threads, [M, 7168] x [7168, 7168] blockwise, packed: M = 16 13.3 -> 5.4 ms, 32 17.1 ->
 // 10.1, 64 24.4 -> 18.4, 128 40.6 -> 35.5 but [128, 2048] 11.9 -> 13.2, 256 even: bench/RESULTS.md, session 22) —
-// but 12 on an AMX CPU with the tiles switched off (a Sapphire Rapids-class Xeon, the same shapes, oneDNN's tile path
+// but 12 on an AMX CPU (the tiles switched off; a Sapphire Rapids-class Xeon, the same shapes, oneDNN's tile path
 // -> gemm16_fast: M = 1 9.9 -> 2.0 ms, 8 10.0 -> 6.0, 12 9.7 -> 8.9, but 14 9.8 -> 10.1, 16 10.5 -> 11.3, 32 12.0 ->
 // 21.5: bench/RESULTS.md, session 23).
 namespace {
@@ -992,7 +954,7 @@ std::atomic<int64_t> g_gemm16_max_m{-1};  // (set_gemm16_max_m_for_test; -1: the
 }  // namespace
 int64_t gemm16_max_m() {
   const int64_t m = g_gemm16_max_m.load(std::memory_order_relaxed);
-  return m >= 0 ? m : gemm16_amx_usable() ? kAmxMaxM : attn::cpu::fast_attention_has_amx() ? 12 : 64;
+  return m >= 0 ? m : attn::cpu::fast_attention_has_amx() ? 12 : 64;
 }
 void set_gemm16_max_m_for_test(int64_t m) { g_gemm16_max_m.store(m < 0 ? -1 : m, std::memory_order_relaxed); }
 void set_gemm16_amx_for_test(bool on) { g_gemm_amx_off.store(!on, std::memory_order_relaxed); }

@@ -90,8 +90,9 @@ void fp8_to_bf16(Format f, const uint8_t* codes, uint16_t* out, size_t n);
 // The constant c of the bound for this spec and K (exposed for the docs and tests).
 double fast_accumulation_constant(const ScaledMmSpec& spec, int64_t K);
 
-// The largest M a packed B's small-M kernel (gemm16_fast) takes; bench_gemm_fast and the tests set another limit
-// (m >= 0; -1 restores the CPU's default) to measure or check that kernel beside the tile path at any M.
+// The largest M a packed B's vdpbf16ps kernel (gemm16_fast) takes; bench_gemm_fast and the tests set another limit
+// (m >= 0; -1 restores the CPU's default) to measure or check that kernel beside the tile path at any M. (On AMX
+// CPUs the tiles take a packed B's products from M = 4 whatever this limit.)
 int64_t gemm16_max_m();
 void set_gemm16_max_m_for_test(int64_t m);
 // Whether a small-M product may run on the AMX tiles (CPUs with AMX-BF16; B packed or as codes) rather than on

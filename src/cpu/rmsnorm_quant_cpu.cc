@@ -1500,7 +1500,6 @@ float mean_square_cub(ZRow z, int64_t n, int threads, float* part, float* lane0,
   return gpu(block / static_cast<float>(n));
 }
 
-
 // A thread's row and weight buffers for one rmsnorm_quant call, 64-byte aligned (every vector access within one cache
 // line), kept by the thread between calls up to kArenaKeep bytes. Allocated and freed per call (~190 KB per thread
 // at K = 7168), glibc gave the heap's top back to the OS each time (brk) and the next call faulted it in again: Zen 4,
