@@ -10,7 +10,8 @@
 //   PV step, independent O   the same with the stores going elsewhere (no tile store -> tile load dependency)
 // for R = 8 (decode, GQA 8:1: S^T tiles of 8 columns, P̃ and O tiles of 8 rows) and R = 16; then which tile
 // instructions let vector work (vpermi2b, the FP8 decode's lookup) run beside them, and a tile load right behind a
-// vector store to its line (overlap(), below).
+// vector store to its line (overlap(), below); last the K group of the small-M scaled_mm kernel (src/cpu/gemm_fast.cc
+// amx_range: 4 row tiles × one 16-column block, 4 K steps of 32) with its operands in L1 (gemm_group(), below).
 // Usage: bench_amx_tiles [--steps 2000000]
 #include <cpuid.h>
 #include <immintrin.h>
@@ -162,6 +163,70 @@ FP8REF_OVERLAP_TARGET void overlap(long n) {
   _tile_release();
 }
 
+// One K group of 128 of src/cpu/gemm_fast.cc's AMX small-M kernel for one slice of 4 row tiles and one column block,
+// as amx_chunk_tiles issues it: per K step the B tile (registers 6 and 7 alternating) and per row tile its A tile
+// (4 and 5 alternating) then tdpbf16ps into C tile t (0..3); C zeroed before and stored after (amx_zero_c /
+// amx_store_c). Parts: 0 the 16 tdpbf16ps alone, 1 with the tile loads, 2 the whole group. A's 16 tiles (16 KiB) and
+// B's 4 (4 KiB) in L1, as the kernel's A tiles of one group are for M = 64. TSC ticks per group.
+FP8REF_OVERLAP_TARGET double gemm_group_time(int part, long n) {
+  const uint8_t* A = buf + 16384;  // 16 tiles: K step s, row tile t at A + (4s + t)·1 KiB
+  const uint8_t* B = buf + 32768;  // 4 tiles: K step s at B + s·1 KiB
+  float* P = reinterpret_cast<float*>(buf + 40960);
+  const uint64_t s0 = __rdtsc();
+  for (long i = 0; i < n; ++i) {
+    if (part == 2) {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+    }
+    for (int s = 0; s < 4; ++s) {
+      const uint8_t* a = A + 4096 * s;
+#define FP8REF_GROUP_STEP(BT)                         \
+  if (part >= 1) _tile_loadd(BT, B + 1024 * s, 64);   \
+  if (part >= 1) _tile_loadd(4, a, 64);               \
+  _tile_dpbf16ps(0, 4, BT);                           \
+  if (part >= 1) _tile_loadd(5, a + 1024, 64);        \
+  _tile_dpbf16ps(1, 5, BT);                           \
+  if (part >= 1) _tile_loadd(4, a + 2048, 64);        \
+  _tile_dpbf16ps(2, 4, BT);                           \
+  if (part >= 1) _tile_loadd(5, a + 3072, 64);        \
+  _tile_dpbf16ps(3, 5, BT);
+      if (s % 2 == 0) {
+        FP8REF_GROUP_STEP(6)
+      } else {
+        FP8REF_GROUP_STEP(7)
+      }
+#undef FP8REF_GROUP_STEP
+    }
+    if (part == 2) {
+      _tile_stored(0, P, 64);
+      _tile_stored(1, P + 256, 64);
+      _tile_stored(2, P + 512, 64);
+      _tile_stored(3, P + 768, 64);
+    }
+  }
+  return static_cast<double>(__rdtsc() - s0) / static_cast<double>(n);
+}
+
+FP8REF_OVERLAP_TARGET void gemm_group(long n) {
+  TileCfg c;
+  for (int t = 0; t < 8; ++t) c.rows[t] = 16, c.colsb[t] = 64;
+  __asm__ volatile("" : : "r"(&c) : "memory");  // (as in overlap())
+  _tile_loadconfig(&c);
+  _tile_zero(4);
+  _tile_zero(5);
+  _tile_zero(6);
+  _tile_zero(7);
+  const char* names[] = {"16 tdpbf16ps (4 independent C tiles)", "+ the A and B tile loads (L1)",
+                         "+ C zeroed before and stored after (the kernel's group)"};
+  for (int part = 0; part < 3; ++part) {
+    const double t = gemm_group_time(part, n / 16);
+    std::printf("| %s | %.1f | %.1f |\n", names[part], t, t / 16);
+  }
+  _tile_release();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -178,5 +243,7 @@ int main(int argc, char** argv) {
   for (int R : {8, 16}) run(R, steps);
   std::printf("\n| per iteration (TSC) | alone | with the vpermi2b | vpermi2b alone |\n|---|---:|---:|---:|\n");
   overlap(steps);
+  std::printf("\n| scaled_mm small-M kernel, one K group (4 row tiles x 16 columns x 128 K) | TSC per group | per tdpbf16ps |\n|---|---:|---:|\n");
+  gemm_group(steps);
   return 0;
 }
