@@ -671,15 +671,17 @@ struct PackedB {
   // (the same Xeon, packed, 2 threads: M = 4 3.6–3.8 -> 2.9–3.1 ms, 16 4.1–4.2 -> 3.4–3.5, 64 8.8–8.9 -> 7.9–8.2)
   static constexpr bool kGroupsOutside = true;
   void column_block(int64_t nb) { blk = b16 + nb * KQ * 64; }
-  FP8REF_GEMV_TARGET void chunk(const GemvDecoder& d, const AmxChunk& ch, uint16_t* buf) const {
-    const int ns = ch.steps();
-    for (int s = 0; s < ns; ++s)
+  FP8REF_GEMV_TARGET void chunk(const GemvDecoder& dr, const AmxChunk& ch, uint16_t* buf, int s0, int s1) const {
+    const GemvDecoder d = dr;  // (in registers: the stores below may alias any memory)
+    const uint8_t* const bk = blk;
+    const int64_t q0 = ch.q0, q1 = ch.q1;
+    for (int s = s0; s < s1; ++s)
       for (int i = 0; i < 8; ++i) {
-        const int64_t kq = ch.q0 + 8 * s + i;
+        const int64_t kq = q0 + 8 * s + i;
         __m512i w0 = _mm512_setzero_si512(), w1 = w0;
-        if (kq < ch.q1) {
-          _mm_prefetch(reinterpret_cast<const char*>(blk + kq * 64) + kGemvAhead, _MM_HINT_T0);
-          d.decode(_mm512_loadu_si512(blk + kq * 64), &w0, &w1);
+        if (kq < q1) {
+          _mm_prefetch(reinterpret_cast<const char*>(bk + kq * 64) + kGemvAhead, _MM_HINT_T0);
+          d.decode(_mm512_loadu_si512(bk + kq * 64), &w0, &w1);
         }
         _mm512_store_si512(buf + 512 * s + 64 * i, w0);
         _mm512_store_si512(buf + 512 * s + 64 * i + 32, w1);
@@ -713,10 +715,9 @@ struct RowsB {
     const __m256i y = b ? _mm256_maskz_loadu_epi8(m, b + k0) : _mm256_setzero_si256();
     return _mm512_inserti64x4(_mm512_castsi256_si512(x), y, 1);
   }
-  FP8REF_GEMV_TARGET void chunk(const GemvDecoder& d, const AmxChunk& ch, uint16_t* buf) const {
-    const int ns = ch.steps();
+  FP8REF_GEMV_TARGET void chunk(const GemvDecoder& d, const AmxChunk& ch, uint16_t* buf, int s0, int s1) const {
     const int64_t kend = std::min(K, 4 * ch.q1);
-    for (int s = 0; s < ns; ++s) {
+    for (int s = s0; s < s1; ++s) {
       const int64_t k0 = 4 * (ch.q0 + 8 * s);
       const int n = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(32, kend - k0)));
       if (k0 % 64 == 0)
@@ -750,9 +751,9 @@ struct RowsB {
 
 // C_t += A_t · B over a chunk's tiles (C tiles 0..MT-1, A in tiles 4/5, B in 6/7 by parity): a16 the chunk's first
 // A tile (row stride lda bytes), the next row tile rows16 words on, the next K step sstep words on.
-template <int MT>
+template <int MT, class F>
 FP8REF_GEMM_AMX_TARGET void amx_chunk_tiles(const uint16_t* buf, int ns, const uint16_t* a16, int64_t lda, int64_t rows16,
-                                            int64_t sstep) {
+                                            int64_t sstep, F& between) {
 #define FP8REF_AMX_ROWS(B)                                                        \
   _tile_loadd(4, a, lda);                                                         \
   _tile_dpbf16ps(0, 4, B);                                                        \
@@ -777,6 +778,7 @@ FP8REF_GEMM_AMX_TARGET void amx_chunk_tiles(const uint16_t* buf, int ns, const u
       _tile_loadd(7, buf + 512 * s, 64);
       FP8REF_AMX_ROWS(7)
     }
+    between(s);
   }
 #undef FP8REF_AMX_ROWS
 }
@@ -797,22 +799,24 @@ FP8REF_GEMM_AMX_TARGET void amx_store_c(float* P) {
   if constexpr (MT > 3) _tile_stored(3, P + 768, 64);
 }
 
-// One slice of mt <= 4 row tiles over a chunk: C zeroed first when zero, then the chunk's tiles (amx_chunk_tiles).
+// One slice of mt <= 4 row tiles over a chunk: C zeroed first when zero, then the chunk's tiles (amx_chunk_tiles),
+// between(s) after K step s's.
+template <class F>
 FP8REF_GEMM_AMX_TARGET void amx_slice_tiles(int mt, bool zero, const uint16_t* buf, int ns, const uint16_t* a16,
-                                            int64_t sstep) {
+                                            int64_t sstep, F& between) {
   switch (mt) {
     case 1:
       if (zero) amx_zero_c<1>();
-      return amx_chunk_tiles<1>(buf, ns, a16, 64, 512, sstep);
+      return amx_chunk_tiles<1>(buf, ns, a16, 64, 512, sstep, between);
     case 2:
       if (zero) amx_zero_c<2>();
-      return amx_chunk_tiles<2>(buf, ns, a16, 64, 512, sstep);
+      return amx_chunk_tiles<2>(buf, ns, a16, 64, 512, sstep, between);
     case 3:
       if (zero) amx_zero_c<3>();
-      return amx_chunk_tiles<3>(buf, ns, a16, 64, 512, sstep);
+      return amx_chunk_tiles<3>(buf, ns, a16, 64, 512, sstep, between);
     default:
       if (zero) amx_zero_c<4>();
-      return amx_chunk_tiles<4>(buf, ns, a16, 64, 512, sstep);
+      return amx_chunk_tiles<4>(buf, ns, a16, 64, 512, sstep, between);
   }
 }
 FP8REF_GEMM_AMX_TARGET void amx_slice_store(int mt, float* P) {
@@ -838,28 +842,51 @@ FP8REF_GEMM_AMX_TARGET void amx_range(Src& src, const GemvDecoder& d, const std:
                                       float* acc_out) {
   const int64_t MT = cdiv(M, 16), slices = cdiv(MT, 4), items = static_cast<int64_t>(chunks.size()) * nc;
   for (int64_t i = 0; i < nc * M; ++i) _mm512_store_ps(acc + 16 * i, _mm512_setzero_ps());
+  // The vector work goes between the tile unit's K steps: after step s, step s of the next item's chunk is decoded
+  // (slice 0 only) and the next share of the previous slice's rows take their group product, acc = fma(P, RN32(sa·sb),
+  // acc) — all of them by the last step, before this slice's C goes to P. Issued after the whole chunk's tiles (as
+  // before 2026-12-05), the vector work waited for the tile unit to take them: bench/RESULTS.md, session 24.
+  struct Pending {  // (its product in P)
+    float* ac = nullptr;
+    const float* sa = nullptr;  // sat + m0 · KB + kb
+    int64_t rows = 0, done = 0;
+    __m512 sb;
+  } pend;
+  auto add_rows = [&](int64_t upto) FP8REF_GEMM_AMX_TARGET {
+    for (int64_t m = pend.done; m < std::min(upto, pend.rows); ++m) {
+      const __m512 sv = _mm512_mul_ps(_mm512_set1_ps(pend.sa[m * KB]), pend.sb);
+      _mm512_store_ps(pend.ac + 16 * m, _mm512_fmadd_ps(_mm512_load_ps(P + 16 * m), sv, _mm512_load_ps(pend.ac + 16 * m)));
+    }
+    pend.done = std::max(pend.done, std::min(upto, pend.rows));
+  };
   src.column_block(nb0);
-  src.chunk(d, chunks[0], buf);
+  src.chunk(d, chunks[0], buf, 0, chunks[0].steps());
   for (int64_t it = 0; it < items; ++it) {
     const AmxChunk& ch = chunks[static_cast<size_t>(it / nc)];
     const int64_t c = it % nc;
     float* ac = acc + c * M * 16;
     const __m512 sbv = _mm512_loadu_ps(SB + (c * KB + ch.kb) * 16);
+    const int ns = ch.steps();
+    // the next item's: the next block, or the next group's first
+    const AmxChunk* nx = it + 1 < items ? &chunks[static_cast<size_t>((it + 1) / nc)] : nullptr;
+    const int nns = nx ? nx->steps() : 0;
+    uint16_t* nbuf = buf + 2048 * ((it + 1) % 2);
+    if (nx) src.column_block(nb0 + (it + 1) % nc);
     for (int64_t r = 0; r < slices; ++r) {
       const int mt = static_cast<int>(std::min<int64_t>(4, MT - 4 * r));
-      amx_slice_tiles(mt, ch.first, buf + 2048 * (it % 2), ch.steps(), a16 + ((ch.q0 / 8) * MT + 4 * r) * 512, MT * 512);
-      if (r == 0 && it + 1 < items) {  // (beside the tiles) the next item's: the next block, or the next group's first
-        src.column_block(nb0 + (it + 1) % nc);
-        src.chunk(d, chunks[static_cast<size_t>((it + 1) / nc)], buf + 2048 * ((it + 1) % 2));
-      }
+      const int64_t per = cdiv(pend.rows, ns);
+      auto between = [&](int s) FP8REF_GEMM_AMX_TARGET {
+        if (r == 0 && s < nns) src.chunk(d, *nx, nbuf, s, s + 1);
+        add_rows(per * (s + 1));
+      };
+      amx_slice_tiles(mt, ch.first, buf + 2048 * (it % 2), ns, a16 + ((ch.q0 / 8) * MT + 4 * r) * 512, MT * 512, between);
+      if (r == 0 && nns > ns) src.chunk(d, *nx, nbuf, ns, nns);  // (a longer chunk after a shorter: not in today's orders)
       if (!ch.last) continue;
       amx_slice_store(mt, P);
-      for (int64_t m = 64 * r; m < std::min(M, 64 * r + 64); ++m) {
-        const __m512 sv = _mm512_mul_ps(_mm512_set1_ps(sat[m * KB + ch.kb]), sbv);
-        _mm512_store_ps(ac + 16 * m, _mm512_fmadd_ps(_mm512_load_ps(P + 16 * (m - 64 * r)), sv, _mm512_load_ps(ac + 16 * m)));
-      }
+      pend = {ac + 16 * 64 * r, sat + 64 * r * KB + ch.kb, std::min<int64_t>(64, M - 64 * r), 0, sbv};
     }
   }
+  add_rows(pend.rows);
   for (int64_t c = 0; c < nc; ++c) {
     const int64_t n0 = (nb0 + c) * 16;
     const __mmask16 mk = N - n0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (N - n0)) - 1);
