@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
     tn = std::min(tn, now_s() - t0);
     t0 = now_s();
     for (int i = 0; i < iters; ++i)
-      rq::quant_pass(plan, y, K, G, gsv.data(), grb.data(), true, 448.0f, q, nullptr, nullptr, false);
+      rq::quant_pass(plan, y, K, G, gsv.data(), grb.data(), true, 448.0f, q, false);
     tq = std::min(tq, now_s() - t0);
     sink += q[rep % K];
   }

@@ -491,9 +491,9 @@ TEST_CASE("rmsnorm_quant: the AVX-512 BF16 quant pass streams codes to any align
     auto a = hwy::AllocateAligned<uint8_t>(K + 192), b = hwy::AllocateAligned<uint8_t>(K + 192);
     std::memset(a.get(), 0x5A, K + 192);
     std::memset(b.get(), 0x5A, K + 192);
-    cpu::rq512::quant_pass(plan, y.get(), K, G, gsv, grb, true, 448.0f, a.get() + 64 + d, nullptr, nullptr, true);
+    cpu::rq512::quant_pass(plan, y.get(), K, G, gsv, grb, true, 448.0f, a.get() + 64 + d, true);
     cpu::rq512::fence();
-    cpu::rq512::quant_pass(plan, y.get(), K, G, gsv, grb, true, 448.0f, b.get() + 64 + d, nullptr, nullptr, false);
+    cpu::rq512::quant_pass(plan, y.get(), K, G, gsv, grb, true, 448.0f, b.get() + 64 + d, false);
     CHECK(std::memcmp(a.get(), b.get(), K + 192) == 0);
     size_t untouched = 0, codes = 0;
     for (size_t i = 0; i < K + 192; ++i) {

@@ -5,7 +5,8 @@
 // of its 16 live vectors, and 4-instruction bf16 roundings. Here the row takes two passes through L1:
 //   A (norm_pass): 32 values per step from one 64-byte load of bf16 pairs (the even elements by a shift, the odd by a
 //     mask: no widening shuffle), a = z·r, bf16(a) for dtype-twice and y = bf16(…·w) each by one vcvtne2ps2bf16 per
-//     32 values, y stored packed (bf16), the group's max |y| as a u16 max; 32-lane u16 minimum of the nonzero |x|.
+//     32 values, y stored packed (bf16), the group's max |y| as a u16 max; 32-lane u16 minimum of the nonzero |x|;
+//     one line of a later row's inputs prefetched into L2 per step (the caller passes the row after next).
 //   (the caller: the groups' scales in lanes, RowGroupScales)
 //   B (quant_pass): y widened back by a shift or a mask, the quotient as the Highway path computes it (Markstein's
 //     one correction for x/s, fp8_lanes-inl.h MarksteinDiv1; or y·RN(1/s)), |q| clamped to max and its sign dropped by
@@ -104,7 +105,8 @@ FP8REF_RQ512 inline uint16_t max_u16(__m512i v) {
 
 template <int kMode, ZKind kZ, bool kZmin = true>
 FP8REF_RQ512 bool norm_pass_t(const Plan& p, const uint16_t* x, const uint16_t* res, const float* zf, size_t K, size_t G,
-                              float r, uint16_t* y, uint16_t* gmax, uint32_t zmin1) {
+                              float r, uint16_t* y, uint16_t* gmax, uint32_t zmin1, const uint16_t* pf_x,
+                              const uint16_t* pf_r) {
   const __m512 vr = _mm512_set1_ps(r);
   const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)), abs16 = _mm512_set1_epi16(0x7FFF);
   const __m512i one16 = _mm512_set1_epi16(1), abs32 = _mm512_set1_epi32(0x7FFFFFFF), one32 = _mm512_set1_epi32(1);
@@ -136,6 +138,8 @@ FP8REF_RQ512 bool norm_pass_t(const Plan& p, const uint16_t* x, const uint16_t* 
           zmin = _mm512_min_epu16(zmin, _mm512_and_si512(_mm512_sub_epi16(u, one16), abs16));
         }
       }
+      if (pf_x) _mm_prefetch(reinterpret_cast<const char*>(pf_x + k), _MM_HINT_T1);
+      if (pf_r) _mm_prefetch(reinterpret_cast<const char*>(pf_r + k), _MM_HINT_T1);
       const float* w = p.wperm + k;
       const __m512 a0 = _mm512_mul_ps(v0, vr), a1 = _mm512_mul_ps(v1, vr);
       __m512i yb;
@@ -278,20 +282,12 @@ struct Coder {
 
 template <int kOp>
 FP8REF_RQ512 void quant_pass_t(const Plan& p, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb,
-                               float mx, uint8_t* q, const uint16_t* next_x, const uint16_t* next_r, bool stream) {
+                               float mx, uint8_t* q, bool stream) {
   LineStream out(q);
   Coder<kOp> cd(mx, p.idxb);
   for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
     cd.group(gsv[g], grb[g]);
     for (size_t k = k0; k < k0 + G; k += 64) {
-      if (next_x) {
-        _mm_prefetch(reinterpret_cast<const char*>(next_x + k), _MM_HINT_T1);
-        _mm_prefetch(reinterpret_cast<const char*>(next_x + k + 32), _MM_HINT_T1);
-        if (next_r) {
-          _mm_prefetch(reinterpret_cast<const char*>(next_r + k), _MM_HINT_T1);
-          _mm_prefetch(reinterpret_cast<const char*>(next_r + k + 32), _MM_HINT_T1);
-        }
-      }
       const __m512i c = cd.codes64(_mm512_load_si512(y + k), _mm512_load_si512(y + k + 32));
       if (stream) out.put(c);
       else _mm512_storeu_si512(q + k, c);
@@ -390,24 +386,26 @@ void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, P
 void fence() { _mm_sfence(); }
 
 bool norm_pass(const Plan& p, const uint16_t* x, const uint16_t* res, const float* zf, size_t K, size_t G, float r,
-               uint16_t* y, uint16_t* gmax, uint32_t zmin1) {
+               uint16_t* y, uint16_t* gmax, uint32_t zmin1, const uint16_t* pf_x, const uint16_t* pf_r) {
+#define FP8REF_RQ512_ARGS p, x, res, zf, K, G, r, y, gmax, zmin1, pf_x, pf_r
 #define FP8REF_RQ512_NORM(M)                                                                                       \
   switch (p.zkind) {                                                                                               \
     case ZKind::bf16:                                                                                              \
-      if (zmin1 < 0x10000u) return norm_pass_t<M, ZKind::bf16, false>(p, x, res, zf, K, G, r, y, gmax, zmin1);     \
-      return norm_pass_t<M, ZKind::bf16>(p, x, res, zf, K, G, r, y, gmax, zmin1);                                  \
-    case ZKind::sum_f32: return norm_pass_t<M, ZKind::sum_f32>(p, x, res, zf, K, G, r, y, gmax, zmin1);            \
-    default: return norm_pass_t<M, ZKind::f32>(p, x, res, zf, K, G, r, y, gmax, zmin1);                            \
+      if (zmin1 < 0x10000u) return norm_pass_t<M, ZKind::bf16, false>(FP8REF_RQ512_ARGS);                          \
+      return norm_pass_t<M, ZKind::bf16>(FP8REF_RQ512_ARGS);                                                       \
+    case ZKind::sum_f32: return norm_pass_t<M, ZKind::sum_f32>(FP8REF_RQ512_ARGS);                                 \
+    default: return norm_pass_t<M, ZKind::f32>(FP8REF_RQ512_ARGS);                                                 \
   }
   if (p.mode == 1) FP8REF_RQ512_NORM(1)
   FP8REF_RQ512_NORM(2)
 #undef FP8REF_RQ512_NORM
+#undef FP8REF_RQ512_ARGS
 }
 
 void quant_pass(const Plan& p, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb, bool div,
-                float mx, uint8_t* q, const uint16_t* next_x, const uint16_t* next_r, bool stream) {
-  if (div) quant_pass_t<0>(p, y, K, G, gsv, grb, mx, q, next_x, next_r, stream);
-  else quant_pass_t<1>(p, y, K, G, gsv, grb, mx, q, next_x, next_r, stream);
+                float mx, uint8_t* q, bool stream) {
+  if (div) quant_pass_t<0>(p, y, K, G, gsv, grb, mx, q, stream);
+  else quant_pass_t<1>(p, y, K, G, gsv, grb, mx, q, stream);
 }
 
 bool quant_bf16(const uint16_t* x, size_t n, size_t G, const float* a, const float* b, int op, float bound, uint8_t* q,

@@ -41,18 +41,20 @@ void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, P
 // K % G == 0). z from x (and res) or zf per the plan's kind. Returns false when the row must go the Highway way: a
 // nonzero z·r or product below the f32 normal range (vcvtne2ps2bf16 flushes subnormals) or a group with a NaN/Inf y.
 // zmin1 (bf16 z only; below 0x10000): min((|x| − 1) mod 2^16) over x's words, computed by the caller already (the
-// cub partials pass, where it costs less) — the pass then leaves it out.
+// cub partials pass, where it costs less) — the pass then leaves it out. pf_x / pf_r (null: none): a later row's
+// bf16 inputs (K words each), prefetched into L2 one 64-byte line of each per 32 values.
 bool norm_pass(const Plan& plan, const uint16_t* x, const uint16_t* res, const float* zf, size_t K, size_t G, float r,
-               uint16_t* y, uint16_t* gmax, uint32_t zmin1 = 0x10000);
+               uint16_t* y, uint16_t* gmax, uint32_t zmin1 = 0x10000, const uint16_t* pf_x = nullptr,
+               const uint16_t* pf_r = nullptr);
 
 // Pass B: the codes of y per group g: q = RN(y / gsv[g]) by Markstein's correction with grb[g] = RN(1/gsv[g]) (div)
 // or RN(y · gsv[g]) (!div), clamped to ±mx (<= 448), cast RNE to e4m3fn. G % 64 == 0, every group fast (finite y, and
 // for div gsv[g] in [2^-60, 2^60] with amax <= gsv[g]·2^60: fp8_lanes-inl.h MarksteinDiv1's conditions).
-// next_x/next_r: a later row's inputs, prefetched into L2 (null: none). stream: q by non-temporal stores (whole
+// stream: q by non-temporal stores (whole
 // cache lines; the partial lines at the ends by masked stores), for outputs far larger than the caches; the caller
 // fences (_mm_sfence) before the codes are read.
 void quant_pass(const Plan& plan, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb, bool div,
-                float mx, uint8_t* q, const uint16_t* next_x, const uint16_t* next_r, bool stream);
+                float mx, uint8_t* q, bool stream);
 // The group quant's fast bf16 chunks (src/cpu/quant_cpu.cc ElemFastT, every group "fast": FastGroups) with the pass
 // B arithmetic on x itself: the codes of x[0, n) into q, groups of G (G % 64 == 0, n % G == 0), group g's constants
 // a[g], b[g]; op 0: RN(x / a) (b = RN(1/a), Markstein's one correction), 1: RN(x · a), 2: RN(RN(x · b) · a); the

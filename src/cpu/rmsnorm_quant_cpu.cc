@@ -1638,20 +1638,14 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
     // ordinary masked stores). A fence per row waits for that row's write-combining buffers to drain each time: 2T
     // best 4.58–4.75 vs 4.71–4.78 ms, alternated four times (bench/RESULTS.md, session 20).
     bool nt_open = false;  // this thread streamed codes not fenced yet
-    auto flush = [&](int64_t next) {  // the pending quant pass; next: the row whose inputs it prefetches (-1: none)
+    auto flush = [&](bool last) {  // the pending quant pass; last: after this thread's last row
       if (pend.on) {
-        const bool nx = next >= 0 && next < M;  // (pending rows are bf16: use512)
-        const size_t noff = nx ? static_cast<size_t>(next * K) * esz : 0;
-        const auto* px = nx ? reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(a.x) + noff) : nullptr;
-        const auto* pr = nx && a.residual
-                             ? reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(a.residual) + noff)
-                             : nullptr;
         rq512::quant_pass(plan, y512, static_cast<size_t>(K), static_cast<size_t>(G), gsv.data(), grb.data(),
-                          pend.div, max, pend.q, px, pr, stream_q);
+                          pend.div, max, pend.q, stream_q);
         nt_open = nt_open || stream_q;
         pend.on = false;
       }
-      if (next < 0 && nt_open) {  // this thread's last row
+      if (last && nt_open) {  // this thread's last row
         rq512::fence();
         nt_open = false;
       }
@@ -1746,9 +1740,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       // 3.–4.
       const float u = gpu(var + spec.eps);
       if (spec.rsqrt == Rsqrt::cuda) ref::rsqrt_cuda_prefetch(u);
-      // (row m - 1's pass prefetches the row after next into L2: alternated builds, 2T best of 8, 4.94 -> 4.66 ms, +
-      // residual 9.70 -> 8.28 ms; the next row into L1 before, bench/RESULTS.md session 17)
-      flush(m + 2);
+      flush(false);
       const float r = spec.rsqrt == Rsqrt::rn     ? ref::rsqrt_rn(u)
                       : spec.rsqrt == Rsqrt::cuda ? ref::rsqrt_cuda(u)
                                                   : gpu(1.0f / gpu(std::sqrt(u)));
@@ -1760,10 +1752,18 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       const bool has_next = m + 1 < M && a.from == Format::bf16;
       const auto* next_x = has_next ? reinterpret_cast<const uint16_t*>(xr + K * esz) : nullptr;
       const auto* next_r = has_next && rr ? reinterpret_cast<const uint16_t*>(rr + K * esz) : nullptr;
-      // steps 5–9 as the AVX-512 BF16 passes (false: a row they decline; it goes on below)
+      // steps 5–9 as the AVX-512 BF16 passes (false: a row they decline; it goes on below). The norm pass prefetches
+      // the row after next into L2 (x, and the residual when there is one), one line per 32 values. (Session 17 moved
+      // that prefetch, then of the next row into L1, to the quant pass and the row after next into L2: 4.94 -> 4.66
+      // ms, + residual 9.70 -> 8.28 ms. In the quant pass the requests came in bursts, and the memory sat idle through
+      // the cub and norm passes before it; in the norm pass, vllm-rmsnorm-quant 2T best 5.75–5.82 -> 5.30–5.39 ms on
+      // session 24's Xeon, bench/RESULTS.md.)
+      const bool pf2 = m + 2 < M;
       if (bf16_fast && use512 &&
           rq512::norm_pass(plan, reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr), z,
-                           static_cast<size_t>(K), static_cast<size_t>(G), r, y512, gmax16.data(), zmin1)) {
+                           static_cast<size_t>(K), static_cast<size_t>(G), r, y512, gmax16.data(), zmin1,
+                           pf2 ? reinterpret_cast<const uint16_t*>(xr + 2 * K * esz) : nullptr,
+                           pf2 && rr ? reinterpret_cast<const uint16_t*>(rr + 2 * K * esz) : nullptr)) {
         for (int64_t g = 0; g < ngroups; ++g) {
           gamax[g] = f32_of(static_cast<uint32_t>(gmax16[g]) << 16);
           gnan[g] = 0;
@@ -1821,7 +1821,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
                                      cast_in_lanes, v, a.q + off);
       if (!cast_in_lanes) encode_f32(v, a.q + off, static_cast<size_t>(K), qs.cast);
     }
-    flush(-1);  // this thread's last row (the region's end waits for every thread)
+    flush(true);  // this thread's last row (the region's end waits for every thread)
   }
   // Every other quant spec: the CPU backend's group quant over the normed rows (src/cpu/quant_cpu.cc, bit-identical
   // to ref::quantize; it defers to the reference itself where it is not vectorised, e.g. for exact_q).
