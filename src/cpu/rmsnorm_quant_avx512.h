@@ -50,9 +50,8 @@ bool norm_pass(const Plan& plan, const uint16_t* x, const uint16_t* res, const f
 // Pass B: the codes of y per group g: q = RN(y / gsv[g]) by Markstein's correction with grb[g] = RN(1/gsv[g]) (div)
 // or RN(y · gsv[g]) (!div), clamped to ±mx (<= 448), cast RNE to e4m3fn. G % 64 == 0, every group fast (finite y, and
 // for div gsv[g] in [2^-60, 2^60] with amax <= gsv[g]·2^60: fp8_lanes-inl.h MarksteinDiv1's conditions).
-// stream: q by non-temporal stores (whole
-// cache lines; the partial lines at the ends by masked stores), for outputs far larger than the caches; the caller
-// fences (_mm_sfence) before the codes are read.
+// stream: q by non-temporal stores (whole cache lines; the partial lines at the ends by masked stores), for outputs
+// far larger than the caches; the caller fences (_mm_sfence) before the codes are read.
 void quant_pass(const Plan& plan, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb, bool div,
                 float mx, uint8_t* q, bool stream);
 // The group quant's fast bf16 chunks (src/cpu/quant_cpu.cc ElemFastT, every group "fast": FastGroups) with the pass
