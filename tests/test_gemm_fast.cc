@@ -396,6 +396,14 @@ TEST_CASE("fast scaled_mm: the small-M kernels (B's codes; a packed B's column b
       check_case(c, what + " (tile path, packed B)", &packed);
       cpu::set_avx512bf16_kernels_for_test(true);
     }
+  // A packed B goes on the AMX tiles up to M = 1024 where the K groups are at most 128 (elsewhere the tile path or
+  // gemm16_fast): M = 200 is three slices of 64 rows and one of 8, K = 520 ends in a partial group, N = 130 in a
+  // partial column block.
+  for (GemmScaling s : {GemmScaling::blockwise, GemmScaling::group, GemmScaling::mx}) {
+    const Case c = make_case(rng, s, Format::e4m3fn, Format::e5m2, Format::bf16, BiasMode::none, 200, 130, 520);
+    const cpu::FastGemmB packed(c.spec, c.g, c.bt.data());
+    check_case(c, "M=200 N=130 K=520 packed B " + c.spec.describe(), &packed);
+  }
   // A decode-sized product: M = 1 over K = 7168 (56 blockwise groups of two chunks), N = 300 (a column tail of 0).
   const Case d = make_case(rng, GemmScaling::blockwise, Format::e4m3fn, Format::e4m3fn, Format::bf16, BiasMode::none, 1, 300, 7168);
   check_case(d, "decode M=1 K=7168 blockwise");

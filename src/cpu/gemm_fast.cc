@@ -632,9 +632,13 @@ constexpr int kAmxChunkSteps = 4;  // B tiles (32 K each) decoded per chunk
 constexpr int64_t kAmxRun = 16;    // column blocks per work item where the K groups go outside (amx_range)
 // Up to kAmxGroupsMaxM where every chunk is a whole K group (G <= 128: blockwise, group, mx): slices of 64 rows then
 // share each chunk's decoded tiles (the same Xeon: B's codes / packed, tile path -> tiles: M = 128 27.6 -> 20.4 /
-// 20.6 -> 19.1 ms, but 256 41.9 -> 43.7 / 34.5 -> 40.2).
-constexpr int64_t kAmxGroupsMaxM = 128;
+// 20.6 -> 19.1 ms, but 256 41.9 -> 43.7 / 34.5 -> 40.2, session 23). A packed B, since its decode and acc update go
+// between the tile steps (session 24), up to kAmxPackedMaxM: tile path -> tiles M = 192 26.7 -> 21.3 ms, 256 36.3 ->
+// 27.0, 384 64.1 -> 34.9, 512 68.9 -> 52.6, 1024 134 -> 106, 2048 262 -> 251, but 4096 592 -> 613 (B's codes at 192
+// and 256: 34.8 / 44.0 -> 34.5 / 45.2, no gain).
+constexpr int64_t kAmxGroupsMaxM = 128, kAmxPackedMaxM = 1024;
 int64_t amx_max_m(int64_t G) { return G <= 4 * 8 * kAmxChunkSteps ? kAmxGroupsMaxM : kAmxMaxM; }
+int64_t amx_packed_max_m(int64_t G) { return G <= 4 * 8 * kAmxChunkSteps ? kAmxPackedMaxM : kAmxMaxM; }
 
 std::atomic<bool> g_gemm_amx_off{false};  // (set_gemm16_amx_for_test)
 bool gemm16_amx_usable() { return attn::cpu::fast_attention_has_amx() && !g_gemm_amx_off.load(std::memory_order_relaxed); }
@@ -907,7 +911,7 @@ FP8REF_GEMM_AMX_TARGET void amx_config() {
 }
 FP8REF_GEMM_AMX_TARGET void amx_release() { _tile_release(); }
 
-// acc = the f32 accumulators [M][N] (M <= amx_max_m) on AMX, B's tiles from src (PackedB or RowsB).
+// acc = the f32 accumulators [M][N] (M <= amx_packed_max_m / amx_max_m) on AMX, B's tiles from src (PackedB or RowsB).
 template <class Src>
 void amx_product(const ScaledMmSpec& spec, const GemmShape& g, int64_t G, const Scales& sc, const uint8_t* a, Src src,
                  float* acc) {
@@ -970,8 +974,8 @@ uint16_t f16_bits(float v) {
 
 }  // namespace
 
-// M up to this on a packed B's vdpbf16ps kernel (where the tiles take a product, run_fast allows amx_max_m): 64 for
-// gemm16_fast (Zen 4, 2 threads, [M, 7168] x [7168, 7168] blockwise, packed: M = 16 13.3 -> 5.4 ms, 32 17.1 ->
+// M up to this on a packed B's vdpbf16ps kernel (where the tiles take a product, run_fast allows amx_packed_max_m):
+// 64 for gemm16_fast (Zen 4, 2 threads, [M, 7168] x [7168, 7168] blockwise, packed: M = 16 13.3 -> 5.4 ms, 32 17.1 ->
 // 10.1, 64 24.4 -> 18.4, 128 40.6 -> 35.5 but [128, 2048] 11.9 -> 13.2, 256 even: bench/RESULTS.md, session 22) —
 // but 12 on an AMX CPU (the tiles switched off; a Sapphire Rapids-class Xeon, the same shapes, oneDNN's tile path
 // -> gemm16_fast: M = 1 9.9 -> 2.0 ms, 8 10.0 -> 6.0, 12 9.7 -> 8.9, but 14 9.8 -> 10.1, 16 10.5 -> 11.3, 32 12.0 ->
@@ -1041,10 +1045,11 @@ void run_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, co
   const int64_t KB = K == 0 ? 0 : cdiv(K, G);
   const Scales sc{spec.scaling, sa, sb, KB, spec.cublas_sb_stride ? round_up(KB, 4) : KB};
   // small M: B as codes — a packed B on gemm16_fast or the tiles, B's rows on gemv_fast or the tiles (RowsB)
-  const int64_t packed_max_m = gemm16_amx_usable() ? std::max(gemm16_max_m(), amx_max_m(G)) : gemm16_max_m();
+  const int64_t packed_max_m = gemm16_amx_usable() ? std::max(gemm16_max_m(), amx_packed_max_m(G)) : gemm16_max_m();
   if ((b16 && gemv_usable(spec, g, packed_max_m)) || (bt && gemv_usable(spec, g, rows_max_m(G)))) {
     std::vector<float> acc(static_cast<size_t>(M * N));
-    const bool amx = gemm16_amx_usable() && M >= (b16 ? kAmxMinM : kAmxRowsMinM) && M <= amx_max_m(G);
+    const bool amx = gemm16_amx_usable() && M >= (b16 ? kAmxMinM : kAmxRowsMinM) &&
+                     M <= (b16 ? amx_packed_max_m(G) : amx_max_m(G));
     if (b16 && amx) amx_product(spec, g, G, sc, a, PackedB{b16, cdiv(K, 4)}, acc.data());
     else if (b16) gemm16_fast(spec, g, G, sc, a, b16, acc.data());
     else if (amx) amx_product(spec, g, G, sc, a, RowsB{bt, N, K}, acc.data());
