@@ -879,12 +879,11 @@ FP8REF_GEMM_AMX_TARGET void amx_range(Src& src, const GemvDecoder& d, const std:
     for (int64_t r = 0; r < slices; ++r) {
       const int mt = static_cast<int>(std::min<int64_t>(4, MT - 4 * r));
       const int64_t per = cdiv(pend.rows, ns);
-      auto between = [&](int s) FP8REF_GEMM_AMX_TARGET {
-        if (r == 0 && s < nns) src.chunk(d, *nx, nbuf, s, s + 1);
+      auto between = [&](int s) FP8REF_GEMM_AMX_TARGET {  // (the last step decodes whatever steps the next has left)
+        if (r == 0 && nx) src.chunk(d, *nx, nbuf, std::min(s, nns), s + 1 == ns ? nns : std::min(s + 1, nns));
         add_rows(per * (s + 1));
       };
       amx_slice_tiles(mt, ch.first, buf + 2048 * (it % 2), ns, a16 + ((ch.q0 / 8) * MT + 4 * r) * 512, MT * 512, between);
-      if (r == 0 && nns > ns) src.chunk(d, *nx, nbuf, ns, nns);  // (a longer chunk after a shorter: not in today's orders)
       if (!ch.last) continue;
       amx_slice_store(mt, P);
       pend = {ac + 16 * 64 * r, sat + 64 * r * KB + ch.kb, std::min<int64_t>(64, M - 64 * r), 0, sbv};
