@@ -686,17 +686,27 @@ TEST_CASE("rmsnorm_quant: cpu exact variance read from bf16 rows (no f32 row) ne
   // bf16 rows without a residual on the fast quant are read in registers from x (no f32 row); the verified f64 sum
   // must still fall back to ref::mean_square_exact on the f32 row when its interval straddles a midpoint (rows as in
   // the f32 test above: z = {2^12, 1, 2^-k, 0}, all bf16 values) and for NaN/Inf rows. Oracle: the reference.
-  const RmsNormQuantSpec spec = spec_for("aiter-rmsnorm-quant", Format::e4m3fn, {{"group", "4"}, {"eps", "0"}});
-  for (int k = 13; k <= 100; ++k) {
-    std::vector<float> z = {4096.0f, 1.0f, std::ldexp(1.0f, -k), 0.0f, -4096.0f, 1.0f, std::ldexp(1.0f, -k), 0.0f};
-    if (k % 3 == 0) z[5] = std::nanf("");
-    if (k % 3 == 1) z[6] = HUGE_VALF;
-    const auto x = encode_as(Format::bf16, z), w = encode_as(Format::bf16, {1, 1, 1, 1});
-    const Outputs a = run(false, spec, Format::bf16, x, w, nullptr, {2, 4}, false);
-    const Outputs b = run(true, spec, Format::bf16, x, w, nullptr, {2, 4}, false);
-    INFO("k = " << k);
-    CHECK(a.q == b.q);
-    CHECK(a.scales == b.scales);
+  // K = 64 (zeros after the four values): the AVX-512 BF16 passes' own f64 sum (rq512::sum_squares) where the CPU has them
+  for (int64_t K : {int64_t{4}, int64_t{64}}) {
+    const RmsNormQuantSpec spec =
+        spec_for("aiter-rmsnorm-quant", Format::e4m3fn, {{"group", std::to_string(K)}, {"eps", "0"}});
+    for (int k = 13; k <= 100; ++k) {
+      std::vector<float> z(static_cast<size_t>(2 * K), 0.0f);
+      for (int64_t m = 0; m < 2; ++m) {
+        z[static_cast<size_t>(m * K)] = m ? -4096.0f : 4096.0f;
+        z[static_cast<size_t>(m * K + 1)] = 1.0f;
+        z[static_cast<size_t>(m * K + 2)] = std::ldexp(1.0f, -k);
+      }
+      if (k % 3 == 0) z[static_cast<size_t>(K + 1)] = std::nanf("");
+      if (k % 3 == 1) z[static_cast<size_t>(K + 2)] = HUGE_VALF;
+      const auto x = encode_as(Format::bf16, z), w = encode_as(Format::bf16, std::vector<float>(static_cast<size_t>(K), 1.0f));
+      const Outputs a = run(false, spec, Format::bf16, x, w, nullptr, {2, K}, false);
+      const Outputs b = run(true, spec, Format::bf16, x, w, nullptr, {2, K}, false);
+      INFO("K = " << K << ", k = " << k);
+      CHECK(a.q == b.q);
+      CHECK(a.scales == b.scales);
+      CHECK(std::memcmp(a.rms.data(), b.rms.data(), a.rms.size() * 4) == 0);
+    }
   }
 }
 
@@ -852,7 +862,8 @@ TEST_CASE("rmsnorm_quant: codes of 16 Mi elements (non-temporal stores on AVX-51
   // From 16 Mi elements the AVX-512 BF16 passes stream the codes past the caches (whole lines non-temporal, a row's
   // partial end lines masked), fenced once per thread after its last row. Rows 0..3 declined by the passes (a NaN)
   // and rows 2100..2103 too (between streamed rows of the second thread's share), q 64-byte aligned and 5 bytes past
-  // a line: every code and scale as the reference's, the bytes around q untouched.
+  // a line: every code and scale as the reference's, the bytes around q untouched. vLLM's passes and aiter's
+  // (weight=f32: amax_pass, wquant_pass).
   const int64_t M = 2048 + 64, K = 8192;
   const size_t n = static_cast<size_t>(M * K);
   std::mt19937_64 rng(21);
@@ -862,27 +873,30 @@ TEST_CASE("rmsnorm_quant: codes of 16 Mi elements (non-temporal stores on AVX-51
   for (float& v : wv) v = 1.0f + 0.25f * nd(rng);
   for (int64_t m : {0, 1, 2, 3, 2100, 2101, 2102, 2103}) xv[static_cast<size_t>(m * K + 77 * m % K)] = std::nanf("");
   const auto x = encode_as(Format::bf16, xv), w = encode_as(Format::bf16, wv);
-  const RmsNormQuantSpec spec = spec_for("vllm-rmsnorm-quant", Format::e4m3fn);
-  const Outputs want = run(false, spec, Format::bf16, x, w, nullptr, {M, K}, false);
-  for (size_t off : {0, 5}) {
-    auto buf = hwy::AllocateAligned<uint8_t>(n + 128);
-    std::memset(buf.get(), 0x5A, n + 128);
-    uint8_t* q = buf.get() + off;
-    std::vector<uint8_t> s(want.scales.size());
-    RmsNormQuantArgs a;
-    a.from = Format::bf16;
-    a.shape = {M, K};
-    a.weight_shape = {K};
-    a.x = x.data();
-    a.weight = w.data();
-    a.q = q;
-    a.scales = s.data();
-    cpu::rmsnorm_quant(spec, a);
-    INFO("q at +" << off << " bytes");
-    CHECK(std::memcmp(q, want.q.data(), n) == 0);
-    CHECK(s == want.scales);
-    CHECK(std::count(buf.get(), q, uint8_t{0x5A}) == static_cast<std::ptrdiff_t>(off));
-    CHECK(std::count(q + n, buf.get() + n + 128, uint8_t{0x5A}) == static_cast<std::ptrdiff_t>(128 - off));
+  for (const char* conv : {"vllm-rmsnorm-quant", "aiter-rmsnorm-quant"}) {
+    const RmsNormQuantSpec spec = spec_for(conv, Format::e4m3fn);
+    const Outputs want = run(false, spec, Format::bf16, x, w, nullptr, {M, K}, false);
+    INFO(conv);
+    for (size_t off : {0, 5}) {
+      auto buf = hwy::AllocateAligned<uint8_t>(n + 128);
+      std::memset(buf.get(), 0x5A, n + 128);
+      uint8_t* q = buf.get() + off;
+      std::vector<uint8_t> s(want.scales.size());
+      RmsNormQuantArgs a;
+      a.from = Format::bf16;
+      a.shape = {M, K};
+      a.weight_shape = {K};
+      a.x = x.data();
+      a.weight = w.data();
+      a.q = q;
+      a.scales = s.data();
+      cpu::rmsnorm_quant(spec, a);
+      INFO("q at +" << off << " bytes");
+      CHECK(std::memcmp(q, want.q.data(), n) == 0);
+      CHECK(s == want.scales);
+      CHECK(std::count(buf.get(), q, uint8_t{0x5A}) == static_cast<std::ptrdiff_t>(off));
+      CHECK(std::count(q + n, buf.get() + n + 128, uint8_t{0x5A}) == static_cast<std::ptrdiff_t>(128 - off));
+    }
   }
 }
 
@@ -918,4 +932,26 @@ TEST_CASE("rmsnorm_quant: a residual_out of 16 MiB (non-temporal stores on AVX-5
       CHECK(std::count(out + n, buf.get() + n + 64, uint16_t{0x5A5A}) == static_cast<std::ptrdiff_t>(64 - off));
     }
   }
+}
+
+TEST_CASE("rmsnorm_quant: cpu::rsqrt_rn equals ref::rsqrt_rn on special values and samples of every binade") {
+  // (tests/exhaustive_rsqrt.cc checks every f32 in [1, 4), which covers every positive f32)
+  std::vector<float> us = {0.0f, -0.0f, -1.0f, INFINITY, -INFINITY, std::nanf(""), 0x1p-149f, 0x1p-126f,
+                           0x1.fffffep127f, 1.0f, 2.0f, 4.0f, 0.25f, 3.0f};
+  std::mt19937 rng(5);
+  for (int i = 0; i < 200000; ++i) {
+    const uint32_t b = rng() & 0x7FFFFFFFu;
+    float u;
+    std::memcpy(&u, &b, 4);
+    us.push_back(u);
+  }
+  int mismatches = 0;
+  for (float u : us) {
+    const float a = cpu::rsqrt_rn(u), b = ref::rsqrt_rn(u);
+    uint32_t ba, bb;
+    std::memcpy(&ba, &a, 4);
+    std::memcpy(&bb, &b, 4);
+    mismatches += ba != bb;
+  }
+  CHECK(mismatches == 0);
 }

@@ -170,11 +170,15 @@ namespace cpu {
 void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& args);
 // Which kernel bf16 rows take where more than one applies (the same bits either way; tests and benchmarks compare
 // them): automatic = the AVX-512 BF16 passes where the CPU has AVX512_BF16 + VBMI and Highway dispatches to an
-// AVX-512 target (weights rounded to bf16: dtype-twice, dtype-once; e4m3fn), else Highway; highway = never those.
+// AVX-512 target (weights rounded to bf16: dtype-twice, dtype-once; and weight=f32 with x*(1/s) on rows without a
+// residual; e4m3fn), else Highway; highway = never those.
 enum class RmsNormPath : uint8_t { automatic, highway };
 void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& args, RmsNormPath path);
 // Whether automatic takes the AVX-512 BF16 passes for some spec on this CPU and SIMD target.
 bool rmsnorm_quant_has_avx512bf16();
+// ref::rsqrt_rn's result (the correctly rounded f32 of 1/sqrt(u)) from an f64 estimate, the reference's exact
+// comparisons only where the estimate lies too near an f32 rounding boundary.
+float rsqrt_rn(float u);
 }  // namespace cpu
 
 }  // namespace fp8ref

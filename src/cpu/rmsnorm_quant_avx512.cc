@@ -249,8 +249,15 @@ struct Coder {
     vb = _mm512_set1_ps(b);
   }
   FP8REF_RQ512 __m512i codes64(__m512i u0, __m512i u1) const {
-    __m512 y[4] = {_mm512_castsi512_ps(_mm512_slli_epi32(u0, 16)), _mm512_castsi512_ps(_mm512_and_si512(u0, hi)),
-                   _mm512_castsi512_ps(_mm512_slli_epi32(u1, 16)), _mm512_castsi512_ps(_mm512_and_si512(u1, hi))};
+    const __m512 y[4] = {_mm512_castsi512_ps(_mm512_slli_epi32(u0, 16)), _mm512_castsi512_ps(_mm512_and_si512(u0, hi)),
+                         _mm512_castsi512_ps(_mm512_slli_epi32(u1, 16)), _mm512_castsi512_ps(_mm512_and_si512(u1, hi))};
+    return codes(y, signs(u0, u1));
+  }
+  // bit 7 of output byte o: the sign of word order[o] of (u0, u1) (the high byte of the word)
+  FP8REF_RQ512 __m512i signs(__m512i u0, __m512i u1) const { return _mm512_permutex2var_epi8(u0, idxs, u1); }
+  // The codes of the four lane vectors y (the lanes of codes64's: the even and odd words of u0, then of u1) with the
+  // signs' bit 7 per output byte; y's own signs are dropped.
+  FP8REF_RQ512 __m512i codes(const __m512 (&y)[4], __m512i sg) const {
     __m512 q[4];
     if constexpr (kOp == 0) {
       __m512 q0[4], e[4];
@@ -276,7 +283,7 @@ struct Coder {
       c[i] = _mm512_castps_si512(_mm512_add_ps(m[i], _mm512_castsi512_ps(_mm512_permutexvar_epi32(e[i], ctab))));
     const __m512i codes = _mm512_mask_blend_epi8(kab, _mm512_permutex2var_epi8(c[0], idxa, c[1]),
                                                  _mm512_permutex2var_epi8(c[2], idxb, c[3]));
-    return _mm512_ternarylogic_epi32(codes, _mm512_permutex2var_epi8(u0, idxs, u1), sgnb, 0xF8);  // codes | (s & 0x80)
+    return _mm512_ternarylogic_epi32(codes, sg, sgnb, 0xF8);  // codes | (sg & 0x80)
   }
 };
 
@@ -301,6 +308,64 @@ alignas(64) constexpr uint8_t kLowBytes[64] = {
     0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 42,
     44, 46, 48, 50, 52, 54, 56, 58, 60, 62, 64, 66, 68, 70, 72, 74, 76, 78, 80, 82, 84, 86,
     88, 90, 92, 94, 96, 98, 100, 102, 104, 106, 108, 110, 112, 114, 116, 118, 120, 122, 124, 126};
+
+// weight=f32 (plan mode 0: y = RN(RN(z·r)·w), no bf16 rounding; aiter-rmsnorm-quant), bf16 z = x. The weights are
+// |w|: RNE products are symmetric in sign, so RN(RN(z·r)·|w|) = ±|y| (r > 0) — pass A takes it from |z|, pass B
+// from z, whose sign Coder drops — and y's sign is z's XOR w's (a zero product's too), which pass B ORs into the codes.
+// |w| sits in the lanes of make_plan's bf16 z (vector 0 the even elements of each 32-chunk, vector 1 the odd ones) —
+// the lanes of Coder's (u0, u1) as well, so pass B puts the codes in element order with kLowBytes. y is not stored:
+// pass B computes it again from x (two multiplies per 16 values where a store and a load of f32 y through L1 cost
+// more: session 16 measured that form slower than the Highway path).
+// Pass A: the f32 bits of max |y| per group into gmax; false for a group whose max is Inf or NaN (a NaN's bits, either
+// sign, are above Inf's as u32).
+FP8REF_RQ512 bool amax_pass_t(const Plan& p, const uint16_t* x, size_t K, size_t G, float r, uint32_t* gmax,
+                              const uint16_t* pf_x) {
+  const __m512 vr = _mm512_set1_ps(r);
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)), mag = _mm512_set1_epi16(0x7FFF);
+  for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
+    __m512i m0 = _mm512_setzero_si512(), m1 = m0;
+    for (size_t k = k0; k < k0 + G; k += 32) {
+      const __m512i u = _mm512_and_si512(_mm512_loadu_si512(x + k), mag);
+      if (pf_x) _mm_prefetch(reinterpret_cast<const char*>(pf_x + k), _MM_HINT_T1);
+      const __m512 v0 = _mm512_castsi512_ps(_mm512_slli_epi32(u, 16)), v1 = _mm512_castsi512_ps(_mm512_and_si512(u, hi));
+      const float* w = p.wperm + k;
+      m0 = _mm512_max_epu32(m0, _mm512_castps_si512(_mm512_mul_ps(_mm512_mul_ps(v0, vr), _mm512_load_ps(w))));
+      m1 = _mm512_max_epu32(m1, _mm512_castps_si512(_mm512_mul_ps(_mm512_mul_ps(v1, vr), _mm512_load_ps(w + 16))));
+    }
+    gmax[g] = static_cast<uint32_t>(_mm512_reduce_max_epu32(_mm512_max_epu32(m0, m1)));
+    if (gmax[g] >= 0x7F800000u) return false;
+  }
+  return true;
+}
+
+// Pass B: y again, q = RN(|y| · ga[g]) (x*(1/s)), the codes as quant_pass's, signed by x's sign XOR w's (p.wsign).
+template <bool kWsign>
+FP8REF_RQ512 void wquant_pass_t(const Plan& p, const uint16_t* x, size_t K, size_t G, float r, const float* ga,
+                                float mx, uint8_t* q, bool stream) {
+  LineStream out(q);
+  Coder<1> cd(mx, kLowBytes);
+  const __m512 vr = _mm512_set1_ps(r);
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
+    cd.group(ga[g], 0.0f);
+    for (size_t k = k0; k < k0 + G; k += 64) {
+      const __m512i u0 = _mm512_loadu_si512(x + k), u1 = _mm512_loadu_si512(x + k + 32);
+      const float* w = p.wperm + k;
+      const __m512 y[4] = {
+          _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(u0, 16)), vr), _mm512_load_ps(w)),
+          _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(u0, hi)), vr), _mm512_load_ps(w + 16)),
+          _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(u1, 16)), vr), _mm512_load_ps(w + 32)),
+          _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(u1, hi)), vr), _mm512_load_ps(w + 48))};
+      __m512i sg = cd.signs(u0, u1);
+      if constexpr (kWsign) sg = _mm512_xor_si512(sg, _mm512_loadu_si512(p.wsign + k));
+      const __m512i c = cd.codes(y, sg);
+      if (stream) out.put(c);
+      else _mm512_storeu_si512(q + k, c);
+    }
+  }
+  if (stream) out.finish();
+}
+
 
 template <int kOp>
 FP8REF_RQ512 bool quant_bf16_t(const uint16_t* x, size_t n, size_t G, const float* a, const float* b, float bound,
@@ -354,10 +419,11 @@ FP8REF_RQ512 float permute_weights(const float* wf, size_t K, const int32_t* i0,
 
 }  // namespace
 
-void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, Plan* plan) {
+void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, Plan* plan, uint8_t* wsign) {
   plan->mode = mode;
   plan->zkind = zkind;
   plan->wperm = wperm;
+  plan->wsign = nullptr;
   // the element (within its 32-chunk) in each lane: v0/v1 after the load, W after the first pack, L0/L1 the lanes
   // that multiply the weights, Y the packed y (also the order of pass B's words)
   int v0[16], v1[16], W[32], L0[16], L1[16], Y[32];
@@ -367,10 +433,10 @@ void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, P
   }
   for (int j = 0; j < 32; ++j) W[j] = j < 16 ? v0[j] : v1[j - 16];
   for (int i = 0; i < 16; ++i) {
-    L0[i] = mode == 2 ? v0[i] : W[2 * i];
-    L1[i] = mode == 2 ? v1[i] : W[2 * i + 1];
+    L0[i] = mode != 1 ? v0[i] : W[2 * i];
+    L1[i] = mode != 1 ? v1[i] : W[2 * i + 1];
   }
-  for (int j = 0; j < 32; ++j) Y[j] = mode == 2 ? W[j] : (j < 16 ? L0[j] : L1[j - 16]);
+  for (int j = 0; j < 32; ++j) Y[j] = mode != 1 ? W[j] : (j < 16 ? L0[j] : L1[j - 16]);
   for (int j = 0; j < 32; ++j) {
     plan->idxb[Y[j]] = static_cast<uint8_t>(2 * j);
     plan->idxb[32 + Y[j]] = static_cast<uint8_t>(64 + 2 * j);
@@ -381,6 +447,16 @@ void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, P
     i1[i] = L1[i];
   }
   plan->wmin = permute_weights(wf, K, i0, i1, wperm);
+  if (mode == 0) {  // |w| in the lanes, and the signs in element order where any is set
+    bool any = false;
+    for (size_t k = 0; k < K; ++k) {
+      const uint32_t b = bits_of(wf[k]);
+      wsign[k] = static_cast<uint8_t>(b >> 24 & 0x80u);
+      any = any || b >> 31;
+    }
+    for (size_t k = 0; k < K; ++k) wperm[k] = std::fabs(wperm[k]);
+    if (any) plan->wsign = wsign;
+  }
 }
 
 void fence() { _mm_sfence(); }
@@ -400,6 +476,34 @@ bool norm_pass(const Plan& p, const uint16_t* x, const uint16_t* res, const floa
   FP8REF_RQ512_NORM(2)
 #undef FP8REF_RQ512_NORM
 #undef FP8REF_RQ512_ARGS
+}
+
+bool amax_pass(const Plan& p, const uint16_t* x, size_t K, size_t G, float r, uint32_t* gmax, const uint16_t* pf_x) {
+  return amax_pass_t(p, x, K, G, r, gmax, pf_x);
+}
+
+FP8REF_RQ512 double sum_squares(const uint16_t* x, size_t K) {
+  // per 32 values: the bf16 pairs widened in place (even words by a shift, odd ones by a mask), each f32 half to f64
+  // (exact), z·z + acc by f64 FMAs in four chains — 16 operations where the Highway loop's per-8 widening took 20
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t k = 0; k < K; k += 32) {
+    const __m512i u = _mm512_loadu_si512(x + k);
+    const __m512 v0 = _mm512_castsi512_ps(_mm512_slli_epi32(u, 16)), v1 = _mm512_castsi512_ps(_mm512_and_si512(u, hi));
+    const __m512d d0 = _mm512_cvtps_pd(_mm512_castps512_ps256(v0)), d1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(v0, 1));
+    const __m512d d2 = _mm512_cvtps_pd(_mm512_castps512_ps256(v1)), d3 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(v1, 1));
+    a0 = _mm512_fmadd_pd(d0, d0, a0);
+    a1 = _mm512_fmadd_pd(d1, d1, a1);
+    a2 = _mm512_fmadd_pd(d2, d2, a2);
+    a3 = _mm512_fmadd_pd(d3, d3, a3);
+  }
+  return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
+}
+
+void wquant_pass(const Plan& p, const uint16_t* x, size_t K, size_t G, float r, const float* ga, float mx, uint8_t* q,
+                 bool stream) {
+  if (p.wsign) wquant_pass_t<true>(p, x, K, G, r, ga, mx, q, stream);
+  else wquant_pass_t<false>(p, x, K, G, r, ga, mx, q, stream);
 }
 
 void quant_pass(const Plan& p, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb, bool div,

@@ -1,7 +1,8 @@
 // fp8ref CPU backend — rmsnorm_quant's bf16 rows on CPUs with AVX-512 BF16 and VBMI (AMD Zen 4, Intel Sapphire
-// Rapids and later): steps 5–9 as two passes over the row with y held as packed bf16 (src/cpu/rmsnorm_quant_avx512.cc).
-// Only for weight modes that round y to bf16 (dtype-twice: vLLM; dtype-once: DeepSeek) and the e4m3fn cast in lanes;
-// every other row goes the Highway way (src/cpu/rmsnorm_quant_cpu.cc), and so does any row this path declines.
+// Rapids and later): steps 5–9 as two passes over the row with y held as packed bf16 (src/cpu/rmsnorm_quant_avx512.cc)
+// for weight modes that round y to bf16 (dtype-twice: vLLM; dtype-once: DeepSeek); for weight=f32 (aiter) with
+// x*(1/s), two passes that compute y from x each time (no residual). The e4m3fn cast in lanes only; every other row
+// goes the Highway way (src/cpu/rmsnorm_quant_cpu.cc), and so does any row these passes decline.
 #pragma once
 
 #include <cstddef>
@@ -26,16 +27,19 @@ namespace rq512 {
 enum class ZKind : uint8_t { bf16, sum_f32, f32 };
 
 // Per-thread state for one call: the weights in the lane order of the passes, and the byte order that puts the codes
-// back in element order. mode: 1 = y = bf16(bf16(z·r)·w) (dtype-twice), 2 = y = bf16(z·r·w) (dtype-once).
+// back in element order. mode: 1 = y = bf16(bf16(z·r)·w) (dtype-twice), 2 = y = bf16(z·r·w) (dtype-once), 0 = y =
+// RN(RN(z·r)·w) (weight=f32: amax_pass and wquant_pass, bf16 z only).
 struct Plan {
   int mode = 0;
   ZKind zkind = ZKind::bf16;
   const float* wperm = nullptr;  // K floats: per 32-element chunk the weights of lane vector 0, then of vector 1
   float wmin = 0;                // the smallest nonzero |w| (+Inf: none)
+  const uint8_t* wsign = nullptr;  // mode 0: K bytes in element order, 0x80 where w's sign bit is set (null: none is)
   alignas(64) uint8_t idxb[64] = {};
 };
-// Fills plan (wperm: K floats to write, from the f32-widened weights wf) for K % 32 == 0.
-void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, Plan* plan);
+// Fills plan (wperm: K floats to write, from the f32-widened weights wf) for K % 32 == 0. Mode 0 stores |w| in
+// wperm, and the signs in wsign (K bytes to write) when a weight has its sign bit set.
+void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, Plan* plan, uint8_t* wsign = nullptr);
 
 // Pass A: y (K bf16 values, packed in the plan's lane order) and the u16 max of |y| bits per group of G (G % 32 == 0,
 // K % G == 0). z from x (and res) or zf per the plan's kind. Returns false when the row must go the Highway way: a
@@ -62,6 +66,16 @@ void quant_pass(const Plan& plan, const uint16_t* y, size_t K, size_t G, const f
 // scans it).
 bool quant_bf16(const uint16_t* x, size_t n, size_t G, const float* a, const float* b, int op, float bound, uint8_t* q,
                 const uint16_t* nx, uint32_t* namax, size_t ahead);
+// Mode 0 (weight=f32), bf16 z = x, G % 64 == 0, K % G == 0. Pass A: the f32 bits of max |y| per group into gmax,
+// y = RN(RN(z·r)·w) (r > 0); false when a group's max is Inf or NaN (the row goes the Highway way). pf_x as
+// norm_pass's. Pass B: y again, the codes of q = RN(y · ga[g]) (x*(1/s): ga[g] = RN(1/s), finite) clamped to ±mx
+// (<= 448), cast RNE to e4m3fn, in element order; stream as quant_pass's.
+bool amax_pass(const Plan& plan, const uint16_t* x, size_t K, size_t G, float r, uint32_t* gmax,
+               const uint16_t* pf_x = nullptr);
+void wquant_pass(const Plan& plan, const uint16_t* x, size_t K, size_t G, float r, const float* ga, float mx,
+                 uint8_t* q, bool stream);
+// Σ x² over K bf16 values (K % 32 == 0) in f64 lanes, any order (each square exact): SumSquaresF64's for a bf16 row.
+double sum_squares(const uint16_t* x, size_t K);
 // _mm_sfence: the non-temporal stores of this thread ordered before its later stores (and the end of a parallel region).
 void fence();
 

@@ -1522,6 +1522,21 @@ thread_local RowArena t_arena;
 
 bool rmsnorm_quant_has_avx512bf16() { return avx512bf16_kernels() && simd_target_is_avx512(); }
 
+// d = RN64(1/RN64(sqrt(u))) is within 2^-52 relative of 1/sqrt(u) (two correctly rounded steps, each within 2^-53),
+// i.e. within 2 of d's f64 ulps (3 across a binade's edge). 1/sqrt(u) is f32-normal and never an f32 midpoint
+// (ref::rsqrt_rn), so unless d lies within 8 ulps of a midpoint — its 29 bits below an f32 significand within 8 of
+// 2^28 — the exact value and d are on the same side of every midpoint and round to the same f32 as d. Else, and for
+// the special inputs, the reference's exact comparisons (~500 cycles: about 5 % of an aiter-rmsnorm-quant row of 7168
+// values in cache). tests/exhaustive_division.cc checks every positive f32 against ref::rsqrt_rn.
+float rsqrt_rn(float u) {
+  if (!(u > 0.0f) || !(u < INFINITY)) return ref::rsqrt_rn(u);
+  const double d = 1.0 / std::sqrt(static_cast<double>(u));
+  uint64_t b;
+  std::memcpy(&b, &d, 8);
+  if ((b & 0x1FFFFFFFu) - (uint64_t{1} << 28) + 8 <= 16) return ref::rsqrt_rn(u);
+  return static_cast<float>(d);
+}
+
 void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
   rmsnorm_quant(spec, a, RmsNormPath::automatic);
 }
@@ -1565,6 +1580,11 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
   const bool use512 = path == RmsNormPath::automatic && a.from == Format::bf16 && fast && !a.normed && cast_in_lanes &&
                       (spec.weight == NormWeight::dtype_twice || spec.weight == NormWeight::dtype_once) && K % 64 == 0 &&
                       G % 64 == 0 && K % G == 0 && rmsnorm_quant_has_avx512bf16();
+  // and their weight=f32 form (y unrounded: aiter-rmsnorm-quant) for bf16 rows without a residual, x*(1/s)
+  const bool use512w = path == RmsNormPath::automatic && fast && !a.normed && cast_in_lanes &&
+                       spec.weight == NormWeight::f32 && zkind == rq512::ZKind::bf16 &&
+                       qs.formula == QuantFormula::mul_rcp && K % 64 == 0 && G % 64 == 0 && K % G == 0 &&
+                       rmsnorm_quant_has_avx512bf16();
   // Threads: at most one per row (the unit of work). A one-row call (a decode step of batch 1) runs on the caller's
   // thread — no team to wake: Zen 4, [1, 7168], 2 threads, OMP_WAIT_POLICY=passive 0.03 -> 0.01 ms. (A limit by
   // values as quant_cpu.cc's kParallelMin helped under the passive policy, [8, 7168] 3.0 -> 8.0 GB/s, but halved the
@@ -1589,6 +1609,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
     float *wf = nullptr, *wfp = nullptr, *w512 = nullptr;
     uint16_t* y512 = nullptr;
     std::vector<uint16_t> gmax16(use512 ? gamax.size() : 0);
+    std::vector<uint32_t> gmax32(use512w ? gamax.size() : 0);
     rq512::Plan plan;
     if (a.from != Format::bf16 || fast) {  // weights widened once per thread (bf16: for the fast path)
       wf = slice(3);
@@ -1606,11 +1627,11 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
             wfp[k + 12 + i] = wf[k + 12 + i];
           }
       }
-      if (use512) {
+      if (use512 || use512w) {
         w512 = slice(5);
-        y512 = reinterpret_cast<uint16_t*>(slice(6));
-        rq512::make_plan(spec.weight == NormWeight::dtype_twice ? 1 : 2, zkind, wf, static_cast<size_t>(K),
-                         w512, &plan);
+        y512 = reinterpret_cast<uint16_t*>(slice(6));  // (mode 0: the weights' sign bytes)
+        rq512::make_plan(use512w ? 0 : spec.weight == NormWeight::dtype_twice ? 1 : 2, zkind, wf, static_cast<size_t>(K),
+                         w512, &plan, reinterpret_cast<uint8_t*>(y512));
       }
       for (int64_t k = 0; k < K && a.from != Format::bf16; ++k) {
         if (a.from == Format::f32) {
@@ -1726,7 +1747,11 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       float var = 0;
       uint32_t zmin1 = 0x10000;  // (mean_square_cub's, for the AVX-512 BF16 passes' guard; 0x10000: not taken)
       switch (spec.variance) {
-        case Variance::exact: var = mean_square_exact(zp, K, z_row, sumsq); break;
+        case Variance::exact:
+          if (sumsq < 0 && zbf16 && (use512 || use512w))
+            sumsq = rq512::sum_squares(reinterpret_cast<const uint16_t*>(xr), static_cast<size_t>(K));
+          var = mean_square_exact(zp, K, z_row, sumsq);
+          break;
         case Variance::f32_seq: {
           float acc = 0.0f;
           for (int64_t k = 0; k < K; ++k) acc = gpu(std::fma(z[k], z[k], acc));
@@ -1741,7 +1766,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       const float u = gpu(var + spec.eps);
       if (spec.rsqrt == Rsqrt::cuda) ref::rsqrt_cuda_prefetch(u);
       flush(false);
-      const float r = spec.rsqrt == Rsqrt::rn     ? ref::rsqrt_rn(u)
+      const float r = spec.rsqrt == Rsqrt::rn     ? cpu::rsqrt_rn(u)
                       : spec.rsqrt == Rsqrt::cuda ? ref::rsqrt_cuda(u)
                                                   : gpu(1.0f / gpu(std::sqrt(u)));
       if (a.rms) a.rms[m] = r;
@@ -1759,6 +1784,24 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       // the cub and norm passes before it; in the norm pass, vllm-rmsnorm-quant 2T best 5.75–5.82 -> 5.30–5.39 ms on
       // session 24's Xeon, bench/RESULTS.md.)
       const bool pf2 = m + 2 < M;
+      // weight=f32: the group maxima of y, the scales, then the codes from x again (rmsnorm_quant_avx512.h amax_pass)
+      if (bf16_fast && use512w &&
+          rq512::amax_pass(plan, reinterpret_cast<const uint16_t*>(xr), static_cast<size_t>(K), static_cast<size_t>(G), r,
+                           gmax32.data(), pf2 ? reinterpret_cast<const uint16_t*>(xr + 2 * K * esz) : nullptr)) {
+        for (int64_t g = 0; g < ngroups; ++g) {
+          gamax[g] = f32_of(gmax32[g]);
+          gnan[g] = 0;
+        }
+        float* scales = static_cast<float*>(a.scales) + m * ngroups;
+        HWY_DYNAMIC_DISPATCH(RowGroupScales)(qs, rcp_max, true, true, gamax.data(), gnan.data(),
+                                             static_cast<size_t>(ngroups), scales, gsv.data(), gfast.data(), grb.data());
+        if (std::find(gfast.begin(), gfast.end(), uint8_t{0}) == gfast.end()) {
+          rq512::wquant_pass(plan, reinterpret_cast<const uint16_t*>(xr), static_cast<size_t>(K), static_cast<size_t>(G),
+                             r, gsv.data(), max, a.q + off, stream_q);
+          nt_open = nt_open || stream_q;
+          continue;
+        }
+      }
       if (bf16_fast && use512 &&
           rq512::norm_pass(plan, reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr), z,
                            static_cast<size_t>(K), static_cast<size_t>(G), r, y512, gmax16.data(), zmin1,
