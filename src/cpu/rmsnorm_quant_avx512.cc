@@ -140,15 +140,16 @@ FP8REF_RQ512 bool norm_pass_t(const Plan& p, const uint16_t* x, const uint16_t* 
       }
       if (pf_x) _mm_prefetch(reinterpret_cast<const char*>(pf_x + k), _MM_HINT_T1);
       if (pf_r) _mm_prefetch(reinterpret_cast<const char*>(pf_r + k), _MM_HINT_T1);
-      const float* w = p.wperm + k;
+      const __m512i wu = _mm512_load_si512(p.wperm16 + k);
+      const __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(wu, 16)), w1 = _mm512_castsi512_ps(_mm512_and_si512(wu, hi));
       const __m512 a0 = _mm512_mul_ps(v0, vr), a1 = _mm512_mul_ps(v1, vr);
       __m512i yb;
       if constexpr (kMode == 2) {
-        yb = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(a1, _mm512_load_ps(w + 16)), _mm512_mul_ps(a0, _mm512_load_ps(w)));
+        yb = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(a1, w1), _mm512_mul_ps(a0, w0));
       } else {
         const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(a1, a0);
         const __m512 e = _mm512_castsi512_ps(_mm512_slli_epi32(ab, 16)), o = _mm512_castsi512_ps(_mm512_and_si512(ab, hi));
-        yb = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(o, _mm512_load_ps(w + 16)), _mm512_mul_ps(e, _mm512_load_ps(w)));
+        yb = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(o, w1), _mm512_mul_ps(e, w0));
       }
       _mm512_store_si512(y + k, yb);
       mx = _mm512_max_epu16(mx, _mm512_and_si512(yb, abs16));
@@ -447,6 +448,18 @@ void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, P
     i1[i] = L1[i];
   }
   plan->wmin = permute_weights(wf, K, i0, i1, wperm);
+  if (mode != 0) {  // bf16 pairs in place: word 2i of a 32-chunk the weight of lane i of vector 0, 2i + 1 of vector 1
+    auto* w16 = reinterpret_cast<uint16_t*>(wperm);
+    for (size_t c = 0; c < K; c += 32) {
+      float t[32];
+      std::memcpy(t, wperm + c, sizeof t);
+      for (int i = 0; i < 16; ++i) {
+        w16[c + 2 * i] = static_cast<uint16_t>(bits_of(t[i]) >> 16);
+        w16[c + 2 * i + 1] = static_cast<uint16_t>(bits_of(t[16 + i]) >> 16);
+      }
+    }
+    plan->wperm16 = w16;
+  }
   if (mode == 0) {  // |w| in the lanes, and the signs in element order where any is set
     bool any = false;
     for (size_t k = 0; k < K; ++k) {

@@ -32,13 +32,19 @@ enum class ZKind : uint8_t { bf16, sum_f32, f32 };
 struct Plan {
   int mode = 0;
   ZKind zkind = ZKind::bf16;
-  const float* wperm = nullptr;  // K floats: per 32-element chunk the weights of lane vector 0, then of vector 1
+  // mode 0: K floats |w|, per 32-element chunk those of lane vector 0, then those of vector 1
+  const float* wperm = nullptr;
+  // modes 1, 2: the weights as bf16 pairs, per 32-element chunk dword i = (lane i of vector 0, lane i of vector 1):
+  // widened in registers as z is, half the L1 footprint of f32 weights (the norm pass's x, w and y of a 7168-value
+  // row then fit a 48 KiB L1d: bench_rmsnorm_passes 0.463 -> 0.430 cycles per value, session 25). In wperm's memory.
+  const uint16_t* wperm16 = nullptr;
   float wmin = 0;                // the smallest nonzero |w| (+Inf: none)
   const uint8_t* wsign = nullptr;  // mode 0: K bytes in element order, 0x80 where w's sign bit is set (null: none is)
   alignas(64) uint8_t idxb[64] = {};
 };
-// Fills plan (wperm: K floats to write, from the f32-widened weights wf) for K % 32 == 0. Mode 0 stores |w| in
-// wperm, and the signs in wsign (K bytes to write) when a weight has its sign bit set.
+// Fills plan (wperm: K floats to write, from the f32-widened weights wf; modes 1, 2: bf16-valued) for K % 32 == 0.
+// Mode 0 stores |w| in wperm, and the signs in wsign (K bytes to write) when a weight has its sign bit set; modes 1
+// and 2 the bf16 pairs of wperm16 in wperm's first 2K bytes.
 void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, Plan* plan, uint8_t* wsign = nullptr);
 
 // Pass A: y (K bf16 values, packed in the plan's lane order) and the u16 max of |y| bits per group of G (G % 32 == 0,
