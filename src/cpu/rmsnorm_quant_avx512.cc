@@ -252,13 +252,15 @@ struct Coder {
   FP8REF_RQ512 __m512i codes64(__m512i u0, __m512i u1) const {
     const __m512 y[4] = {_mm512_castsi512_ps(_mm512_slli_epi32(u0, 16)), _mm512_castsi512_ps(_mm512_and_si512(u0, hi)),
                          _mm512_castsi512_ps(_mm512_slli_epi32(u1, 16)), _mm512_castsi512_ps(_mm512_and_si512(u1, hi))};
-    return codes(y, signs(u0, u1));
+    return codes(y, [&]() FP8REF_RQ512 { return signs(u0, u1); });
   }
   // bit 7 of output byte o: the sign of word order[o] of (u0, u1) (the high byte of the word)
   FP8REF_RQ512 __m512i signs(__m512i u0, __m512i u1) const { return _mm512_permutex2var_epi8(u0, idxs, u1); }
-  // The codes of the four lane vectors y (the lanes of codes64's: the even and odd words of u0, then of u1) with the
-  // signs' bit 7 per output byte; y's own signs are dropped.
-  FP8REF_RQ512 __m512i codes(const __m512 (&y)[4], __m512i sg) const {
+  // The codes of the four lane vectors y (the lanes of codes64's: the even and odd words of u0, then of u1) with bit 7
+  // of sg()'s output byte o as the sign of code o; y's own signs are dropped. (sg is called last: the gather stays
+  // where codes64 always had it, after the cast.)
+  template <class Sg>
+  FP8REF_RQ512 __m512i codes(const __m512 (&y)[4], Sg sg) const {
     __m512 q[4];
     if constexpr (kOp == 0) {
       __m512 q0[4], e[4];
@@ -284,7 +286,7 @@ struct Coder {
       c[i] = _mm512_castps_si512(_mm512_add_ps(m[i], _mm512_castsi512_ps(_mm512_permutexvar_epi32(e[i], ctab))));
     const __m512i codes = _mm512_mask_blend_epi8(kab, _mm512_permutex2var_epi8(c[0], idxa, c[1]),
                                                  _mm512_permutex2var_epi8(c[2], idxb, c[3]));
-    return _mm512_ternarylogic_epi32(codes, sg, sgnb, 0xF8);  // codes | (sg & 0x80)
+    return _mm512_ternarylogic_epi32(codes, sg(), sgnb, 0xF8);  // codes | (sg & 0x80)
   }
 };
 
@@ -357,9 +359,10 @@ FP8REF_RQ512 void wquant_pass_t(const Plan& p, const uint16_t* x, size_t K, size
           _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(u0, hi)), vr), _mm512_load_ps(w + 16)),
           _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(u1, 16)), vr), _mm512_load_ps(w + 32)),
           _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(u1, hi)), vr), _mm512_load_ps(w + 48))};
-      __m512i sg = cd.signs(u0, u1);
-      if constexpr (kWsign) sg = _mm512_xor_si512(sg, _mm512_loadu_si512(p.wsign + k));
-      const __m512i c = cd.codes(y, sg);
+      const __m512i c = cd.codes(y, [&]() FP8REF_RQ512 {
+        const __m512i sg = cd.signs(u0, u1);
+        return kWsign ? _mm512_xor_si512(sg, _mm512_loadu_si512(p.wsign + k)) : sg;
+      });
       if (stream) out.put(c);
       else _mm512_storeu_si512(q + k, c);
     }
