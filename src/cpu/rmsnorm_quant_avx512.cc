@@ -29,7 +29,9 @@
 // Measured (bench/RESULTS.md, session 16), Zen 4, bf16 [4096, 7168], vllm-rmsnorm-quant: 2 threads 7.56 -> 5.50 ms;
 // one thread in cache 1.64 -> 1.10 cycles per value; session 17, each row's quant pass deferred into the next row to
 // hide the rsqrt table's miss (rmsnorm_quant_cpu.cc): 4.83 ms. Not kept: the same passes for weight=f32 (y in f32
-// through L1: slower than the Highway path, 5.94 vs 5.35 ms).
+// through L1: slower than the Highway path, 5.94 vs 5.35 ms). Kept since session 25 (Xeon with AMX): weight=f32 as
+// two passes that compute y from x each time (amax_pass, wquant_pass): aiter-rmsnorm-quant one thread in cache
+// 0.166 -> 0.150 ms per [64, 7168], 2 threads 5.74–5.92 -> 5.24–5.33 ms (with the f64 Σx² and rsqrt of the caller).
 #include "cpu/rmsnorm_quant_avx512.h"
 
 #include <cpuid.h>
@@ -369,7 +371,6 @@ FP8REF_RQ512 void wquant_pass_t(const Plan& p, const uint16_t* x, size_t K, size
   }
   if (stream) out.finish();
 }
-
 
 template <int kOp>
 FP8REF_RQ512 bool quant_bf16_t(const uint16_t* x, size_t n, size_t G, const float* a, const float* b, float bound,

@@ -1527,7 +1527,7 @@ bool rmsnorm_quant_has_avx512bf16() { return avx512bf16_kernels() && simd_target
 // (ref::rsqrt_rn), so unless d lies within 8 ulps of a midpoint — its 29 bits below an f32 significand within 8 of
 // 2^28 — the exact value and d are on the same side of every midpoint and round to the same f32 as d. Else, and for
 // the special inputs, the reference's exact comparisons (~500 cycles: about 5 % of an aiter-rmsnorm-quant row of 7168
-// values in cache). tests/exhaustive_division.cc checks every positive f32 against ref::rsqrt_rn.
+// values in cache). tests/exhaustive_rsqrt.cc checks every positive f32 against ref::rsqrt_rn.
 float rsqrt_rn(float u) {
   if (!(u > 0.0f) || !(u < INFINITY)) return ref::rsqrt_rn(u);
   const double d = 1.0 / std::sqrt(static_cast<double>(u));
