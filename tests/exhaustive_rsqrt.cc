@@ -6,32 +6,20 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
+#include "fp8ref/format.h"
 #include "fp8ref/rmsnorm.h"
 
 using namespace fp8ref;
 
-namespace {
-uint32_t bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
-float from_bits(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-}  // namespace
-
 TEST_CASE("cpu::rsqrt_rn equals ref::rsqrt_rn for every f32 in [1, 4), so for every positive f32") {
   uint64_t mismatches = 0, f32_estimate_off = 0;
-  for (uint32_t b = bits(1.0f); b < bits(4.0f); ++b) {
-    const float u = from_bits(b);
+  for (uint32_t b = bits_of_f32(1.0f); b < bits_of_f32(4.0f); ++b) {
+    const float u = f32_from_bits(b);
     const float want = ref::rsqrt_rn(u);
-    mismatches += bits(cpu::rsqrt_rn(u)) != bits(want);
-    f32_estimate_off += bits(1.0f / std::sqrt(u)) != bits(want);  // (a live comparison: f32 arithmetic is often off)
+    mismatches += bits_of_f32(cpu::rsqrt_rn(u)) != bits_of_f32(want);
+    // (a live comparison: the f32 estimate is often off)
+    f32_estimate_off += bits_of_f32(1.0f / std::sqrt(u)) != bits_of_f32(want);
   }
   CHECK(mismatches == 0);
   CHECK(f32_estimate_off > 1000);

@@ -499,24 +499,6 @@ bool amax_pass(const Plan& p, const uint16_t* x, size_t K, size_t G, float r, ui
   return amax_pass_t(p, x, K, G, r, gmax, pf_x);
 }
 
-FP8REF_RQ512 double sum_squares(const uint16_t* x, size_t K) {
-  // per 32 values: the bf16 pairs widened in place (even words by a shift, odd ones by a mask), each f32 half to f64
-  // (exact), z·z + acc by f64 FMAs in four chains — 16 operations where the Highway loop's per-8 widening took 20
-  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
-  __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t k = 0; k < K; k += 32) {
-    const __m512i u = _mm512_loadu_si512(x + k);
-    const __m512 v0 = _mm512_castsi512_ps(_mm512_slli_epi32(u, 16)), v1 = _mm512_castsi512_ps(_mm512_and_si512(u, hi));
-    const __m512d d0 = _mm512_cvtps_pd(_mm512_castps512_ps256(v0)), d1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(v0, 1));
-    const __m512d d2 = _mm512_cvtps_pd(_mm512_castps512_ps256(v1)), d3 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(v1, 1));
-    a0 = _mm512_fmadd_pd(d0, d0, a0);
-    a1 = _mm512_fmadd_pd(d1, d1, a1);
-    a2 = _mm512_fmadd_pd(d2, d2, a2);
-    a3 = _mm512_fmadd_pd(d3, d3, a3);
-  }
-  return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
-}
-
 void wquant_pass(const Plan& p, const uint16_t* x, size_t K, size_t G, float r, const float* ga, float mx, uint8_t* q,
                  bool stream) {
   if (p.wsign) wquant_pass_t<true>(p, x, K, G, r, ga, mx, q, stream);

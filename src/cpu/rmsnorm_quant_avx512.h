@@ -80,8 +80,6 @@ bool amax_pass(const Plan& plan, const uint16_t* x, size_t K, size_t G, float r,
                const uint16_t* pf_x = nullptr);
 void wquant_pass(const Plan& plan, const uint16_t* x, size_t K, size_t G, float r, const float* ga, float mx,
                  uint8_t* q, bool stream);
-// Σ x² over K bf16 values (K % 32 == 0) in f64 lanes, any order (each square exact): SumSquaresF64's for a bf16 row.
-double sum_squares(const uint16_t* x, size_t K);
 // _mm_sfence: the non-temporal stores of this thread ordered before its later stores (and the end of a parallel region).
 void fence();
 
