@@ -686,7 +686,7 @@ TEST_CASE("rmsnorm_quant: cpu exact variance read from bf16 rows (no f32 row) ne
   // bf16 rows without a residual on the fast quant are read in registers from x (no f32 row); the verified f64 sum
   // must still fall back to ref::mean_square_exact on the f32 row when its interval straddles a midpoint (rows as in
   // the f32 test above: z = {2^12, 1, 2^-k, 0}, all bf16 values) and for NaN/Inf rows. Oracle: the reference.
-  // K = 64 (zeros after the four values): the AVX-512 BF16 passes' own f64 sum (rq512::sum_squares) where the CPU has them
+  // K = 64 (zeros after the four values): SumSquaresF64's 32-value AVX-512 loop for bf16 rows, where the target has it
   for (int64_t K : {int64_t{4}, int64_t{64}}) {
     const RmsNormQuantSpec spec =
         spec_for("aiter-rmsnorm-quant", Format::e4m3fn, {{"group", std::to_string(K)}, {"eps", "0"}});
@@ -939,19 +939,8 @@ TEST_CASE("rmsnorm_quant: cpu::rsqrt_rn equals ref::rsqrt_rn on special values a
   std::vector<float> us = {0.0f, -0.0f, -1.0f, INFINITY, -INFINITY, std::nanf(""), 0x1p-149f, 0x1p-126f,
                            0x1.fffffep127f, 1.0f, 2.0f, 4.0f, 0.25f, 3.0f};
   std::mt19937 rng(5);
-  for (int i = 0; i < 200000; ++i) {
-    const uint32_t b = rng() & 0x7FFFFFFFu;
-    float u;
-    std::memcpy(&u, &b, 4);
-    us.push_back(u);
-  }
+  for (int i = 0; i < 200000; ++i) us.push_back(f32_of(rng() & 0x7FFFFFFFu));
   int mismatches = 0;
-  for (float u : us) {
-    const float a = cpu::rsqrt_rn(u), b = ref::rsqrt_rn(u);
-    uint32_t ba, bb;
-    std::memcpy(&ba, &a, 4);
-    std::memcpy(&bb, &b, 4);
-    mismatches += ba != bb;
-  }
+  for (float u : us) mismatches += bits_of(cpu::rsqrt_rn(u)) != bits_of(ref::rsqrt_rn(u));
   CHECK(mismatches == 0);
 }

@@ -323,19 +323,25 @@ alignas(64) constexpr uint8_t kLowBytes[64] = {
 // more: session 16 measured that form slower than the Highway path).
 // Pass A: the f32 bits of max |y| per group into gmax; false for a group whose max is Inf or NaN (a NaN's bits, either
 // sign, are above Inf's as u32).
+// y = RN(RN(z·r)·|w|) of the 32 bf16 values in u at their weights w (the plan's |w| of that 32-chunk): the even
+// elements into y0, the odd ones into y1
+FP8REF_RQ512 inline void y_f32(__m512i u, __m512 vr, const float* w, __m512& y0, __m512& y1) {
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  y0 = _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(u, 16)), vr), _mm512_load_ps(w));
+  y1 = _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(u, hi)), vr), _mm512_load_ps(w + 16));
+}
 FP8REF_RQ512 bool amax_pass_t(const Plan& p, const uint16_t* x, size_t K, size_t G, float r, uint32_t* gmax,
                               const uint16_t* pf_x) {
   const __m512 vr = _mm512_set1_ps(r);
-  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)), mag = _mm512_set1_epi16(0x7FFF);
+  const __m512i mag = _mm512_set1_epi16(0x7FFF);
   for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
     __m512i m0 = _mm512_setzero_si512(), m1 = m0;
     for (size_t k = k0; k < k0 + G; k += 32) {
-      const __m512i u = _mm512_and_si512(_mm512_loadu_si512(x + k), mag);
       if (pf_x) _mm_prefetch(reinterpret_cast<const char*>(pf_x + k), _MM_HINT_T1);
-      const __m512 v0 = _mm512_castsi512_ps(_mm512_slli_epi32(u, 16)), v1 = _mm512_castsi512_ps(_mm512_and_si512(u, hi));
-      const float* w = p.wperm + k;
-      m0 = _mm512_max_epu32(m0, _mm512_castps_si512(_mm512_mul_ps(_mm512_mul_ps(v0, vr), _mm512_load_ps(w))));
-      m1 = _mm512_max_epu32(m1, _mm512_castps_si512(_mm512_mul_ps(_mm512_mul_ps(v1, vr), _mm512_load_ps(w + 16))));
+      __m512 y0, y1;
+      y_f32(_mm512_and_si512(_mm512_loadu_si512(x + k), mag), vr, p.wperm + k, y0, y1);
+      m0 = _mm512_max_epu32(m0, _mm512_castps_si512(y0));
+      m1 = _mm512_max_epu32(m1, _mm512_castps_si512(y1));
     }
     gmax[g] = static_cast<uint32_t>(_mm512_reduce_max_epu32(_mm512_max_epu32(m0, m1)));
     if (gmax[g] >= 0x7F800000u) return false;
@@ -350,17 +356,13 @@ FP8REF_RQ512 void wquant_pass_t(const Plan& p, const uint16_t* x, size_t K, size
   LineStream out(q);
   Coder<1> cd(mx, kLowBytes);
   const __m512 vr = _mm512_set1_ps(r);
-  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
     cd.group(ga[g], 0.0f);
     for (size_t k = k0; k < k0 + G; k += 64) {
       const __m512i u0 = _mm512_loadu_si512(x + k), u1 = _mm512_loadu_si512(x + k + 32);
-      const float* w = p.wperm + k;
-      const __m512 y[4] = {
-          _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(u0, 16)), vr), _mm512_load_ps(w)),
-          _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(u0, hi)), vr), _mm512_load_ps(w + 16)),
-          _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(u1, 16)), vr), _mm512_load_ps(w + 32)),
-          _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(u1, hi)), vr), _mm512_load_ps(w + 48))};
+      __m512 y[4];
+      y_f32(u0, vr, p.wperm + k, y[0], y[1]);
+      y_f32(u1, vr, p.wperm + k + 32, y[2], y[3]);
       const __m512i c = cd.codes(y, [&]() FP8REF_RQ512 {
         const __m512i sg = cd.signs(u0, u1);
         return kWsign ? _mm512_xor_si512(sg, _mm512_loadu_si512(p.wsign + k)) : sg;
@@ -453,6 +455,7 @@ void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, P
   }
   plan->wmin = permute_weights(wf, K, i0, i1, wperm);
   if (mode != 0) {  // bf16 pairs in place: word 2i of a 32-chunk the weight of lane i of vector 0, 2i + 1 of vector 1
+    plan->wperm = nullptr;  // (the f32 weights are overwritten: wperm16 holds them)
     auto* w16 = reinterpret_cast<uint16_t*>(wperm);
     for (size_t c = 0; c < K; c += 32) {
       float t[32];
@@ -463,8 +466,7 @@ void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, P
       }
     }
     plan->wperm16 = w16;
-  }
-  if (mode == 0) {  // |w| in the lanes, and the signs in element order where any is set
+  } else {  // |w| in the lanes, and the signs in element order where any is set
     bool any = false;
     for (size_t k = 0; k < K; ++k) {
       const uint32_t b = bits_of(wf[k]);

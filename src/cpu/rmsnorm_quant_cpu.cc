@@ -1803,10 +1803,12 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       // the cub and norm passes before it; in the norm pass, vllm-rmsnorm-quant 2T best 5.75–5.82 -> 5.30–5.39 ms on
       // session 24's Xeon, bench/RESULTS.md.)
       const bool pf2 = m + 2 < M;
+      const auto* pf_x = pf2 ? reinterpret_cast<const uint16_t*>(xr + 2 * K * esz) : nullptr;
+      const auto* pf_r = pf2 && rr ? reinterpret_cast<const uint16_t*>(rr + 2 * K * esz) : nullptr;
       // weight=f32: the group maxima of y, the scales, then the codes from x again (rmsnorm_quant_avx512.h amax_pass)
       if (bf16_fast && use512w &&
           rq512::amax_pass(plan, reinterpret_cast<const uint16_t*>(xr), static_cast<size_t>(K), static_cast<size_t>(G), r,
-                           gmax32.data(), pf2 ? reinterpret_cast<const uint16_t*>(xr + 2 * K * esz) : nullptr)) {
+                           gmax32.data(), pf_x)) {
         for (int64_t g = 0; g < ngroups; ++g) {
           gamax[g] = f32_of(gmax32[g]);
           gnan[g] = 0;
@@ -1823,9 +1825,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       }
       if (bf16_fast && use512 &&
           rq512::norm_pass(plan, reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr), z,
-                           static_cast<size_t>(K), static_cast<size_t>(G), r, y512, gmax16.data(), zmin1,
-                           pf2 ? reinterpret_cast<const uint16_t*>(xr + 2 * K * esz) : nullptr,
-                           pf2 && rr ? reinterpret_cast<const uint16_t*>(rr + 2 * K * esz) : nullptr)) {
+                           static_cast<size_t>(K), static_cast<size_t>(G), r, y512, gmax16.data(), zmin1, pf_x, pf_r)) {
         for (int64_t g = 0; g < ngroups; ++g) {
           gamax[g] = f32_of(static_cast<uint32_t>(gmax16[g]) << 16);
           gnan[g] = 0;
