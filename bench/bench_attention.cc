@@ -13,8 +13,10 @@
 // so the comparison stays like for like); default 0 (4 KiB pages, as before).
 // --hkv/--hq: other head counts (GQA Hq/Hkv); --softcap X: the logit soft-cap's cost — fast runs with and without it
 // in the same interleaved rounds (and, with --conv all, vllm-triton-unified with it).
+// --hot N: every page of the block table points into the first N blocks (the same work, its codes resident in cache:
+// the kernel's compute alone; N = 32 is 1 MiB of K and V). The GB/s column then counts the codes the kernel reads.
 // Usage: bench_attention [--threads 2] [--reps 5] [--conv NAME|all] [--ctx 4096] [--batch 32] [--huge 0|1] [--hkv 8] [--hq 64] [--softcap 0]
-//        [--fast-paths avx512bf16,avx2,amx,portable]
+//        [--fast-paths avx512bf16,avx2,amx,portable] [--hot 0]
 // Run with OMP_WAIT_POLICY=passive on this 2-core VM.
 #include <omp.h>
 #include <sys/mman.h>
@@ -73,7 +75,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   int threads = 2, reps = 5;
   int64_t ctx = 4096, B = 32;
-  int64_t Hkv = 8, Hq = 64;
+  int64_t Hkv = 8, Hq = 64, hot = 0;
   double softcap = 0;
   bool huge = false;
   std::string conv = "all";
@@ -90,9 +92,10 @@ int main(int argc, char** argv) {
     else if (a == "--hq") Hq = std::atoll(argv[i + 1]);
     else if (a == "--softcap") softcap = std::atof(argv[i + 1]);
     else if (a == "--fast-paths") fast_paths = argv[i + 1];
+    else if (a == "--hot") hot = std::atoll(argv[i + 1]);
   }
-  if (Hkv < 1 || Hq < Hkv || Hq % Hkv != 0 || !(softcap >= 0)) {
-    std::fprintf(stderr, "bench_attention: --hq must be a positive multiple of --hkv, --softcap >= 0\n");
+  if (Hkv < 1 || Hq < Hkv || Hq % Hkv != 0 || !(softcap >= 0) || hot < 0) {
+    std::fprintf(stderr, "bench_attention: --hq must be a positive multiple of --hkv, --softcap >= 0, --hot >= 0\n");
     return 2;
   }
   omp_set_num_threads(threads);
@@ -122,6 +125,8 @@ int main(int argc, char** argv) {
   std::vector<int32_t> perm(static_cast<size_t>(spec.cache.num_blocks));
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), std::mt19937_64(2));
+  if (hot > 0)
+    for (auto& p : perm) p = static_cast<int32_t>(p % hot);
   std::vector<int32_t> bt = perm, sl(static_cast<size_t>(B), static_cast<int32_t>(ctx)), qsl(static_cast<size_t>(B + 1));
   for (int64_t b = 0; b <= B; ++b) qsl[static_cast<size_t>(b)] = static_cast<int32_t>(b);
   std::vector<uint16_t> q(static_cast<size_t>(B * Hq * D));

@@ -322,6 +322,7 @@ struct Scratch {
   float* obuf = nullptr;     // [heads][16][Dvp] (columns in decoded V order, vperm64)
   float* ord = nullptr;      // [Dvp]: one O row in d order
   std::vector<const uint8_t*> kp, vp;  // row pointers [2][heads][32]
+  std::vector<const char*> pre;        // the next chunk's lines to prefetch (AMX)
   alignas(64) float sbuf[kChunk * 16] = {};
   alignas(64) uint32_t pbuf[16 * 16] = {};  // P̃ rows [16][16 key pairs]
 
@@ -607,10 +608,13 @@ struct PrefetchCursor {
 
 // Returns false (nothing written) when the unit's queries or the codes it reads hold a non-finite value: the caller
 // runs the portable path then (the NaN policy).
+// DK: the head dims when both are DK (128: the decode loops unrolled, their masks and divisions folded), else 0.
+template <int64_t DK>
 FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, const Unit& u) {
+  const int64_t Dk = DK ? DK : c.Dk, Dv = DK ? DK : c.Dv;
   const SeqPages sp = seq_pages(c.s, c.a, u.b);
   const int64_t R = u.r1 - u.r0, HG = u.g1 - u.g0;
-  const int64_t Dks = round_up(c.Dk, 64), Dvp = round_up(c.Dv, 64);
+  const int64_t Dks = round_up(Dk, 64), Dvp = round_up(Dv, 64);
   const int64_t nb = Dks / 32, qbs = nb * 16 * 16, obs = kRows * Dvp;
   const Regs g = load_regs(K);
   // Lanes: with R <= 8 rows, two KV heads share the softmax vectors (head gi in lanes 0..7, gi + 1 in 8..15);
@@ -657,8 +661,8 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
     uint32_t* qb = w.qb + gi * qbs;
     uint32_t qmax = 0;  // the largest |Q̃| bits: a NaN or Inf query goes to the portable path
     for (int64_t r = 0; r < R; ++r) {
-      const int64_t qbase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * c.Dk;
-      for (int64_t d = 0; d < c.Dk; ++d) {
+      const int64_t qbase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * Dk;
+      for (int64_t d = 0; d < Dk; ++d) {
         const uint32_t h = q_tilde(c.s.q_format, c.a.q, qbase + d);
         qmax = std::max(qmax, h & 0x7FFFu);
         const int64_t p = d / 64 * 64 + pos64(d % 64);  // d's position in a decoded K row
@@ -690,18 +694,35 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
   int64_t kb = 0;  // the buffer holding the current head's K rows
   if (LO <= HI)
     for (int64_t k = 0; k < std::min<int64_t>(kChunk, HI + 1 - LO); ++k)
-      decode_row(g, kp[0][k], c.Dk, w.kbuf + k * Dks, 64, &cmx);
+      decode_row(g, kp[0][k], Dk, w.kbuf + k * Dks, 64, &cmx);
   for (int64_t j0 = LO, cur = 0; j0 <= HI; j0 += kChunk, cur ^= 1) {
     const int64_t nk = std::min<int64_t>(kChunk, HI + 1 - j0), np = (nk + 1) / 2;
     const int64_t nx = cur ^ 1, nn = rows.next(cur, j0, HI);  // the next chunk's row pointers and keys
     // the next chunk's lines (every head, in address order) into L2, ticked through this chunk's work: per head a
-    // tick per K row and two per V pair decoded, eight per P̃·V step; per slot two per key of the softmax
-    PrefetchCursor pf;
-    pf.start(c, sp, u.g0, HG, j0 + kChunk, std::min(HI + 1, j0 + 2 * kChunk));
+    // tick per K row and two per V pair decoded, eight per P̃·V step; per slot two per key of the softmax. They are
+    // listed once from the chunk's row pointers (a span per key where the heads' rows lie back to back, as in NHD);
+    // a tick issues the next `per`. (PrefetchCursor's page walk per line, here, cost ~10% of the unit's time.)
+    const bool kspan = HG == 1 || c.s.cache.offset(0, 0, 1) == Dk, vspan = HG == 1 || c.vshape.offset(0, 0, 1) == Dv;
+    int64_t nl = 0, ip = 0;
+    const char** pre = w.pre.data();
+    const auto list = [&](const uint8_t* row, int64_t len) {
+      const char* r = reinterpret_cast<const char*>(row);
+      for (const char* q = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(r) & ~uintptr_t{63}); q < r + len; q += 64)
+        pre[nl++] = q;
+    };
+    for (int64_t k = 0; k < nn; ++k) {  // key by key: the heads' K rows (one span in NHD), then their V rows
+      if (kspan) list(kp[nx][k], HG * Dk);
+      else
+        for (int64_t gi = 0; gi < HG; ++gi) list(kp[nx][gi * kChunk + k], Dk);
+      if (c.s.v_from_k) continue;
+      if (vspan) list(vp[nx][k], HG * Dv);
+      else
+        for (int64_t gi = 0; gi < HG; ++gi) list(vp[nx][gi * kChunk + k], Dv);
+    }
     const int64_t points = HG * (2 * kChunk + 8 * (Dvp / 32)) + (HG + PH - 1) / PH * 2 * kChunk;
-    const int64_t per = (std::max<int64_t>(0, pf.kend - pf.key) * HG * pf.lkv + points - 1) / points;
-    auto tick = [&pf, per] {
-      for (int64_t t = 0; t < per; ++t) pf.tick();
+    const int64_t per = (nl + points - 1) / points;
+    auto tick = [&ip, pre, nl, per] {
+      for (const int64_t e = std::min(ip + per, nl); ip < e; ++ip) _mm_prefetch(pre[ip], _MM_HINT_T1);
     };
     for (int64_t g0 = 0; g0 < HG; g0 += PH) {  // one slot: heads g0 .. g0 + nh − 1
       const int64_t nh = std::min(PH, HG - g0), slot = g0 / PH;
@@ -727,12 +748,12 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
           _tile_dpbf16ps(0, 3, 2);
           _tile_dpbf16ps(1, 4, 2);
           for (const int64_t ke = kn * (db + 1) / nb; kd < ke; ++kd) {
-            decode_row(g, ksrc[kd], c.Dk, knext + kd * Dks, 64, &cmx);
+            decode_row(g, ksrc[kd], Dk, knext + kd * Dks, 64, &cmx);
             tick();
           }
           for (const int64_t ve = np * (db + 1) / nb; vd < ve; ++vd) {
             const int64_t k = 2 * vd;
-            decode_vpair(g, vpc[k], k + 1 < nk ? vpc[k + 1] : nullptr, c.Dv, vb + vd * Dvp, &cmx);
+            decode_vpair(g, vpc[k], k + 1 < nk ? vpc[k + 1] : nullptr, Dv, vb + vd * Dvp, &cmx);
             tick();
             tick();
           }
@@ -807,7 +828,7 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
         }
       }
     }
-    pf.drain();
+    for (; ip < nl; ++ip) _mm_prefetch(pre[ip], _MM_HINT_T1);
     if (_mm512_cmpge_epu8_mask(cmx, nonfinite)) return false;  // a non-finite code: the portable path
   }
   for (int64_t gi = 0; gi < HG; ++gi) {
@@ -815,14 +836,14 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
     _mm512_store_ps(Ls, L[gi / PH]);
     for (int64_t r = 0; r < R; ++r) {
       const float Lr = Ls[(gi % PH) * LW + r];
-      const int64_t obase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * c.Dv;
+      const int64_t obase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * Dv;
       const float fac = Lr > 0 ? sv[gi] / Lr : 0.0f;
       const float* orow = w.ord;  // O's row with its columns back in d order
       for (int64_t q = 0; q < Dvp; ++q) w.ord[q / 64 * 64 + vperm64(q % 64)] = w.obuf[gi * obs + r * Dvp + q];
       int64_t d = 0;
       if (c.s.out_format == Format::bf16 && Lr > 0)
-        d = out_row_bf16(orow, fac, c.Dv, static_cast<uint16_t*>(c.a.out) + obase);
-      for (; d < c.Dv; ++d) store_out(c.s.out_format, c.a.out, obase + d, Lr > 0 ? orow[d] * fac : 0.0f);
+        d = out_row_bf16(orow, fac, Dv, static_cast<uint16_t*>(c.a.out) + obase);
+      for (; d < Dv; ++d) store_out(c.s.out_format, c.a.out, obase + d, Lr > 0 ? orow[d] * fac : 0.0f);
     }
   }
   return true;
@@ -1632,10 +1653,13 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
     w.allocate(hg, Dks, Dvp);
     w.kp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
     w.vp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
+    w.pre.assign(static_cast<size_t>(hg * kChunk * ((c.Dk + 63) / 64 + (c.Dv + 63) / 64 + 2)), nullptr);
     bool used = false;
+    const bool d128 = c.Dk == 128 && c.Dv == 128;
 #pragma omp for schedule(dynamic)
     for (int64_t i = 0; i < nu; ++i) {
-      if (!unit_amx(c, K, w, units[static_cast<size_t>(i)])) unit_portable(c, units[static_cast<size_t>(i)]);
+      const Unit& un = units[static_cast<size_t>(i)];
+      if (!(d128 ? unit_amx<128>(c, K, w, un) : unit_amx<0>(c, K, w, un))) unit_portable(c, un);
       used = true;
     }
     if (used) tile_release();
