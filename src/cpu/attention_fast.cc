@@ -323,6 +323,7 @@ struct Scratch {
   float* ord = nullptr;      // [Dvp]: one O row in d order
   std::vector<const uint8_t*> kp, vp;  // row pointers [2][heads][32]
   std::vector<const char*> pre;        // the next chunk's lines to prefetch (AMX)
+  std::vector<uint16_t> qt;            // one Q̃ row, d order (AMX)
   alignas(64) float sbuf[kChunk * 16] = {};
   alignas(64) uint32_t pbuf[16 * 16] = {};  // P̃ rows [16][16 key pairs]
 
@@ -660,13 +661,20 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
     L[gi] = _mm512_setzero_ps();
     uint32_t* qb = w.qb + gi * qbs;
     uint32_t qmax = 0;  // the largest |Q̃| bits: a NaN or Inf query goes to the portable path
+    uint16_t* qt = w.qt.data();  // one row of Q̃ in d order, zero past Dk
     for (int64_t r = 0; r < R; ++r) {
       const int64_t qbase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * Dk;
-      for (int64_t d = 0; d < Dk; ++d) {
-        const uint32_t h = q_tilde(c.s.q_format, c.a.q, qbase + d);
-        qmax = std::max(qmax, h & 0x7FFFu);
-        const int64_t p = d / 64 * 64 + pos64(d % 64);  // d's position in a decoded K row
-        qb[((p / 32) * 16 + (p % 32) / 2) * R + r] |= h << (16 * (p & 1));
+      if (c.s.q_format == Format::bf16) {  // (q_tilde's bf16 case, inline)
+        const uint16_t* q16 = static_cast<const uint16_t*>(c.a.q) + qbase;
+        for (int64_t d = 0; d < Dk; ++d) qt[d] = (q16[d] & 0x7F80) == 0 ? static_cast<uint16_t>(q16[d] & 0x8000) : q16[d];
+      } else {
+        for (int64_t d = 0; d < Dk; ++d) qt[d] = q_tilde(c.s.q_format, c.a.q, qbase + d);
+      }
+      // position p of a decoded K row holds d = perm64(p) of its 64-block: the dword of positions p, p + 1
+      for (int64_t p = 0; p < Dks; p += 2) {
+        const uint32_t lo = qt[p / 64 * 64 + perm64(p % 64)], hi = qt[p / 64 * 64 + perm64(p % 64 + 1)];
+        qmax = std::max({qmax, lo & 0x7FFFu, hi & 0x7FFFu});
+        qb[((p / 32) * 16 + (p % 32) / 2) * R + r] = lo | hi << 16;
       }
     }
     if (qmax >= 0x7F80u) return false;
@@ -1654,6 +1662,7 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
     w.kp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
     w.vp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
     w.pre.assign(static_cast<size_t>(hg * kChunk * ((c.Dk + 63) / 64 + (c.Dv + 63) / 64 + 2)), nullptr);
+    w.qt.assign(static_cast<size_t>(Dks), 0);
     bool used = false;
     const bool d128 = c.Dk == 128 && c.Dv == 128;
 #pragma omp for schedule(dynamic)
