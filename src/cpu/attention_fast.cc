@@ -34,8 +34,14 @@
 // heads is run head by head.
 // Scratch per thread (AMX): two K chunks 32·Dk bf16, V pairs of two heads 32·Dv bf16, and per KV head of the unit Q̃
 // 16·Dk bf16 and O 16·Dv f32, S 32·16 f32, the row pointers of two chunks.
-// Prefetching (AMX): the next chunk's lines into L2 at a steady pace (PrefetchCursor, ticked by the decodes, the
-// softmax and the P̃·V steps). Measured on the device machine's Sapphire Rapids host (session 21, decode B=32
+// Prefetching (AMX): the next chunk's lines into L2 at a steady pace (listed from the next chunk's row pointers, issued
+// by ticks in the decodes, the softmax and the P̃·V steps). Session 26 (a Sapphire Rapids-class VM, 2 threads,
+// alternated runs; bench/RESULTS.md): the list instead of PrefetchCursor's per-line state machine and the unit
+// specialized for head dim 128 took the decode step from 24–26 ms to 19–20 ms (compute alone, `--hot 32`, 1 thread:
+// 33.6 → 25.8 ms). Tried there, none better: two chunks ahead, prefetcht0, the lines front-loaded into the first half
+// of the chunk, every other line (the hardware prefetchers left to fill in: 32 ms), the order of use (head 0's K, then
+// K of head h + 1 with V of head h), all K rows before the V rows, each line prefetched twice, the next-but-one
+// chunk's pages touched early (their translations). Measured on the device machine's Sapphire Rapids host (session 21, decode B=32
 // ctx=4096, 2 threads, three rounds of alternated processes, ratio to each process's read pass): the previous
 // scheme (decode, then S; the next chunk's rows of a head into L1 in one burst with its K decode) 0.51–0.56; paced
 // into L2 alone 0.56–0.62; the decodes under S alone 0.59–0.60; both (kept) 0.62–0.65 — 21.1–24.7 vs 25.2–31.1 ms,
@@ -532,8 +538,8 @@ struct ChunkRows {
 
 // The next chunk's K and V rows of every head of the unit, one 64-byte line a tick, in address order (key by key: the
 // K rows of the unit's heads, then their V rows — one span each where the heads of a slot lie back to back, as in
-// NHD, else head by head) into L2, ticked from the work's loops (the AVX-512 BF16 path: the P̃·V loop; the AMX path:
-// the decodes, the softmax and the P̃·V steps — enough ticks to cover a chunk's lines), so the lines are requested at
+// NHD, else head by head) into L2, ticked from the AVX-512 BF16 path's P̃·V loop (the AMX path lists the same lines
+// from its row pointers instead: unit_amx), so the lines are requested at
 // a steady pace through the chunk's compute. Measured for the AVX-512 BF16 path on Zen 4 (decode B=32
 // ctx=4096, 2 threads, `bench_attention --conv fast`; "A/B": two variants alternated call by call in one process):
 // the AVX2 path's scheme (the next head-chunk's rows into L1 in one burst at its decode) 36–53 ms; the next
@@ -709,7 +715,7 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
     // the next chunk's lines (every head, in address order) into L2, ticked through this chunk's work: per head a
     // tick per K row and two per V pair decoded, eight per P̃·V step; per slot two per key of the softmax. They are
     // listed once from the chunk's row pointers (a span per key where the heads' rows lie back to back, as in NHD);
-    // a tick issues the next `per`. (PrefetchCursor's page walk per line, here, cost ~10% of the unit's time.)
+    // a tick issues the next `per`. (PrefetchCursor, whose state machine ran per line out of line, cost ~10% here.)
     const bool kspan = HG == 1 || c.s.cache.offset(0, 0, 1) == Dk, vspan = HG == 1 || c.vshape.offset(0, 0, 1) == Dv;
     int64_t nl = 0, ip = 0;
     const char** pre = w.pre.data();
