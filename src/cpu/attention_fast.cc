@@ -41,9 +41,9 @@
 // 33.6 → 25.8 ms). Tried there, none better: two chunks ahead, prefetcht0, the lines front-loaded into the first half
 // of the chunk, every other line (the hardware prefetchers left to fill in: 32 ms), the order of use (head 0's K, then
 // K of head h + 1 with V of head h), all K rows before the V rows, each line prefetched twice, the next-but-one
-// chunk's pages touched early (their translations). Measured on the device machine's Sapphire Rapids host (session 21, decode B=32
-// ctx=4096, 2 threads, three rounds of alternated processes, ratio to each process's read pass): the previous
-// scheme (decode, then S; the next chunk's rows of a head into L1 in one burst with its K decode) 0.51–0.56; paced
+// chunk's pages touched early (their translations). Measured on the device machine's Sapphire Rapids host (session
+// 21, decode B=32 ctx=4096, 2 threads, three rounds of alternated processes, ratio to each process's read pass): the
+// previous scheme (decode, then S; the next chunk's rows of a head into L1 in one burst with its K decode) 0.51–0.56; paced
 // into L2 alone 0.56–0.62; the decodes under S alone 0.59–0.60; both (kept) 0.62–0.65 — 21.1–24.7 vs 25.2–31.1 ms,
 // 1 thread 40.3–42.3 vs 50.4–50.9 ms. No software prefetch 0.35–0.40; paced into L1 0.49–0.61; two chunks ahead
 // 0.39–0.57. Session 5 (an Emerald Rapids VM) had measured the two changes one at a time as no gain.
@@ -672,7 +672,8 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
       const int64_t qbase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * Dk;
       if (c.s.q_format == Format::bf16) {  // (q_tilde's bf16 case, inline)
         const uint16_t* q16 = static_cast<const uint16_t*>(c.a.q) + qbase;
-        for (int64_t d = 0; d < Dk; ++d) qt[d] = (q16[d] & 0x7F80) == 0 ? static_cast<uint16_t>(q16[d] & 0x8000) : q16[d];
+        for (int64_t d = 0; d < Dk; ++d)
+          qt[d] = (q16[d] & 0x7F80) == 0 ? static_cast<uint16_t>(q16[d] & 0x8000) : q16[d];
       } else {
         for (int64_t d = 0; d < Dk; ++d) qt[d] = q_tilde(c.s.q_format, c.a.q, qbase + d);
       }
@@ -721,8 +722,8 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
     const char** pre = w.pre.data();
     const auto list = [&](const uint8_t* row, int64_t len) {
       const char* r = reinterpret_cast<const char*>(row);
-      for (const char* q = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(r) & ~uintptr_t{63}); q < r + len; q += 64)
-        pre[nl++] = q;
+      const char* q = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(r) & ~uintptr_t{63});
+      for (; q < r + len; q += 64) pre[nl++] = q;
     };
     for (int64_t k = 0; k < nn; ++k) {  // key by key: the heads' K rows (one span in NHD), then their V rows
       if (kspan) list(kp[nx][k], HG * Dk);
