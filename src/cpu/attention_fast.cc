@@ -43,8 +43,8 @@
 // K of head h + 1 with V of head h), all K rows before the V rows, each line prefetched twice, the next-but-one
 // chunk's pages touched early (their translations). Measured on the device machine's Sapphire Rapids host (session
 // 21, decode B=32 ctx=4096, 2 threads, three rounds of alternated processes, ratio to each process's read pass): the
-// previous scheme (decode, then S; the next chunk's rows of a head into L1 in one burst with its K decode) 0.51–0.56; paced
-// into L2 alone 0.56–0.62; the decodes under S alone 0.59–0.60; both (kept) 0.62–0.65 — 21.1–24.7 vs 25.2–31.1 ms,
+// previous scheme (decode, then S; the next chunk's rows of a head into L1 in one burst with its K decode) 0.51–0.56;
+// paced into L2 alone 0.56–0.62; the decodes under S alone 0.59–0.60; both (kept) 0.62–0.65 — 21.1–24.7 vs 25.2–31.1 ms,
 // 1 thread 40.3–42.3 vs 50.4–50.9 ms. No software prefetch 0.35–0.40; paced into L1 0.49–0.61; two chunks ahead
 // 0.39–0.57. Session 5 (an Emerald Rapids VM) had measured the two changes one at a time as no gain.
 // Tried and dropped (no gain, measured): 64-key chunks (half the O tile traffic), prefetching per head into L1.
