@@ -1607,17 +1607,35 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
   const bool amx = (path == FastPath::automatic || path == FastPath::amx) && amx_usable();
   const bool bf16 = !amx && path != FastPath::portable && path != FastPath::avx2 && bf16_usable();
   const bool avx2 = !amx && !bf16 && path != FastPath::portable && avx2_usable();
-  // AMX: a decode-like sequence (<= 16 rows per KV head) is one unit over a group of KV heads (whole pages read in
-  // one pass, NHD), as many heads as keep >= 4 units per thread; longer chunks: one unit per (head, 16 rows).
+  // A decode-like sequence (<= unit_rows rows per KV head) is one unit over a group of hg KV heads (whole pages read
+  // in one pass, NHD); longer chunks: one unit per (head, unit_rows rows). hg: the most heads (halving from
+  // min(Hkv, kMaxHeads)) that still give every thread a unit and keep the largest unit within one thread's share of
+  // the call's work (a unit's ~ its keys × heads). More heads share the softmax lanes, the decodes under S and the
+  // per-chunk work: decode B=1 ctx=4096 on 2 threads 0.9–1.0 ms with the previous rule (>= 4 units per thread, hg 1)
+  // vs 0.6 ms (hg 4; bench/RESULTS.md session 26).
   const int64_t Hkv = spec.cache.num_kv_heads;
+  const int64_t unit_rows = avx2 || bf16 ? kAvxRows : kRows;
   int64_t hg = 1;
   if (amx || bf16 || avx2) {
-    const int64_t want = 4 * static_cast<int64_t>(omp_get_max_threads());
-    hg = std::min<int64_t>(Hkv, kMaxHeads);
-    while (hg > 1 && args.num_seqs * ((Hkv + hg - 1) / hg) < want) hg = (hg + 1) / 2;
+    const int64_t nt = omp_get_max_threads();
+    std::vector<int64_t> rows_b(static_cast<size_t>(args.num_seqs)), keys_b(rows_b.size());
+    for (int64_t b = 0; b < args.num_seqs; ++b) {
+      rows_b[static_cast<size_t>(b)] = (args.query_start_loc[b + 1] - args.query_start_loc[b]) * c.G;
+      keys_b[static_cast<size_t>(b)] = seq_pages(spec, args, b).seq_len;
+    }
+    for (hg = std::min<int64_t>(Hkv, kMaxHeads); hg > 1; hg = (hg + 1) / 2) {
+      int64_t total = 0, largest = 0, n = 0;
+      for (size_t b = 0; b < rows_b.size(); ++b) {
+        const bool dec = rows_b[b] <= unit_rows;
+        const int64_t per = dec ? (Hkv + hg - 1) / hg : Hkv * ((rows_b[b] + unit_rows - 1) / unit_rows);
+        n += per;
+        total += keys_b[b] * (dec ? Hkv : per);
+        largest = std::max(largest, keys_b[b] * (dec ? std::min(hg, Hkv) : 1));
+      }
+      if (n >= nt && largest * nt <= total) break;
+    }
   }
   std::vector<Unit> units;
-  const int64_t unit_rows = avx2 || bf16 ? kAvxRows : kRows;
   for (int64_t b = 0; b < args.num_seqs; ++b) {
     const int64_t rows = (args.query_start_loc[b + 1] - args.query_start_loc[b]) * c.G;
     const int64_t step = rows <= unit_rows ? hg : 1;
