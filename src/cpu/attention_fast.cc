@@ -329,10 +329,21 @@ struct Scratch {
   float* ord = nullptr;      // [Dvp]: one O row in d order
   std::vector<const uint8_t*> kp, vp;  // row pointers [2][heads][32]
   std::vector<const char*> pre;        // the next chunk's lines to prefetch (AMX)
-  std::vector<uint16_t> qt;            // one Q̃ row, d order (AMX)
+  std::vector<uint16_t> qt;            // a unit's Q̃ rows of one head, d order [16][Dks] (AMX)
   alignas(64) float sbuf[kChunk * 16] = {};
   alignas(64) uint32_t pbuf[16 * 16] = {};  // P̃ rows [16][16 key pairs]
 
+  // Kept per thread across calls (thread_local in paged_attention_fast): reallocated only when the path, the heads
+  // per unit or the head dims change — a decode step's call allocated and zeroed ~150 KiB per thread before, ~80 µs
+  // of page faults and memset at short contexts (bench/RESULTS.md session 26). Returns false (and records the new
+  // shape) when the buffers must be set up again.
+  int64_t shape[4] = {-1, -1, -1, -1};  // path (0: AMX, 1: AVX-512 BF16), heads per unit, Dk, Dv
+  bool reuse(int64_t path, int64_t hg, int64_t dk, int64_t dv) {
+    const int64_t now[4] = {path, hg, dk, dv};
+    if (std::equal(now, now + 4, shape)) return true;
+    std::copy(now, now + 4, shape);
+    return false;
+  }
   // The AMX path's sizes (two K buffers: one read by S, the next head's decoded under it).
   void allocate(int64_t hg, int64_t Dks, int64_t Dvp) {
     place({static_cast<size_t>(2 * kChunk * Dks) * 2, static_cast<size_t>(2 * (kChunk / 2) * Dvp) * 4,
@@ -446,6 +457,32 @@ constexpr int64_t vperm64(int64_t q) {
   const int64_t j = perm64(2 * (q % 32)) / 2;
   return 16 * (j / 8) + 8 * (q / 32) + j % 8;
 }
+// perm64 as a table (the AMX path's per-unit Q̃ packing)
+struct Perm64Tables {
+  uint8_t perm[64];
+};
+constexpr Perm64Tables make_perm64_tables() {
+  Perm64Tables t{};
+  for (int64_t i = 0; i < 64; ++i) t.perm[i] = static_cast<uint8_t>(perm64(i));
+  return t;
+}
+constexpr Perm64Tables kPerm64 = make_perm64_tables();
+// The un-permuting of a 64-column block of O (column q holds d = vperm64(q)) by vector permutes: output vector o
+// (d = 16·o + i) takes column c = vperm64⁻¹(d) from the block's vectors 0–1 (c < 32) or 2–3 (c >= 32), lane c % 32.
+struct Unperm64 {
+  int32_t idx[4][16];
+  uint16_t hi[4];  // lanes whose column is >= 32
+};
+constexpr Unperm64 make_unperm64() {
+  Unperm64 u{};
+  for (int64_t q = 0; q < 64; ++q) {
+    const int64_t d = vperm64(q);
+    u.idx[d / 16][d % 16] = static_cast<int32_t>(q % 32);
+    if (q >= 32) u.hi[d / 16] = static_cast<uint16_t>(u.hi[d / 16] | (1u << (d % 16)));
+  }
+  return u;
+}
+constexpr Unperm64 kUnperm64 = make_unperm64();
 
 // ref::exp2_sleef's polynomial in s = z − round(z), Horner from the highest degree (both vector paths).
 constexpr float kExp2Poly[7] = {0.1535920892e-3f, 0.1339262701e-2f, 0.9618384764e-2f, 0.5550347269e-1f,
@@ -654,8 +691,7 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
   alignas(64) float c2a[kMaxHeads][16];
   __m512 m2[kMaxHeads], L[kMaxHeads];
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  std::fill(w.qb, w.qb + HG * qbs, 0u);
-  std::fill(w.obuf, w.obuf + HG * obs, 0.0f);
+  for (int64_t gi = 0; gi < HG; ++gi) std::fill(w.obuf + gi * obs, w.obuf + gi * obs + R * Dvp, 0.0f);  // (rows < R)
   for (int64_t gi = 0; gi < HG; ++gi) {
     const int64_t kvh = u.g0 + gi, si = scale_index(c.s.scale_kind, u.b, kvh);
     const float sk = c.a.k_scale[si];
@@ -667,8 +703,8 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
     L[gi] = _mm512_setzero_ps();
     uint32_t* qb = w.qb + gi * qbs;
     uint32_t qmax = 0;  // the largest |Q̃| bits: a NaN or Inf query goes to the portable path
-    uint16_t* qt = w.qt.data();  // one row of Q̃ in d order, zero past Dk
     for (int64_t r = 0; r < R; ++r) {
+      uint16_t* qt = w.qt.data() + r * Dks;  // row r of Q̃ in d order, zero past Dk
       const int64_t qbase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * Dk;
       if (c.s.q_format == Format::bf16) {  // (q_tilde's bf16 case, inline)
         const uint16_t* q16 = static_cast<const uint16_t*>(c.a.q) + qbase;
@@ -677,13 +713,17 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
       } else {
         for (int64_t d = 0; d < Dk; ++d) qt[d] = q_tilde(c.s.q_format, c.a.q, qbase + d);
       }
-      // position p of a decoded K row holds d = perm64(p) of its 64-block: the dword of positions p, p + 1
-      for (int64_t p = 0; p < Dks; p += 2) {
-        const uint32_t lo = qt[p / 64 * 64 + perm64(p % 64)], hi = qt[p / 64 * 64 + perm64(p % 64 + 1)];
-        qmax = std::max({qmax, lo & 0x7FFFu, hi & 0x7FFFu});
-        qb[((p / 32) * 16 + (p % 32) / 2) * R + r] = lo | hi << 16;
-      }
+      for (int64_t d = 0; d < Dk; ++d) qmax = std::max<uint32_t>(qmax, qt[d] & 0x7FFFu);
     }
+    // position p of a decoded K row holds d = perm64(p) of its 64-block: dword (p / 2) of the head's [Dks / 2][R]
+    // block is the positions p, p + 1 of each row (every dword written)
+    for (int64_t b = 0; b < Dks; b += 64)
+      for (int64_t j = 0; j < 32; ++j) {
+        const uint16_t* t0 = w.qt.data() + b + kPerm64.perm[2 * j];
+        const uint16_t* t1 = w.qt.data() + b + kPerm64.perm[2 * j + 1];
+        uint32_t* dst = qb + (b / 2 + j) * R;
+        for (int64_t r = 0; r < R; ++r) dst[r] = t0[r * Dks] | static_cast<uint32_t>(t1[r * Dks]) << 16;
+      }
     if (qmax >= 0x7F80u) return false;
   }
   if (HG % PH) std::fill(c2a[HG / PH] + (HG % PH) * LW, c2a[HG / PH] + 16, 0.0f);
@@ -854,7 +894,16 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
       const int64_t obase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * Dv;
       const float fac = Lr > 0 ? sv[gi] / Lr : 0.0f;
       const float* orow = w.ord;  // O's row with its columns back in d order
-      for (int64_t q = 0; q < Dvp; ++q) w.ord[q / 64 * 64 + vperm64(q % 64)] = w.obuf[gi * obs + r * Dvp + q];
+      const float* ob = w.obuf + gi * obs + r * Dvp;
+      for (int64_t b = 0; b < Dvp; b += 64) {
+        const __m512 v0 = _mm512_loadu_ps(ob + b), v1 = _mm512_loadu_ps(ob + b + 16), v2 = _mm512_loadu_ps(ob + b + 32),
+                     v3 = _mm512_loadu_ps(ob + b + 48);
+        for (int o = 0; o < 4; ++o) {
+          const __m512i ix = _mm512_loadu_si512(kUnperm64.idx[o]);
+          const __m512 lo = _mm512_permutex2var_ps(v0, ix, v1), hi = _mm512_permutex2var_ps(v2, ix, v3);
+          _mm512_storeu_ps(w.ord + b + 16 * o, _mm512_mask_blend_ps(kUnperm64.hi[o], lo, hi));
+        }
+      }
       int64_t d = 0;
       if (c.s.out_format == Format::bf16 && Lr > 0)
         d = out_row_bf16(orow, fac, Dv, static_cast<uint16_t*>(c.a.out) + obase);
@@ -909,6 +958,23 @@ AmxKernels make_kernels(Format f) {
   return k;
 }
 
+// The decode tables of a cache format, built once per process (a call built them each time).
+const AmxKernels& kernels_of(Format f) {
+  static std::mutex m;
+  static std::vector<std::pair<Format, std::unique_ptr<AmxKernels>>> made;
+  const std::lock_guard<std::mutex> lock(m);
+  for (const auto& e : made)
+    if (e.first == f) return *e.second;
+  made.emplace_back(f, std::make_unique<AmxKernels>(make_kernels(f)));
+  return *made.back().second;
+}
+
+// The calling thread's scratch (AMX and AVX-512 BF16 paths), kept across calls.
+Scratch& thread_scratch() {
+  thread_local Scratch w;
+  return w;
+}
+
 // ---- AVX2 path ----------------------------------------------------------------------------------------------------
 // CPUs with AVX2, FMA and F16C but no AMX (AMD Zen 2-4, Intel before Sapphire Rapids; chosen at run time). The same
 // arithmetic as the portable path, in f32 lanes: one unit = (sequence, KV heads, <= 8 rows per head), keys in chunks
@@ -942,7 +1008,12 @@ struct Avx2Scratch {
   alignas(32) float pbuf[kChunk * kAvxRows] = {};
   std::vector<const uint8_t*> kp, vp;  // row pointers [2][heads][kChunk]
 
+  int64_t shape[3] = {-1, -1, -1};  // heads per unit, Dkp, Dvp of the buffers (kept per thread across calls)
   void allocate(int64_t hg, int64_t Dkp, int64_t Dvp) {
+    if (shape[0] == hg && shape[1] == Dkp && shape[2] == Dvp) return;
+    shape[0] = hg;
+    shape[1] = Dkp;
+    shape[2] = Dvp;
     kp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
     vp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
     const size_t bytes[3] = {static_cast<size_t>(hg * kAvxRows * Dkp) * 4, static_cast<size_t>(hg * kAvxRows * Dvp) * 4,
@@ -1648,7 +1719,8 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
     const bool e5m2 = spec.cache.format == Format::e5m2;
 #pragma omp parallel
     {
-      Avx2Scratch w;
+      thread_local Avx2Scratch tw;
+      Avx2Scratch& w = tw;
       w.allocate(hg, round_up(c.Dk, 16), round_up(c.Dv, 16));
 #pragma omp for schedule(dynamic)
       for (int64_t i = 0; i < nu; ++i) {
@@ -1662,11 +1734,11 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
     return;
   }
   if (bf16) {
-    const AmxKernels K = make_kernels(spec.cache.format);
+    const AmxKernels& K = kernels_of(spec.cache.format);
 #pragma omp parallel
     {
-      Scratch w;
-      w.allocate_bf16(hg, round_up(c.Dk, 64), round_up(c.Dv, 64));
+      Scratch& w = thread_scratch();
+      if (!w.reuse(1, hg, c.Dk, c.Dv)) w.allocate_bf16(hg, round_up(c.Dk, 64), round_up(c.Dv, 64));
 #pragma omp for schedule(dynamic)
       for (int64_t i = 0; i < nu; ++i)
         if (!unit_bf16(c, K, w, units[static_cast<size_t>(i)])) unit_portable(c, units[static_cast<size_t>(i)]);
@@ -1678,16 +1750,18 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
     for (int64_t i = 0; i < nu; ++i) unit_portable(c, units[static_cast<size_t>(i)]);
     return;
   }
-  const AmxKernels K = make_kernels(spec.cache.format);
+  const AmxKernels& K = kernels_of(spec.cache.format);
 #pragma omp parallel
   {
-    Scratch w;
-    const int64_t Dks = round_up(c.Dk, 64), Dvp = round_up(c.Dv, 64);
-    w.allocate(hg, Dks, Dvp);
-    w.kp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
-    w.vp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
-    w.pre.assign(static_cast<size_t>(hg * kChunk * ((c.Dk + 63) / 64 + (c.Dv + 63) / 64 + 2)), nullptr);
-    w.qt.assign(static_cast<size_t>(Dks), 0);
+    Scratch& w = thread_scratch();
+    if (!w.reuse(0, hg, c.Dk, c.Dv)) {
+      const int64_t Dks = round_up(c.Dk, 64), Dvp = round_up(c.Dv, 64);
+      w.allocate(hg, Dks, Dvp);
+      w.kp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
+      w.vp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
+      w.pre.assign(static_cast<size_t>(hg * kChunk * ((c.Dk + 63) / 64 + (c.Dv + 63) / 64 + 2)), nullptr);
+      w.qt.assign(static_cast<size_t>(kRows * Dks), 0);  // (zero past Dk: the shape keeps Dk)
+    }
     bool used = false;
     const bool d128 = c.Dk == 128 && c.Dv == 128;
 #pragma omp for schedule(dynamic)
