@@ -15,8 +15,9 @@
 // in the same interleaved rounds (and, with --conv all, vllm-triton-unified with it).
 // --hot N: every page of the block table points into the first N blocks (the same work, its codes resident in cache:
 // the kernel's compute alone; N = 32 is 1 MiB of K and V). The GB/s column then counts the codes the kernel reads.
+// --qlen N: N query tokens per sequence (a chunked-prefill step: the chunk is the context's last N positions, causal).
 // Usage: bench_attention [--threads 2] [--reps 5] [--conv NAME|all] [--ctx 4096] [--batch 32] [--huge 0|1] [--hkv 8] [--hq 64] [--softcap 0]
-//        [--fast-paths avx512bf16,avx2,amx,portable] [--hot 0]
+//        [--fast-paths avx512bf16,avx2,amx,portable] [--hot 0] [--qlen 1]
 // Run with OMP_WAIT_POLICY=passive on this 2-core VM.
 #include <omp.h>
 #include <sys/mman.h>
@@ -75,7 +76,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   int threads = 2, reps = 5;
   int64_t ctx = 4096, B = 32;
-  int64_t Hkv = 8, Hq = 64, hot = 0;
+  int64_t Hkv = 8, Hq = 64, hot = 0, qlen = 1;
   double softcap = 0;
   bool huge = false;
   std::string conv = "all";
@@ -93,9 +94,10 @@ int main(int argc, char** argv) {
     else if (a == "--softcap") softcap = std::atof(argv[i + 1]);
     else if (a == "--fast-paths") fast_paths = argv[i + 1];
     else if (a == "--hot") hot = std::atoll(argv[i + 1]);
+    else if (a == "--qlen") qlen = std::atoll(argv[i + 1]);
   }
-  if (Hkv < 1 || Hq < Hkv || Hq % Hkv != 0 || !(softcap >= 0) || hot < 0) {
-    std::fprintf(stderr, "bench_attention: --hq must be a positive multiple of --hkv, --softcap >= 0, --hot >= 0\n");
+  if (Hkv < 1 || Hq < Hkv || Hq % Hkv != 0 || !(softcap >= 0) || hot < 0 || qlen < 1 || qlen > ctx) {
+    std::fprintf(stderr, "bench_attention: --hq must be a positive multiple of --hkv, --softcap >= 0, --hot >= 0, 1 <= --qlen <= --ctx\n");
     return 2;
   }
   omp_set_num_threads(threads);
@@ -128,14 +130,14 @@ int main(int argc, char** argv) {
   if (hot > 0)
     for (auto& p : perm) p = static_cast<int32_t>(p % hot);
   std::vector<int32_t> bt = perm, sl(static_cast<size_t>(B), static_cast<int32_t>(ctx)), qsl(static_cast<size_t>(B + 1));
-  for (int64_t b = 0; b <= B; ++b) qsl[static_cast<size_t>(b)] = static_cast<int32_t>(b);
-  std::vector<uint16_t> q(static_cast<size_t>(B * Hq * D));
+  for (int64_t b = 0; b <= B; ++b) qsl[static_cast<size_t>(b)] = static_cast<int32_t>(b * qlen);
+  std::vector<uint16_t> q(static_cast<size_t>(B * qlen * Hq * D));
   for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<uint16_t>(0x3F00 | (lowbias32(static_cast<uint32_t>(i)) & 0x80FF));
   std::vector<uint16_t> out(q.size());
   float ks = 0.05f, vs = 0.07f;
   attn::AttnArgs a;
   a.num_seqs = B;
-  a.num_tokens = B;
+  a.num_tokens = B * qlen;
   a.q = q.data();
   a.query_start_loc = qsl.data();
   a.table.block_table = bt.data();
@@ -219,8 +221,9 @@ int main(int argc, char** argv) {
   }
   const double gib = static_cast<double>(2 * cache_bytes) / (1u << 30);
   const double anchor = *std::min_element(t[0].begin(), t[0].end());
-  std::printf("| kernel (decode B=%lld ctx=%lld Hkv=%lld Hq=%lld D=128 e4m3fn bs=16) | threads | cache read | best of %d (median) | GB/s | / read pass |\n",
-              static_cast<long long>(B), static_cast<long long>(ctx), static_cast<long long>(Hkv), static_cast<long long>(Hq), reps);
+  std::printf("| kernel (%s B=%lld ctx=%lld Hkv=%lld Hq=%lld D=128 e4m3fn bs=16) | threads | cache read | best of %d (median) | GB/s | / read pass |\n",
+              qlen == 1 ? "decode" : ("prefill chunk " + std::to_string(qlen)).c_str(), static_cast<long long>(B),
+              static_cast<long long>(ctx), static_cast<long long>(Hkv), static_cast<long long>(Hq), reps);
   std::printf("|---|---:|---:|---:|---:|---:|\n");
   std::printf("| anchor: read pass over %.0f MiB | %d | %.2f GiB | %.1f ms (%.1f) | %.2f | 1.00 |\n", gib * 1024, threads, gib,
               anchor * 1e3, median(t[0]) * 1e3, static_cast<double>(2 * cache_bytes) / anchor / 1e9);
