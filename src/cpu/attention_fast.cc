@@ -149,6 +149,7 @@ struct Unit {
   int64_t b, g0, g1, r0, r1;
 };
 constexpr int64_t kMaxHeads = 16;  // KV heads per AMX unit
+constexpr int64_t kBlockRows = 128;  // rows per AMX unit of a prefill chunk (row blocks of 16; <= 16 · kMaxHeads)
 
 // What every unit of a call shares.
 struct Ctx {
@@ -657,32 +658,45 @@ template <int64_t DK>
 FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, const Unit& u) {
   const int64_t Dk = DK ? DK : c.Dk, Dv = DK ? DK : c.Dv;
   const SeqPages sp = seq_pages(c.s, c.a, u.b);
-  const int64_t R = u.r1 - u.r0, HG = u.g1 - u.g0;
+  // Row blocks (a prefill chunk's unit of one KV head with more than kRows rows): blocks of kRows rows, each run as a
+  // "head" of the loops below (its own Q̃, O, softmax state and visible ranges) over one shared decode of every
+  // chunk's K and V — where units of kRows rows decoded the chunk once per 16 rows. kvi(gi): the KV head index (in
+  // the unit) whose rows loop-head gi reads.
+  const bool blocks = u.r1 - u.r0 > kRows;
+  const int64_t R = blocks ? kRows : u.r1 - u.r0;
+  const int64_t HG = blocks ? (u.r1 - u.r0 + kRows - 1) / kRows : u.g1 - u.g0;  // loop heads
+  const int64_t HKV = u.g1 - u.g0;                                              // KV heads (1 with blocks)
+  const auto kvi = [blocks](int64_t gi) { return blocks ? int64_t{0} : gi; };
+  // whether loop-head gi has a row r (a last block's rows may end early), and its row info (q head included)
+  const auto exists = [&](int64_t gi, int64_t r) { return r < R && (!blocks || u.r0 + gi * kRows + r < u.r1); };
+  const auto rinfo = [&](int64_t gi, int64_t r) {
+    RowInfo x = row_info(c, sp, u, u.r0 + (blocks ? gi * kRows : 0) + r);
+    if (!blocks) x.head += gi * c.G;
+    return x;
+  };
   const int64_t Dks = round_up(Dk, 64), Dvp = round_up(Dv, 64);
   const int64_t nb = Dks / 32, qbs = nb * 16 * 16, obs = kRows * Dvp;
   const Regs g = load_regs(K);
   // Lanes: with R <= 8 rows, two KV heads share the softmax vectors (head gi in lanes 0..7, gi + 1 in 8..15);
   // otherwise one head per slot (lanes 0..R-1). A slot = the heads sharing lanes.
   const int64_t LW = R <= 8 ? 8 : 16, PH = 16 / LW;  // lanes per head, heads per slot
-  // rows: visible ranges (the same for every head of the unit)
-  alignas(64) int32_t lo_a[16], hi_a[16];
-  RowInfo ri[kRows];
+  // rows: visible ranges per slot lane (a slot's heads share the lanes; without blocks every head's are the same)
+  const int64_t NS = (HG + PH - 1) / PH;  // slots
+  alignas(64) int32_t lo_a[kMaxHeads][16], hi_a[kMaxHeads][16];
   int64_t LO = std::numeric_limits<int64_t>::max(), HI = -1;
-  for (int64_t l = 0; l < 16; ++l) {
-    lo_a[l] = std::numeric_limits<int32_t>::max();
-    hi_a[l] = -1;
-  }
-  for (int64_t r = 0; r < R; ++r) {
-    ri[r] = row_info(c, sp, u, u.r0 + r);  // q head of KV head g0 (+ gi·G for head g0 + gi)
-    if (ri[r].hi >= ri[r].lo) {
-      for (int64_t h = 0; h < PH; ++h) {
-        lo_a[h * LW + r] = static_cast<int32_t>(ri[r].lo);
-        hi_a[h * LW + r] = static_cast<int32_t>(ri[r].hi);
-      }
-      LO = std::min(LO, ri[r].lo);
-      HI = std::max(HI, ri[r].hi);
+  for (int64_t sl = 0; sl < NS; ++sl)
+    for (int64_t l = 0; l < 16; ++l) {
+      lo_a[sl][l] = std::numeric_limits<int32_t>::max();
+      hi_a[sl][l] = -1;
+      const int64_t gi = sl * PH + l / LW, r = l % LW;
+      if (gi >= HG || !exists(gi, r)) continue;
+      const RowInfo x = rinfo(gi, r);
+      if (x.hi < x.lo) continue;
+      lo_a[sl][l] = static_cast<int32_t>(x.lo);
+      hi_a[sl][l] = static_cast<int32_t>(x.hi);
+      LO = std::min(LO, x.lo);
+      HI = std::max(HI, x.hi);
     }
-  }
   // per head: Q̃ packed as the B operand [Dks/32][16 pairs][R] (dwords = two consecutive positions of the decoded K
   // order: position p holds d = perm64), scales; per slot: state
   float sv[kMaxHeads];
@@ -693,7 +707,7 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t gi = 0; gi < HG; ++gi) std::fill(w.obuf + gi * obs, w.obuf + gi * obs + R * Dvp, 0.0f);  // (rows < R)
   for (int64_t gi = 0; gi < HG; ++gi) {
-    const int64_t kvh = u.g0 + gi, si = scale_index(c.s.scale_kind, u.b, kvh);
+    const int64_t kvh = u.g0 + kvi(gi), si = scale_index(c.s.scale_kind, u.b, kvh);
     const float sk = c.a.k_scale[si];
     sv[gi] = c.s.v_from_k ? sk : c.a.v_scale[si];
     const float mult = capped ? capped_scale(c, sk) : logit_scale(c, sk);  // soft-cap: c1' (cl after the tanh)
@@ -705,7 +719,12 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
     uint32_t qmax = 0;  // the largest |Q̃| bits: a NaN or Inf query goes to the portable path
     for (int64_t r = 0; r < R; ++r) {
       uint16_t* qt = w.qt.data() + r * Dks;  // row r of Q̃ in d order, zero past Dk
-      const int64_t qbase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * Dk;
+      if (!exists(gi, r)) {  // (a last block's rows past the unit: zero)
+        std::fill(qt, qt + Dk, uint16_t{0});
+        continue;
+      }
+      const RowInfo x = rinfo(gi, r);
+      const int64_t qbase = (x.qrow * c.Hq + x.head) * Dk;
       if (c.s.q_format == Format::bf16) {  // (q_tilde's bf16 case, inline)
         const uint16_t* q16 = static_cast<const uint16_t*>(c.a.q) + qbase;
         for (int64_t d = 0; d < Dk; ++d)
@@ -738,14 +757,15 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
   cfg.rows[7] = static_cast<uint8_t>(R), cfg.colsb[7] = 64;        // O (odd d blocks)
   _tile_loadconfig(&cfg);
 
-  const __m512i lo_v = _mm512_load_si512(lo_a), hi_v = _mm512_load_si512(hi_a);
   __m512i cmx = _mm512_setzero_si512();  // max of the decoded magnitudes' high bytes (decode_pair_store)
   const __m512i nonfinite = _mm512_set1_epi8(static_cast<char>(kNonfiniteHigh));
   ChunkRows rows(c, sp, u, w.kp, w.vp, LO, HI);
   auto& kp = rows.kp;
   auto& vp = rows.vp;
   // K rows go through two buffers: head gi's S reads one while the next head's rows (the next chunk's first head's
-  // after the last head) are decoded into the other under S's tiles; the first head's rows before the loop
+  // after the last head) are decoded into the other under S's tiles; the first head's rows before the loop. With row
+  // blocks every block reads the chunk's one buffer, each decoding a share of the next chunk's rows under its S, and
+  // the first block decodes the chunk's V pairs for all.
   int64_t kb = 0;  // the buffer holding the current head's K rows
   if (LO <= HI)
     for (int64_t k = 0; k < std::min<int64_t>(kChunk, HI + 1 - LO); ++k)
@@ -757,7 +777,7 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
     // tick per K row and two per V pair decoded, eight per P̃·V step; per slot two per key of the softmax. They are
     // listed once from the chunk's row pointers (a span per key where the heads' rows lie back to back, as in NHD);
     // a tick issues the next `per`. (PrefetchCursor, whose state machine ran per line out of line, cost ~10% here.)
-    const bool kspan = HG == 1 || c.s.cache.offset(0, 0, 1) == Dk, vspan = HG == 1 || c.vshape.offset(0, 0, 1) == Dv;
+    const bool kspan = HKV == 1 || c.s.cache.offset(0, 0, 1) == Dk, vspan = HKV == 1 || c.vshape.offset(0, 0, 1) == Dv;
     int64_t nl = 0, ip = 0;
     const char** pre = w.pre.data();
     const auto list = [&](const uint8_t* row, int64_t len) {
@@ -766,15 +786,15 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
       for (; q < r + len; q += 64) pre[nl++] = q;
     };
     for (int64_t k = 0; k < nn; ++k) {  // key by key: the heads' K rows (one span in NHD), then their V rows
-      if (kspan) list(kp[nx][k], HG * Dk);
+      if (kspan) list(kp[nx][k], HKV * Dk);
       else
-        for (int64_t gi = 0; gi < HG; ++gi) list(kp[nx][gi * kChunk + k], Dk);
+        for (int64_t gi = 0; gi < HKV; ++gi) list(kp[nx][gi * kChunk + k], Dk);
       if (c.s.v_from_k) continue;
-      if (vspan) list(vp[nx][k], HG * Dv);
+      if (vspan) list(vp[nx][k], HKV * Dv);
       else
-        for (int64_t gi = 0; gi < HG; ++gi) list(vp[nx][gi * kChunk + k], Dv);
+        for (int64_t gi = 0; gi < HKV; ++gi) list(vp[nx][gi * kChunk + k], Dv);
     }
-    const int64_t points = HG * (2 * kChunk + 8 * (Dvp / 32)) + (HG + PH - 1) / PH * 2 * kChunk;
+    const int64_t points = (blocks ? 2 * kChunk : HG * 2 * kChunk) + HG * 8 * (Dvp / 32) + NS * 2 * kChunk;
     const int64_t per = (nl + points - 1) / points;
     auto tick = [&ip, pre, nl, per] {
       for (const int64_t e = std::min(ip + per, nl); ip < e; ++ip) _mm_prefetch(pre[ip], _MM_HINT_T1);
@@ -786,27 +806,30 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
         // S^T = K · Q̃^T into lanes [h·LW, h·LW + R) of sbuf, two independent accumulation chains (keys 0..15,
         // 16..31); under each step's tiles a share of the next head's K rows and of this head's V pairs decoded
         // (keys past nk: V pairs zero, P̃ = 0 there)
-        const uint8_t* const* vpc = vp[cur] + gi * kChunk;
+        const uint8_t* const* vpc = vp[cur] + kvi(gi) * kChunk;
         uint32_t* vb = w.vbuf + h * (kChunk / 2) * Dvp;
-        for (int64_t k = np * 2; k < kChunk; k += 2) std::memset(vb + (k / 2) * Dvp, 0, static_cast<size_t>(Dvp) * 4);
+        const int64_t npd = blocks && gi > 0 ? 0 : np;  // V pairs this head decodes
+        if (npd > 0)
+          for (int64_t k = np * 2; k < kChunk; k += 2) std::memset(vb + (k / 2) * Dvp, 0, static_cast<size_t>(Dvp) * 4);
         const uint16_t* kcur = w.kbuf + kb * kChunk * Dks;
         uint16_t* knext = w.kbuf + (kb ^ 1) * kChunk * Dks;
-        const uint8_t* const* ksrc = gi + 1 < HG ? kp[cur] + (gi + 1) * kChunk : kp[nx];
-        const int64_t kn = gi + 1 < HG ? nk : nn;
+        const uint8_t* const* ksrc = !blocks && gi + 1 < HG ? kp[cur] + (gi + 1) * kChunk : kp[nx];
+        // the K rows [k0, k1) of ksrc this head decodes (blocks: its share of the next chunk's)
+        const int64_t k0 = blocks ? nn * gi / HG : 0, k1 = blocks ? nn * (gi + 1) / HG : gi + 1 < HG ? nk : nn;
         const uint32_t* qb = w.qb + gi * qbs;
         _tile_zero(0);
         _tile_zero(1);
-        for (int64_t db = 0, kd = 0, vd = 0; db < nb; ++db) {
+        for (int64_t db = 0, kd = k0, vd = 0; db < nb; ++db) {
           _tile_loadd(2, qb + db * 16 * R, static_cast<int>(4 * R));
           _tile_loadd(3, kcur + db * 32, static_cast<int>(Dks * 2));
           _tile_loadd(4, kcur + 16 * Dks + db * 32, static_cast<int>(Dks * 2));
           _tile_dpbf16ps(0, 3, 2);
           _tile_dpbf16ps(1, 4, 2);
-          for (const int64_t ke = kn * (db + 1) / nb; kd < ke; ++kd) {
+          for (const int64_t ke = k0 + (k1 - k0) * (db + 1) / nb; kd < ke; ++kd) {
             decode_row(g, ksrc[kd], Dk, knext + kd * Dks, 64, &cmx);
             tick();
           }
-          for (const int64_t ve = np * (db + 1) / nb; vd < ve; ++vd) {
+          for (const int64_t ve = npd * (db + 1) / nb; vd < ve; ++vd) {
             const int64_t k = 2 * vd;
             decode_vpair(g, vpc[k], k + 1 < nk ? vpc[k + 1] : nullptr, Dv, vb + vd * Dvp, &cmx);
             tick();
@@ -815,10 +838,11 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
         }
         _tile_stored(0, w.sbuf + h * LW, 64);
         _tile_stored(1, w.sbuf + 16 * 16 + h * LW, 64);
-        kb ^= 1;
+        if (!blocks) kb ^= 1;
       }
       // logits, running maximum, rescale (lanes of the slot's heads)
       const __m512 c2v = _mm512_load_ps(c2a[slot]);
+      const __m512i lo_v = _mm512_load_si512(lo_a[slot]), hi_v = _mm512_load_si512(hi_a[slot]);
       __m512 x[kChunk];
       __m512 cmax = ninf;
       for (int64_t k = 0; k < kChunk; ++k) {
@@ -883,15 +907,17 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
         }
       }
     }
+    if (blocks) kb ^= 1;  // (the next chunk's rows, decoded by the blocks' shares)
     for (; ip < nl; ++ip) _mm_prefetch(pre[ip], _MM_HINT_T1);
     if (_mm512_cmpge_epu8_mask(cmx, nonfinite)) return false;  // a non-finite code: the portable path
   }
   for (int64_t gi = 0; gi < HG; ++gi) {
     alignas(64) float Ls[16];
     _mm512_store_ps(Ls, L[gi / PH]);
-    for (int64_t r = 0; r < R; ++r) {
+    for (int64_t r = 0; r < R && exists(gi, r); ++r) {
       const float Lr = Ls[(gi % PH) * LW + r];
-      const int64_t obase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * Dv;
+      const RowInfo x = rinfo(gi, r);
+      const int64_t obase = (x.qrow * c.Hq + x.head) * Dv;
       const float fac = Lr > 0 ? sv[gi] / Lr : 0.0f;
       const float* orow = w.ord;  // O's row with its columns back in d order
       const float* ob = w.obuf + gi * obs + r * Dvp;
@@ -1689,6 +1715,8 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
   // vs 0.6 ms (hg 4; bench/RESULTS.md session 26).
   const int64_t Hkv = spec.cache.num_kv_heads;
   const int64_t unit_rows = avx2 || bf16 ? kAvxRows : kRows;
+  // a longer chunk's units: AMX, up to kBlockRows rows of one KV head (row blocks: unit_amx), else unit_rows
+  const int64_t prefill_rows = amx ? kBlockRows : unit_rows;
   int64_t hg = 1;
   if (amx || bf16 || avx2) {
     const int64_t nt = omp_get_max_threads();
@@ -1700,11 +1728,13 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
     for (hg = std::min<int64_t>(Hkv, kMaxHeads); hg > 1; hg = (hg + 1) / 2) {
       int64_t total = 0, largest = 0, n = 0;
       for (size_t b = 0; b < rows_b.size(); ++b) {
+        // (work ~ keys × heads for a decode-like sequence's units, keys × row blocks for a longer chunk's)
         const bool dec = rows_b[b] <= unit_rows;
-        const int64_t per = dec ? (Hkv + hg - 1) / hg : Hkv * ((rows_b[b] + unit_rows - 1) / unit_rows);
+        const int64_t per = dec ? (Hkv + hg - 1) / hg : Hkv * ((rows_b[b] + prefill_rows - 1) / prefill_rows);
+        const int64_t blk = (std::min(rows_b[b], prefill_rows) + unit_rows - 1) / unit_rows;
         n += per;
-        total += keys_b[b] * (dec ? Hkv : per);
-        largest = std::max(largest, keys_b[b] * (dec ? std::min(hg, Hkv) : 1));
+        total += keys_b[b] * (dec ? Hkv : Hkv * ((rows_b[b] + unit_rows - 1) / unit_rows));
+        largest = std::max(largest, keys_b[b] * (dec ? std::min(hg, Hkv) : blk));
       }
       if (n >= nt && largest * nt <= total) break;
     }
@@ -1712,10 +1742,9 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
   std::vector<Unit> units;
   for (int64_t b = 0; b < args.num_seqs; ++b) {
     const int64_t rows = (args.query_start_loc[b + 1] - args.query_start_loc[b]) * c.G;
-    const int64_t step = rows <= unit_rows ? hg : 1;
+    const int64_t step = rows <= unit_rows ? hg : 1, span = rows <= unit_rows ? unit_rows : prefill_rows;
     for (int64_t g = 0; g < Hkv; g += step)
-      for (int64_t r = 0; r < rows; r += unit_rows)
-        units.push_back({b, g, std::min(Hkv, g + step), r, std::min(rows, r + unit_rows)});
+      for (int64_t r = 0; r < rows; r += span) units.push_back({b, g, std::min(Hkv, g + step), r, std::min(rows, r + span)});
   }
   const int64_t nu = static_cast<int64_t>(units.size());
   if (avx2) {
@@ -1760,7 +1789,7 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
     Scratch& w = thread_scratch();
     if (!w.reuse(0, hg, c.Dk, c.Dv)) {
       const int64_t Dks = round_up(c.Dk, 64), Dvp = round_up(c.Dv, 64);
-      w.allocate(hg, Dks, Dvp);
+      w.allocate(std::max(hg, kBlockRows / kRows), Dks, Dvp);  // (Q̃ and O per loop head: KV heads or row blocks)
       w.kp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
       w.vp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
       w.pre.assign(static_cast<size_t>(hg * kChunk * ((c.Dk + 63) / 64 + (c.Dv + 63) / 64 + 2)), nullptr);
