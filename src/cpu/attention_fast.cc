@@ -149,7 +149,7 @@ struct Unit {
   int64_t b, g0, g1, r0, r1;
 };
 constexpr int64_t kMaxHeads = 16;  // KV heads per AMX unit
-constexpr int64_t kBlockRows = 128;  // rows per AMX unit of a prefill chunk (row blocks of 16; <= 16 · kMaxHeads)
+constexpr int64_t kBlockRows = 256;  // rows per AMX unit of a prefill chunk (row blocks of 16; <= 16 · kMaxHeads)
 
 // What every unit of a call shares.
 struct Ctx {
@@ -1715,16 +1715,24 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
   // vs 0.6 ms (hg 4; bench/RESULTS.md session 26).
   const int64_t Hkv = spec.cache.num_kv_heads;
   const int64_t unit_rows = avx2 || bf16 ? kAvxRows : kRows;
-  // a longer chunk's units: AMX, up to kBlockRows rows of one KV head (row blocks: unit_amx), else unit_rows
-  const int64_t prefill_rows = amx ? kBlockRows : unit_rows;
+  const int64_t nt = omp_get_max_threads();
+  std::vector<int64_t> rows_b(static_cast<size_t>(args.num_seqs)), keys_b(rows_b.size());
+  for (int64_t b = 0; b < args.num_seqs; ++b) {
+    rows_b[static_cast<size_t>(b)] = (args.query_start_loc[b + 1] - args.query_start_loc[b]) * c.G;
+    keys_b[static_cast<size_t>(b)] = seq_pages(spec, args, b).seq_len;
+  }
+  // a longer chunk's units: AMX, up to kBlockRows rows of one KV head (row blocks: unit_amx; halved while the
+  // chunks would give fewer units than threads), else unit_rows
+  int64_t prefill_rows = amx ? kBlockRows : unit_rows;
+  const auto prefill_units = [&](int64_t span) {
+    int64_t n = 0;
+    for (int64_t rb : rows_b)
+      if (rb > unit_rows) n += Hkv * ((rb + span - 1) / span);
+    return n;
+  };
+  while (prefill_rows > unit_rows && prefill_units(prefill_rows) < nt) prefill_rows /= 2;
   int64_t hg = 1;
   if (amx || bf16 || avx2) {
-    const int64_t nt = omp_get_max_threads();
-    std::vector<int64_t> rows_b(static_cast<size_t>(args.num_seqs)), keys_b(rows_b.size());
-    for (int64_t b = 0; b < args.num_seqs; ++b) {
-      rows_b[static_cast<size_t>(b)] = (args.query_start_loc[b + 1] - args.query_start_loc[b]) * c.G;
-      keys_b[static_cast<size_t>(b)] = seq_pages(spec, args, b).seq_len;
-    }
     for (hg = std::min<int64_t>(Hkv, kMaxHeads); hg > 1; hg = (hg + 1) / 2) {
       int64_t total = 0, largest = 0, n = 0;
       for (size_t b = 0; b < rows_b.size(); ++b) {
