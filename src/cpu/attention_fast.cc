@@ -2,10 +2,10 @@
 // "fast"; API: src/cpu/attention_fast.h). Not bit-exact; within paged_attention_fast_bound of the exact convention.
 //
 // Work split: OpenMP (dynamic) over units. AMX path: a sequence whose query rows per KV head fit in 16 (decode: the
-// GQA group's Hq/Hkv heads) is one unit over a group of KV heads — all of them while that leaves >= 4 units per
-// thread — so each page (NHD: all heads of a slot adjacent) is read in one pass, K/V read once per KV head; longer
-// prefill chunks: one unit per (sequence, KV head, 16 rows). Portable path: one unit per (sequence, KV head, 16
-// rows). A row is one (query position, q head). Keys go in chunks of 32 through the page table (any block size, NHD
+// GQA group's Hq/Hkv heads) is one unit over a group of KV heads (as many as keep every thread a unit and the largest
+// unit within a thread's share of the work) — so each page (NHD: all heads of a slot adjacent) is read in one pass,
+// K/V read once per KV head; longer prefill chunks: one unit per (sequence, KV head, up to 256 rows), run as row
+// blocks of 16 over one decode of each key chunk. Portable path: one unit per (sequence, KV head, 16 rows). A row is one (query position, q head). Keys go in chunks of 32 through the page table (any block size, NHD
 // or HND); the next chunk's rows are prefetched while a chunk is computed.
 //
 // AMX path (CPUs with AMX-BF16, AVX512-BF16 and AVX512-VBMI, chosen at run time; this file is compiled without
@@ -1708,7 +1708,7 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
   const bool bf16 = !amx && path != FastPath::portable && path != FastPath::avx2 && bf16_usable();
   const bool avx2 = !amx && !bf16 && path != FastPath::portable && avx2_usable();
   // A decode-like sequence (<= unit_rows rows per KV head) is one unit over a group of hg KV heads (whole pages read
-  // in one pass, NHD); longer chunks: one unit per (head, unit_rows rows). hg: the most heads (halving from
+  // in one pass, NHD); longer chunks: one unit per (head, prefill_rows rows). hg: the most heads (halving from
   // min(Hkv, kMaxHeads)) that still give every thread a unit and keep the largest unit within one thread's share of
   // the call's work (a unit's ~ its keys × heads). More heads share the softmax lanes, the decodes under S and the
   // per-chunk work: decode B=1 ctx=4096 on 2 threads 0.9–1.0 ms with the previous rule (>= 4 units per thread, hg 1)
