@@ -5,8 +5,9 @@
 // GQA group's Hq/Hkv heads) is one unit over a group of KV heads (as many as keep every thread a unit and the largest
 // unit within a thread's share of the work) — so each page (NHD: all heads of a slot adjacent) is read in one pass,
 // K/V read once per KV head; longer prefill chunks: one unit per (sequence, KV head, up to 256 rows), run as row
-// blocks of 16 over one decode of each key chunk. Portable path: one unit per (sequence, KV head, 16 rows). A row is one (query position, q head). Keys go in chunks of 32 through the page table (any block size, NHD
-// or HND); the next chunk's rows are prefetched while a chunk is computed.
+// blocks of 16 over one decode of each key chunk. Portable path: one unit per (sequence, KV head, 16 rows). A row is
+// one (query position, q head). Keys go in chunks of 32 through the page table (any block size, NHD or HND); the next
+// chunk's rows are prefetched while a chunk is computed.
 //
 // AMX path (CPUs with AMX-BF16, AVX512-BF16 and AVX512-VBMI, chosen at run time; this file is compiled without
 // -march flags, the kernels carry __attribute__((target)); the tile state is requested with arch_prctl):
@@ -44,8 +45,8 @@
 // chunk's pages touched early (their translations). Measured on the device machine's Sapphire Rapids host (session
 // 21, decode B=32 ctx=4096, 2 threads, three rounds of alternated processes, ratio to each process's read pass): the
 // previous scheme (decode, then S; the next chunk's rows of a head into L1 in one burst with its K decode) 0.51–0.56;
-// paced into L2 alone 0.56–0.62; the decodes under S alone 0.59–0.60; both (kept) 0.62–0.65 — 21.1–24.7 vs 25.2–31.1 ms,
-// 1 thread 40.3–42.3 vs 50.4–50.9 ms. No software prefetch 0.35–0.40; paced into L1 0.49–0.61; two chunks ahead
+// paced into L2 alone 0.56–0.62; the decodes under S alone 0.59–0.60; both (kept) 0.62–0.65 — 21.1–24.7 vs 25.2–31.1
+// ms, 1 thread 40.3–42.3 vs 50.4–50.9 ms. No software prefetch 0.35–0.40; paced into L1 0.49–0.61; two chunks ahead
 // 0.39–0.57. Session 5 (an Emerald Rapids VM) had measured the two changes one at a time as no gain.
 // Tried and dropped (no gain, measured): 64-key chunks (half the O tile traffic), prefetching per head into L1.
 // Session 5, same-process A/B
@@ -777,7 +778,8 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
     // tick per K row and two per V pair decoded, eight per P̃·V step; per slot two per key of the softmax. They are
     // listed once from the chunk's row pointers (a span per key where the heads' rows lie back to back, as in NHD);
     // a tick issues the next `per`. (PrefetchCursor, whose state machine ran per line out of line, cost ~10% here.)
-    const bool kspan = HKV == 1 || c.s.cache.offset(0, 0, 1) == Dk, vspan = HKV == 1 || c.vshape.offset(0, 0, 1) == Dv;
+    const bool kspan = HKV == 1 || c.s.cache.offset(0, 0, 1) == Dk;
+    const bool vspan = HKV == 1 || c.vshape.offset(0, 0, 1) == Dv;
     int64_t nl = 0, ip = 0;
     const char** pre = w.pre.data();
     const auto list = [&](const uint8_t* row, int64_t len) {
@@ -809,8 +811,8 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
         const uint8_t* const* vpc = vp[cur] + kvi(gi) * kChunk;
         uint32_t* vb = w.vbuf + h * (kChunk / 2) * Dvp;
         const int64_t npd = blocks && gi > 0 ? 0 : np;  // V pairs this head decodes
-        if (npd > 0)
-          for (int64_t k = np * 2; k < kChunk; k += 2) std::memset(vb + (k / 2) * Dvp, 0, static_cast<size_t>(Dvp) * 4);
+        for (int64_t k = np * 2; npd > 0 && k < kChunk; k += 2)
+          std::memset(vb + (k / 2) * Dvp, 0, static_cast<size_t>(Dvp) * 4);
         const uint16_t* kcur = w.kbuf + kb * kChunk * Dks;
         uint16_t* knext = w.kbuf + (kb ^ 1) * kChunk * Dks;
         const uint8_t* const* ksrc = !blocks && gi + 1 < HG ? kp[cur] + (gi + 1) * kChunk : kp[nx];
@@ -1752,7 +1754,8 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
     const int64_t rows = (args.query_start_loc[b + 1] - args.query_start_loc[b]) * c.G;
     const int64_t step = rows <= unit_rows ? hg : 1, span = rows <= unit_rows ? unit_rows : prefill_rows;
     for (int64_t g = 0; g < Hkv; g += step)
-      for (int64_t r = 0; r < rows; r += span) units.push_back({b, g, std::min(Hkv, g + step), r, std::min(rows, r + span)});
+      for (int64_t r = 0; r < rows; r += span)
+        units.push_back({b, g, std::min(Hkv, g + step), r, std::min(rows, r + span)});
   }
   const int64_t nu = static_cast<int64_t>(units.size());
   if (avx2) {
