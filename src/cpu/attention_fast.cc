@@ -339,11 +339,12 @@ struct Scratch {
   // per unit or the head dims change — a decode step's call allocated and zeroed ~150 KiB per thread before, ~80 µs
   // of page faults and memset at short contexts (bench/RESULTS.md session 26). Returns false (and records the new
   // shape) when the buffers must be set up again.
-  int64_t shape[4] = {-1, -1, -1, -1};  // path (0: AMX, 1: AVX-512 BF16), heads per unit, Dk, Dv
-  bool reuse(int64_t path, int64_t hg, int64_t dk, int64_t dv) {
-    const int64_t now[4] = {path, hg, dk, dv};
-    if (std::equal(now, now + 4, shape)) return true;
-    std::copy(now, now + 4, shape);
+  // path (0: AMX, 1: AVX-512 BF16), KV heads per unit, loop heads per unit (KV heads or row blocks), Dk, Dv
+  int64_t shape[5] = {-1, -1, -1, -1, -1};
+  bool reuse(int64_t path, int64_t hg, int64_t loop_heads, int64_t dk, int64_t dv) {
+    const int64_t now[5] = {path, hg, loop_heads, dk, dv};
+    if (std::equal(now, now + 5, shape)) return true;
+    std::copy(now, now + 5, shape);
     return false;
   }
   // The AMX path's sizes (two K buffers: one read by S, the next head's decoded under it).
@@ -1782,7 +1783,7 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
 #pragma omp parallel
     {
       Scratch& w = thread_scratch();
-      if (!w.reuse(1, hg, c.Dk, c.Dv)) w.allocate_bf16(hg, round_up(c.Dk, 64), round_up(c.Dv, 64));
+      if (!w.reuse(1, hg, hg, c.Dk, c.Dv)) w.allocate_bf16(hg, round_up(c.Dk, 64), round_up(c.Dv, 64));
 #pragma omp for schedule(dynamic)
       for (int64_t i = 0; i < nu; ++i)
         if (!unit_bf16(c, K, w, units[static_cast<size_t>(i)])) unit_portable(c, units[static_cast<size_t>(i)]);
@@ -1795,12 +1796,14 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
     return;
   }
   const AmxKernels& K = kernels_of(spec.cache.format);
+  int64_t loop_heads = hg;  // KV heads of a decode unit, or row blocks of a prefill unit (Q̃ and O each)
+  for (const Unit& un : units) loop_heads = std::max(loop_heads, (un.r1 - un.r0 + kRows - 1) / kRows);
 #pragma omp parallel
   {
     Scratch& w = thread_scratch();
-    if (!w.reuse(0, hg, c.Dk, c.Dv)) {
+    if (!w.reuse(0, hg, loop_heads, c.Dk, c.Dv)) {
       const int64_t Dks = round_up(c.Dk, 64), Dvp = round_up(c.Dv, 64);
-      w.allocate(std::max(hg, kBlockRows / kRows), Dks, Dvp);  // (Q̃ and O per loop head: KV heads or row blocks)
+      w.allocate(loop_heads, Dks, Dvp);  // (Q̃ and O per loop head: KV heads or row blocks)
       w.kp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
       w.vp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
       w.pre.assign(static_cast<size_t>(hg * kChunk * ((c.Dk + 63) / 64 + (c.Dv + 63) / 64 + 2)), nullptr);
