@@ -181,6 +181,25 @@ TEST_SUITE("attention-fast") {
     }
   }
 
+  TEST_CASE("fast: calls of other shapes in a row — the per-thread scratch kept across calls is set up again") {
+    // A prefill chunk of one KV head (its 320 rows run as row blocks: 16 loop heads, 1 KV head per unit), then a
+    // decode step with 16 KV heads per unit (16 loop heads as well, on 1 or 2 threads), then the first again: each
+    // call's units must find buffers sized for their own heads (ASan reports any overrun), and every result is
+    // within the bound.
+    const Case calls[] = {{"prefill-rows-blocks", spec_of(16, 1, 8, 64), {300}, {40}},
+                          {"decode-16-heads", spec_of(16, 16, 16, 64), {90, 90}, {1, 1}},
+                          {"prefill-rows-blocks-again", spec_of(16, 1, 8, 64), {300}, {40}}};
+    uint64_t seed = 40;
+    for (const Case& c : calls) {
+      CAPTURE(c.name);
+      PagedProblem p = test::random_problem(c.spec, c.seq_lens, c.q_lens, seed++, c.csr);
+      int bad = 0, nonfinite = 0;
+      check_against_exact(p, attn::cpu::FastPath::automatic, &bad, &nonfinite);
+      CHECK(bad == 0);
+      CHECK(nonfinite == 0);
+    }
+  }
+
   TEST_CASE("fast: adversarial — near-ties (identical keys), cancelling dot products, a dominant key, extreme scales") {
     uint64_t seed = 7;
     for (int kind = 0; kind < 4; ++kind) {
