@@ -33,8 +33,9 @@
 // and the NaN policy (attention.h): a NaN or +Inf logit, or only −Inf ones, makes the row NaN. The vector paths hand
 // it every unit whose queries or codes (the keys [LO, HI] they read) hold a NaN or an Inf; a unit of several KV
 // heads is run head by head.
-// Scratch per thread (AMX): two K chunks 32·Dk bf16, V pairs of two heads 32·Dv bf16, and per KV head of the unit Q̃
-// 16·Dk bf16 and O 16·Dv f32, S 32·16 f32, the row pointers of two chunks.
+// Scratch per thread (AMX; kept across calls): two K chunks 32·Dk bf16, V pairs of two heads 32·Dv bf16, and per
+// loop head of the unit (KV head, or row block of a prefill chunk) Q̃ 16·Dk bf16 and O 16·Dv f32, S 32·16 f32, the row
+// pointers of two chunks and the next chunk's line addresses.
 // Prefetching (AMX): the next chunk's lines into L2 at a steady pace (listed from the next chunk's row pointers, issued
 // by ticks in the decodes, the softmax and the P̃·V steps). Session 26 (a Sapphire Rapids-class VM, 2 threads,
 // alternated runs; bench/RESULTS.md): the list instead of PrefetchCursor's per-line state machine and the unit
@@ -318,6 +319,19 @@ Arena staggered_arena(const size_t* bytes, int n, size_t* off) {
   return a;
 }
 
+// The shape a per-thread scratch was set up for (scratch is kept across calls: thread_scratch): same() records the
+// new shape and says whether it equals the old one (the buffers then fit as they are).
+template <size_t N>
+struct ShapeKey {
+  std::array<int64_t, N> v;
+  ShapeKey() { v.fill(-1); }
+  bool same(const std::array<int64_t, N>& now) {
+    if (now == v) return true;
+    v = now;
+    return false;
+  }
+};
+
 struct Scratch {
   // The decode buffers, Q̃, O and one output row live in one 64-byte-aligned arena (AMX tile rows and the decode's
   // 64-byte stores each within one cache line), the buffers staggered by 1 KiB modulo 4 KiB so that a store to one
@@ -335,17 +349,13 @@ struct Scratch {
   alignas(64) float sbuf[kChunk * 16] = {};
   alignas(64) uint32_t pbuf[16 * 16] = {};  // P̃ rows [16][16 key pairs]
 
-  // Kept per thread across calls (thread_local in paged_attention_fast): reallocated only when the path, the heads
-  // per unit or the head dims change — a decode step's call allocated and zeroed ~150 KiB per thread before, ~80 µs
-  // of page faults and memset at short contexts (bench/RESULTS.md session 26). Returns false (and records the new
-  // shape) when the buffers must be set up again.
-  // path (0: AMX, 1: AVX-512 BF16), KV heads per unit, loop heads per unit (KV heads or row blocks), Dk, Dv
-  int64_t shape[5] = {-1, -1, -1, -1, -1};
+  // Kept per thread across calls (thread_scratch): set up again only when the path (0: AMX, 1: AVX-512 BF16), the KV
+  // heads per unit, the loop heads per unit (KV heads or row blocks: Q̃ and O each) or the head dims change — a
+  // decode step's call allocated and zeroed ~150 KiB per thread before, ~80 µs of page faults and memset at short
+  // contexts (bench/RESULTS.md session 26). reuse: true when the buffers fit as they are.
+  ShapeKey<5> shape;
   bool reuse(int64_t path, int64_t hg, int64_t loop_heads, int64_t dk, int64_t dv) {
-    const int64_t now[5] = {path, hg, loop_heads, dk, dv};
-    if (std::equal(now, now + 5, shape)) return true;
-    std::copy(now, now + 5, shape);
-    return false;
+    return shape.same({path, hg, loop_heads, dk, dv});
   }
   // The AMX path's sizes (two K buffers: one read by S, the next head's decoded under it).
   void allocate(int64_t hg, int64_t Dks, int64_t Dvp) {
@@ -461,15 +471,11 @@ constexpr int64_t vperm64(int64_t q) {
   return 16 * (j / 8) + 8 * (q / 32) + j % 8;
 }
 // perm64 as a table (the AMX path's per-unit Q̃ packing)
-struct Perm64Tables {
-  uint8_t perm[64];
-};
-constexpr Perm64Tables make_perm64_tables() {
-  Perm64Tables t{};
-  for (int64_t i = 0; i < 64; ++i) t.perm[i] = static_cast<uint8_t>(perm64(i));
+constexpr std::array<uint8_t, 64> kPerm64 = [] {
+  std::array<uint8_t, 64> t{};
+  for (size_t i = 0; i < 64; ++i) t[i] = static_cast<uint8_t>(perm64(static_cast<int64_t>(i)));
   return t;
-}
-constexpr Perm64Tables kPerm64 = make_perm64_tables();
+}();
 // The un-permuting of a 64-column block of O (column q holds d = vperm64(q)) by vector permutes: output vector o
 // (d = 16·o + i) takes column c = vperm64⁻¹(d) from the block's vectors 0–1 (c < 32) or 2–3 (c >= 32), lane c % 32.
 struct Unperm64 {
@@ -740,8 +746,8 @@ FP8REF_AMX_TARGET bool unit_amx(const Ctx& c, const AmxKernels& K, Scratch& w, c
     // block is the positions p, p + 1 of each row (every dword written)
     for (int64_t b = 0; b < Dks; b += 64)
       for (int64_t j = 0; j < 32; ++j) {
-        const uint16_t* t0 = w.qt.data() + b + kPerm64.perm[2 * j];
-        const uint16_t* t1 = w.qt.data() + b + kPerm64.perm[2 * j + 1];
+        const uint16_t* t0 = w.qt.data() + b + kPerm64[2 * j];
+        const uint16_t* t1 = w.qt.data() + b + kPerm64[2 * j + 1];
         uint32_t* dst = qb + (b / 2 + j) * R;
         for (int64_t r = 0; r < R; ++r) dst[r] = t0[r * Dks] | static_cast<uint32_t>(t1[r * Dks]) << 16;
       }
@@ -998,12 +1004,14 @@ const AmxKernels& kernels_of(Format f) {
   return *made.back().second;
 }
 
-// The calling thread's scratch (AMX and AVX-512 BF16 paths), kept across calls. On the heap: as a thread_local
-// object (in the TLS block) its sbuf / pbuf sat elsewhere relative to the arena's buffers, and the unit ran 1.5–3 %
-// slower (bench_attention --hot 32, 1 thread, alternated runs: 25.8–26.2 vs 24.4–24.6 ms).
-Scratch& thread_scratch() {
-  thread_local std::unique_ptr<Scratch> w;
-  if (!w) w = std::make_unique<Scratch>();
+// The calling thread's scratch of a path (Scratch: AMX and AVX-512 BF16; Avx2Scratch), kept across calls. On the
+// heap: as a thread_local object (in the TLS block) Scratch's sbuf / pbuf sat elsewhere relative to the arena's
+// buffers, and the AMX unit ran 1.5–3 % slower (bench_attention --hot 32, 1 thread, alternated runs: 25.8–26.2 vs
+// 24.4–24.6 ms).
+template <class S>
+S& thread_scratch() {
+  thread_local std::unique_ptr<S> w;
+  if (!w) w = std::make_unique<S>();
   return *w;
 }
 
@@ -1040,12 +1048,9 @@ struct Avx2Scratch {
   alignas(32) float pbuf[kChunk * kAvxRows] = {};
   std::vector<const uint8_t*> kp, vp;  // row pointers [2][heads][kChunk]
 
-  int64_t shape[3] = {-1, -1, -1};  // heads per unit, Dkp, Dvp of the buffers (kept per thread across calls)
+  ShapeKey<3> shape;  // heads per unit, Dkp, Dvp of the buffers (kept per thread across calls: thread_scratch)
   void allocate(int64_t hg, int64_t Dkp, int64_t Dvp) {
-    if (shape[0] == hg && shape[1] == Dkp && shape[2] == Dvp) return;
-    shape[0] = hg;
-    shape[1] = Dkp;
-    shape[2] = Dvp;
+    if (shape.same({hg, Dkp, Dvp})) return;
     kp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
     vp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
     const size_t bytes[3] = {static_cast<size_t>(hg * kAvxRows * Dkp) * 4, static_cast<size_t>(hg * kAvxRows * Dvp) * 4,
@@ -1752,7 +1757,7 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
   }
   std::vector<Unit> units;
   for (int64_t b = 0; b < args.num_seqs; ++b) {
-    const int64_t rows = (args.query_start_loc[b + 1] - args.query_start_loc[b]) * c.G;
+    const int64_t rows = rows_b[static_cast<size_t>(b)];
     const int64_t step = rows <= unit_rows ? hg : 1, span = rows <= unit_rows ? unit_rows : prefill_rows;
     for (int64_t g = 0; g < Hkv; g += step)
       for (int64_t r = 0; r < rows; r += span)
@@ -1763,9 +1768,7 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
     const bool e5m2 = spec.cache.format == Format::e5m2;
 #pragma omp parallel
     {
-      thread_local std::unique_ptr<Avx2Scratch> tw;  // (kept across calls, on the heap: thread_scratch)
-      if (!tw) tw = std::make_unique<Avx2Scratch>();
-      Avx2Scratch& w = *tw;
+      Avx2Scratch& w = thread_scratch<Avx2Scratch>();
       w.allocate(hg, round_up(c.Dk, 16), round_up(c.Dv, 16));
 #pragma omp for schedule(dynamic)
       for (int64_t i = 0; i < nu; ++i) {
@@ -1782,7 +1785,7 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
     const AmxKernels& K = kernels_of(spec.cache.format);
 #pragma omp parallel
     {
-      Scratch& w = thread_scratch();
+      Scratch& w = thread_scratch<Scratch>();
       if (!w.reuse(1, hg, hg, c.Dk, c.Dv)) w.allocate_bf16(hg, round_up(c.Dk, 64), round_up(c.Dv, 64));
 #pragma omp for schedule(dynamic)
       for (int64_t i = 0; i < nu; ++i)
@@ -1800,7 +1803,7 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
   for (const Unit& un : units) loop_heads = std::max(loop_heads, (un.r1 - un.r0 + kRows - 1) / kRows);
 #pragma omp parallel
   {
-    Scratch& w = thread_scratch();
+    Scratch& w = thread_scratch<Scratch>();
     if (!w.reuse(0, hg, loop_heads, c.Dk, c.Dv)) {
       const int64_t Dks = round_up(c.Dk, 64), Dvp = round_up(c.Dv, 64);
       w.allocate(loop_heads, Dks, Dvp);  // (Q̃ and O per loop head: KV heads or row blocks)
