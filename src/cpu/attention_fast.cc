@@ -363,9 +363,9 @@ struct Scratch {
            static_cast<size_t>(hg * (Dks / 32) * 16 * 16) * 4, static_cast<size_t>(hg * kRows * Dvp) * 4,
            static_cast<size_t>(Dvp) * 4});
   }
-  // The AVX-512 BF16 path's (the AVX2 path's units; see there): kbuf [Dks / 64][kChunk][64] bf16, qb (Q̃ᵀ)
-  // [heads][Dks / 2][8] pairs, obuf [heads][8][Dvp]; pbuf's first 16·8 pairs; no vbuf, no ord.
-  void allocate_bf16(int64_t hg, int64_t Dks, int64_t Dvp);
+  // The AVX-512 BF16 path's (see there): kbuf [Dks / 64][kChunk][64] bf16, vbuf [16 key pairs][Dvp] (row blocks),
+  // qb (Q̃ᵀ) [loop heads][Dks / 2][8] pairs, obuf [loop heads][8][Dvp]; pbuf's first 16·8 pairs; no ord.
+  void allocate_bf16(int64_t hg, int64_t loop_heads, int64_t Dks, int64_t Dvp);
 
  private:
   void place(const std::array<size_t, 5>& bytes) {
@@ -1384,18 +1384,22 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
 //   O += P̃·V: O [8 rows][Dvp] f32 in memory, columns in order; 8 rows × 32 columns (4 rows × 64 for units of <= 4
 //     rows: 16 zmm accumulators) per pass over the chunk's key pairs, each pair's V codes of those columns decoded
 //     there (pv_fused), vdpbf16ps zmm of a V pair vector by the row's P̃ pair broadcast.
-//   The NaN policy, units (<= 8 rows, a decode step's KV heads together) and prefetching as the AVX2/AMX paths.
-// Scratch per thread (the AMX path's Scratch, allocate_bf16): the K chunk 32·Dks bf16, per KV head of the unit Q̃^T
-// (Dks/2)·8 and O 8·Dvp f32, P̃ 16·8 pairs, the row pointers of two chunks (no V buffer, no output row).
+//   Units: <= 8 rows (a decode step's KV heads together), or a prefill chunk's up to kMaxHeads row blocks of 8 rows
+//     of one KV head, which share each chunk's K decode and one decode of its V pairs into a buffer (unit_bf16).
+//   The NaN policy and prefetching as the AVX2/AMX paths.
+// Scratch per thread (the AMX path's Scratch, allocate_bf16): the K chunk 32·Dks bf16, the V pairs of a chunk 16·Dvp
+// (row blocks), per loop head (KV head or row block) Q̃^T (Dks/2)·8 and O 8·Dvp f32, P̃ 16·8 pairs, the row pointers
+// of two chunks (no output row).
 
 #define FP8REF_BF16_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vbmi,avx512bf16")))
 
-void Scratch::allocate_bf16(int64_t hg, int64_t Dks, int64_t Dvp) {
+void Scratch::allocate_bf16(int64_t hg, int64_t loop_heads, int64_t Dks, int64_t Dvp) {
   kp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
   vp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
-  // (no V buffer: decoded in registers, pv_fused; no output row: O's columns are in order)
-  place({static_cast<size_t>(kChunk * Dks) * 2, size_t{0}, static_cast<size_t>(hg * Dks / 2 * kAvxRows) * 4,
-         static_cast<size_t>(hg * kAvxRows * Dvp) * 4, size_t{0}});
+  // (no output row: O's columns are in order)
+  place({static_cast<size_t>(kChunk * Dks) * 2, static_cast<size_t>(kChunk / 2 * Dvp) * 4,
+         static_cast<size_t>(loop_heads * Dks / 2 * kAvxRows) * 4,
+         static_cast<size_t>(loop_heads * kAvxRows * Dvp) * 4, size_t{0}});
 }
 
 // S for 16 keys of the chunk, from key k0: out[k] (8 lanes: the rows) for key k0 + k. Q̃^T is packed by pairs of d
@@ -1473,10 +1477,12 @@ const VpairIndex kVpairIndex;
 // byte-interleaved by one vpermt2b into the order above (kVpairIndex), decoded by decode_pair (2 vpermi2b, the sign,
 // two unpacks) into J VNNI pair vectors in column order, then NR·J vdpbf16ps with the row's P̃ pair broadcast. Zen 4
 // stores one 256-bit half a cycle: the decoded V's stores to a buffer (four zmm per key) and their reloads cost more
-// than the lookups. Ticks the prefetch cursor `ticks` times per key pair and block.
+// than the lookups — for one block of rows; a prefill unit's row blocks share one decode into vb (decode_vpairs) and
+// load the pairs from there (vb non-null). Ticks the prefetch cursor `ticks` times per key pair and block.
 template <int NR>
 FP8REF_BF16_TARGET inline void pv_fused(const Regs& g, const uint8_t* const* vpc, int64_t nk, int64_t Dv, int64_t Dvp,
-                                        const uint32_t* pbuf, float* ob, PrefetchCursor& pf, int64_t ticks, __m512i* mx) {
+                                        const uint32_t* pbuf, float* ob, PrefetchCursor& pf, int64_t ticks, __m512i* mx,
+                                        const uint32_t* vb = nullptr) {
   constexpr int J = 16 / NR;
   const __m512i ix0 = _mm512_load_si512(kVpairIndex.ix[0]), ix1 = _mm512_load_si512(kVpairIndex.ix[1]);
   const int64_t npairs = (nk + 1) / 2;
@@ -1488,11 +1494,15 @@ FP8REF_BF16_TARGET inline void pv_fused(const Regs& g, const uint8_t* const* vpc
     const __mmask64 mk = left <= 0 ? __mmask64{0} : tail_mask(std::min<int64_t>(16 * J, left));
     for (int64_t kq = 0; kq < npairs; ++kq) {
       for (int64_t t = 0; t < ticks; ++t) pf.tick();
-      const __m512i A = _mm512_maskz_loadu_epi8(mk, vpc[2 * kq] + d0);
-      const __m512i B = 2 * kq + 1 < nk ? _mm512_maskz_loadu_epi8(mk, vpc[2 * kq + 1] + d0) : _mm512_setzero_si512();
       __m512i v[J];
-      for (int h = 0; h < J / 2; ++h)
-        decode_pair(g, _mm512_permutex2var_epi8(A, h == 0 ? ix0 : ix1, B), &v[2 * h], &v[2 * h + 1], mx);
+      if (vb) {
+        for (int j = 0; j < J; ++j) v[j] = _mm512_load_si512(vb + kq * Dvp + d0 + 16 * j);
+      } else {
+        const __m512i A = _mm512_maskz_loadu_epi8(mk, vpc[2 * kq] + d0);
+        const __m512i B = 2 * kq + 1 < nk ? _mm512_maskz_loadu_epi8(mk, vpc[2 * kq + 1] + d0) : _mm512_setzero_si512();
+        for (int h = 0; h < J / 2; ++h)
+          decode_pair(g, _mm512_permutex2var_epi8(A, h == 0 ? ix0 : ix1, B), &v[2 * h], &v[2 * h + 1], mx);
+      }
       const uint32_t* pq = pbuf + kq * kAvxRows;
       for (int i = 0; i < NR; ++i) {
         const __m512bh pb = (__m512bh)_mm512_set1_epi32(static_cast<int>(pq[i]));
@@ -1502,6 +1512,22 @@ FP8REF_BF16_TARGET inline void pv_fused(const Regs& g, const uint8_t* const* vpc
     for (int i = 0; i < NR; ++i)
       for (int j = 0; j < J; ++j) _mm512_store_ps(ob + i * Dvp + d0 + 16 * j, o[i][j]);
   }
+}
+
+// The chunk's V pairs as pv_fused decodes them, into vb [key pair][Dvp] (dword d: the pair's column d; zero past Dv).
+FP8REF_BF16_TARGET inline void decode_vpairs(const Regs& g, const uint8_t* const* vpc, int64_t nk, int64_t Dv,
+                                             int64_t Dvp, uint32_t* vb, __m512i* mx) {
+  const __m512i ix0 = _mm512_load_si512(kVpairIndex.ix[0]), ix1 = _mm512_load_si512(kVpairIndex.ix[1]);
+  for (int64_t kq = 0; kq < (nk + 1) / 2; ++kq)
+    for (int64_t d0 = 0; d0 < Dvp; d0 += 64) {
+      const __mmask64 mk = tail_mask(Dv - d0);  // (Dv - d0 > 0: Dvp is Dv rounded up to 64)
+      const __m512i A = _mm512_maskz_loadu_epi8(mk, vpc[2 * kq] + d0);
+      const __m512i B = 2 * kq + 1 < nk ? _mm512_maskz_loadu_epi8(mk, vpc[2 * kq + 1] + d0) : _mm512_setzero_si512();
+      __m512i v[4];
+      decode_pair(g, _mm512_permutex2var_epi8(A, ix0, B), &v[0], &v[1], mx);
+      decode_pair(g, _mm512_permutex2var_epi8(A, ix1, B), &v[2], &v[3], mx);
+      for (int j = 0; j < 4; ++j) _mm512_store_si512(vb + kq * Dvp + d0 + 16 * j, v[j]);
+    }
 }
 
 // Q̃ of bf16 queries packed for s16_bf16 in lanes (what lane_heads' per-element put does for any query format): row
@@ -1546,31 +1572,56 @@ FP8REF_BF16_TARGET bool pack_q_bf16(const Ctx& c, const Unit& u, const RowInfo* 
 
 // Returns false (nothing written) when the unit's queries or the codes it reads hold a non-finite value, or a scale
 // overflows the logit multiplier: the caller runs the portable path then.
+// Row blocks (a prefill chunk's unit of one KV head with more than kAvxRows rows): blocks of kAvxRows rows, each run
+// as a "loop head" below (its own Q̃, O, softmax state and visible ranges) over one decode of each chunk's K rows (by
+// the first block; the last decodes the next chunk's first half) and one decode of its V pairs into vbuf (the first
+// block, decode_vpairs) — where units of kAvxRows rows decoded the whole context once per 8 rows.
 FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w, const Unit& u) {
   const SeqPages sp = seq_pages(c.s, c.a, u.b);
-  const int64_t R = u.r1 - u.r0, HG = u.g1 - u.g0, Dks = round_up(c.Dk, 64), Dvp = round_up(c.Dv, 64);
-  const int64_t qs = Dks / 2 * kAvxRows, os = kAvxRows * Dvp;  // per-head strides of Q̃^T and O
+  const bool blocks = u.r1 - u.r0 > kAvxRows;
+  const int64_t HKV = u.g1 - u.g0;                                                 // KV heads (1 with blocks)
+  const int64_t HG = blocks ? (u.r1 - u.r0 + kAvxRows - 1) / kAvxRows : HKV;       // loop heads
+  const int64_t NB = blocks ? HG : 1;                                              // row sets (lanes' rows)
+  const int64_t Dks = round_up(c.Dk, 64), Dvp = round_up(c.Dv, 64);
+  const int64_t qs = Dks / 2 * kAvxRows, os = kAvxRows * Dvp;  // per-loop-head strides of Q̃^T and O
   const bool capped = c.s.softcap > 0;
   const Regs g = load_regs(K);
-  alignas(32) int32_t lo_a[kAvxRows], hi_a[kAvxRows];
-  RowInfo ri[kAvxRows];
-  int64_t LO, HI;
-  lane_rows(c, sp, u, lo_a, hi_a, ri, &LO, &HI);
+  // per row set (a block's rows, or the unit's shared by its KV heads): the lanes' visible ranges and row infos;
+  // loop-head gi reads row set bi(gi), the scales of KV head kvi(gi) and writes q heads head0(gi) + (row's)
+  const auto bi = [blocks](int64_t gi) { return blocks ? gi : int64_t{0}; };
+  const auto kvi = [blocks](int64_t gi) { return blocks ? int64_t{0} : gi; };
+  const auto sub = [&](int64_t b) {  // row set b as a unit
+    return blocks ? Unit{u.b, u.g0, u.g1, u.r0 + b * kAvxRows, std::min(u.r1, u.r0 + (b + 1) * kAvxRows)} : u;
+  };
+  alignas(32) int32_t lo_a[kMaxHeads][kAvxRows], hi_a[kMaxHeads][kAvxRows];
+  RowInfo ri[kMaxHeads][kAvxRows];
+  int64_t LO = std::numeric_limits<int64_t>::max(), HI = -1;
+  for (int64_t b = 0; b < NB; ++b) {
+    int64_t lo, hi;
+    lane_rows(c, sp, sub(b), lo_a[b], hi_a[b], ri[b], &lo, &hi);
+    LO = std::min(LO, lo);
+    HI = std::max(HI, hi);
+  }
   float mult[kMaxHeads], sv[kMaxHeads];
   std::fill(w.qb, w.qb + HG * qs, 0u);
-  if (c.s.q_format == Format::bf16) {  // (the same words as below, 32 at a time)
-    if (!lane_scales(c, u, 1.0f, mult, sv) || !pack_q_bf16(c, u, ri, w.qb, qs)) return false;
-  } else if (!lane_heads(c, u, ri, 1.0f, mult, sv, [&](int64_t gi, int64_t r, int64_t d, uint32_t h) {
-               const int64_t p = d / 64 * 64 + pos64(d % 64);  // d's position in a decoded K row
-               const int64_t P = p / 2;  // the d pair; s16_bf16's layout: block P / 2, dword 2r + (P & 1)
-               w.qb[gi * qs + (P / 2) * 2 * kAvxRows + 2 * r + (P & 1)] |= h << (16 * (p & 1));
-             })) {
-    return false;
+  if (!lane_scales(c, u, 1.0f, mult, sv)) return false;
+  for (int64_t b = 0; b < NB; ++b) {
+    const Unit su = sub(b);
+    uint32_t* qb = w.qb + b * qs;  // (row set b's loop heads: b with blocks, else the unit's KV heads from 0)
+    if (c.s.q_format == Format::bf16) {  // (the same words as below, 32 at a time)
+      if (!pack_q_bf16(c, su, ri[b], qb, qs)) return false;
+    } else if (!lane_heads(c, su, ri[b], 1.0f, mult, sv, [&](int64_t gi, int64_t r, int64_t d, uint32_t h) {
+                 const int64_t p = d / 64 * 64 + pos64(d % 64);  // d's position in a decoded K row
+                 const int64_t P = p / 2;  // the d pair; s16_bf16's layout: block P / 2, dword 2r + (P & 1)
+                 qb[gi * qs + (P / 2) * 2 * kAvxRows + 2 * r + (P & 1)] |= h << (16 * (p & 1));
+               })) {
+      return false;
+    }
   }
   std::fill(w.obuf, w.obuf + HG * os, 0.0f);
   const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   LaneState st;
-  lane_state(c, HG, lo_a, hi_a, &st);
+  lane_state(c, HG, lo_a[0], hi_a[0], &st);
   __m512i cmx = _mm512_setzero_si512();  // max of the decoded magnitudes' high bytes (decode_pair_store)
   const __m512i nonfinite = _mm512_set1_epi8(static_cast<char>(kNonfiniteHigh));
   ChunkRows rows(c, sp, u, w.kp, w.vp, LO, HI);
@@ -1581,23 +1632,27 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
     const int64_t npairs = (nk + 1) / 2;
     // the next chunk's rows (every head, in address order), paced through this chunk's compute
     PrefetchCursor pf;
-    pf.start(c, sp, u.g0, HG, j0 + kChunk, std::min(HI + 1, j0 + 2 * kChunk));
-    // lines per P̃·V step: a head's share of the chunk's lines over its P̃·V steps of a full chunk
-    const int64_t steps = Dvp / (R <= 4 ? 64 : 32) * (kChunk / 2);
-    const int64_t ticks = (kChunk * pf.lkv + steps - 1) / steps;
+    pf.start(c, sp, u.g0, HKV, j0 + kChunk, std::min(HI + 1, j0 + 2 * kChunk));
+    // lines per P̃·V step: the chunk's lines over the loop heads' P̃·V steps of a full chunk
     for (int64_t gi = 0; gi < HG; ++gi) {
-      const uint8_t* const* kpc = rows.kp[cur] + gi * kChunk;
-      const uint8_t* const* vpc = rows.vp[cur] + gi * kChunk;
+      const int64_t R = sub(bi(gi)).r1 - sub(bi(gi)).r0;
+      const int64_t steps = Dvp / (R <= 4 ? 64 : 32) * (kChunk / 2) * HG;
+      const int64_t ticks = (kChunk * pf.lkv * HKV + steps - 1) / steps;
+      const uint8_t* const* kpc = rows.kp[cur] + kvi(gi) * kChunk;
+      const uint8_t* const* vpc = rows.vp[cur] + kvi(gi) * kChunk;
       // K rows blocked [Dks / 64][kChunk][64] (s16_bf16): keys 0..15 before S unless the previous head's S decoded
       // them; keys 16..31 under S of keys 0..15; the next head's keys 0..15 (the next chunk's first head's after the
-      // last head) under S of keys 16..31
-      if (!half0_ready)
+      // last head) under S of keys 16..31. Row blocks after the first read the rows the first decoded.
+      const bool have = blocks && gi > 0;
+      if (!half0_ready && !have)
         for (int64_t k = 0; k < std::min<int64_t>(16, nk); ++k)
           decode_row(g, kpc[k], c.Dk, w.kbuf + k * 64, kChunk * 64, &cmx);
       half0_ready = false;
       // S and the logits (keys past nk: −inf)
       const uint32_t* qt = w.qb + gi * qs;
-      const __m256 c2v = _mm256_set1_ps(mult[gi]);
+      const __m256 c2v = _mm256_set1_ps(mult[kvi(gi)]);
+      const __m256i lo_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo_a[bi(gi)]));
+      const __m256i hi_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi_a[bi(gi)]));
       __m256 x[kChunk];
       __m256 cmax = ninf;
       for (int64_t kb = 0; kb < kChunk; kb += 16) {
@@ -1608,9 +1663,9 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
         __m256 acc[16];  // S of the 16 keys, rows in lanes
         KJob job;
         if (kb == 0) {
-          job = {kpc + 16, std::max<int64_t>(0, nk - 16), 16};
+          if (!have) job = {kpc + 16, std::max<int64_t>(0, nk - 16), 16};
         } else if (gi + 1 < HG) {
-          job = {rows.kp[cur] + (gi + 1) * kChunk, 16, 0};  // (nk > 16 here)
+          if (!blocks) job = {rows.kp[cur] + (gi + 1) * kChunk, 16, 0};  // (nk > 16 here)
           half0_ready = true;
         } else if (nn > 0) {  // the next chunk's first head
           job = {rows.kp[cur ^ 1], std::min<int64_t>(16, nn), 0};
@@ -1618,7 +1673,7 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
         }
         s16_bf16(qt, reinterpret_cast<const uint32_t*>(w.kbuf), kb, Dks, acc, g, job, c.Dk, w.kbuf, &cmx);
         for (int64_t k = 0; k < 16; ++k) {
-          x[kb + k] = kb + k < nk ? lane_logits(acc[k], c2v, st.clv, capped, j0 + kb + k, st.lo_v, st.hi_v) : ninf;
+          x[kb + k] = kb + k < nk ? lane_logits(acc[k], c2v, st.clv, capped, j0 + kb + k, lo_v, hi_v) : ninf;
           cmax = _mm256_max_ps(cmax, x[kb + k]);
         }
       }
@@ -1635,9 +1690,12 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
                            _mm256_set_m128i(_mm_unpackhi_epi16(b0, b1), _mm_unpacklo_epi16(b0, b1)));
       }
       st.L[gi] = Lg;
-      // O += P̃ · V, V decoded in registers (pv_fused): 4 rows × 64 columns or 8 rows × 32 columns a block
-      if (R <= 4) pv_fused<4>(g, vpc, nk, c.Dv, Dvp, w.pbuf, ob, pf, ticks, &cmx);
-      else pv_fused<8>(g, vpc, nk, c.Dv, Dvp, w.pbuf, ob, pf, ticks, &cmx);
+      // O += P̃ · V, V decoded in registers (pv_fused) — with row blocks, once per chunk into vbuf (the first block)
+      // and loaded from there: 4 rows × 64 columns or 8 rows × 32 columns a block
+      if (blocks && gi == 0) decode_vpairs(g, vpc, nk, c.Dv, Dvp, w.vbuf, &cmx);
+      const uint32_t* vb = blocks ? w.vbuf : nullptr;
+      if (R <= 4) pv_fused<4>(g, vpc, nk, c.Dv, Dvp, w.pbuf, ob, pf, ticks, &cmx, vb);
+      else pv_fused<8>(g, vpc, nk, c.Dv, Dvp, w.pbuf, ob, pf, ticks, &cmx, vb);
     }
     pf.drain();  // (what the P̃·V loop's ticks did not reach)
     if (_mm512_cmpge_epu8_mask(cmx, nonfinite)) return false;  // a non-finite code: the portable path
@@ -1645,10 +1703,12 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
   for (int64_t gi = 0; gi < HG; ++gi) {
     alignas(32) float Ls[kAvxRows];
     _mm256_store_ps(Ls, st.L[gi]);
-    for (int64_t r = 0; r < R; ++r) {
+    const RowInfo* rg = ri[bi(gi)];
+    const int64_t h0 = blocks ? 0 : gi * c.G;  // (row infos hold KV head g0's q heads)
+    for (int64_t r = 0; r < sub(bi(gi)).r1 - sub(bi(gi)).r0; ++r) {
       const float Lr = Ls[r];
-      const int64_t obase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * c.Dv;
-      const float fac = Lr > 0 ? sv[gi] / Lr : 0.0f;
+      const int64_t obase = (rg[r].qrow * c.Hq + rg[r].head + h0) * c.Dv;
+      const float fac = Lr > 0 ? sv[kvi(gi)] / Lr : 0.0f;
       const float* orow = w.obuf + gi * os + r * Dvp;  // (columns in order: pv_fused)
       int64_t d = 0;
       if (c.s.out_format == Format::bf16 && Lr > 0)
@@ -1729,9 +1789,10 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
     rows_b[static_cast<size_t>(b)] = (args.query_start_loc[b + 1] - args.query_start_loc[b]) * c.G;
     keys_b[static_cast<size_t>(b)] = seq_pages(spec, args, b).seq_len;
   }
-  // a longer chunk's units: AMX, up to kBlockRows rows of one KV head (row blocks: unit_amx; halved while the
-  // chunks would give fewer units than threads), else unit_rows
-  int64_t prefill_rows = amx ? kBlockRows : unit_rows;
+  // a longer chunk's units: AMX, up to kBlockRows rows of one KV head (row blocks of 16: unit_amx), AVX-512 BF16 up
+  // to kMaxHeads blocks of kAvxRows (unit_bf16) — halved while the chunks would give fewer units than threads; else
+  // unit_rows
+  int64_t prefill_rows = amx ? kBlockRows : bf16 ? kMaxHeads * kAvxRows : unit_rows;
   const auto prefill_units = [&](int64_t span) {
     int64_t n = 0;
     for (int64_t rb : rows_b)
@@ -1781,12 +1842,15 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
     }
     return;
   }
+  int64_t loop_heads = hg;  // KV heads of a decode unit, or row blocks of a prefill unit (Q̃ and O each)
+  const int64_t block_rows = amx ? kRows : kAvxRows;
+  for (const Unit& un : units) loop_heads = std::max(loop_heads, (un.r1 - un.r0 + block_rows - 1) / block_rows);
   if (bf16) {
     const AmxKernels& K = kernels_of(spec.cache.format);
 #pragma omp parallel
     {
       Scratch& w = thread_scratch<Scratch>();
-      if (!w.reuse(1, hg, hg, c.Dk, c.Dv)) w.allocate_bf16(hg, round_up(c.Dk, 64), round_up(c.Dv, 64));
+      if (!w.reuse(1, hg, loop_heads, c.Dk, c.Dv)) w.allocate_bf16(hg, loop_heads, round_up(c.Dk, 64), round_up(c.Dv, 64));
 #pragma omp for schedule(dynamic)
       for (int64_t i = 0; i < nu; ++i)
         if (!unit_bf16(c, K, w, units[static_cast<size_t>(i)])) unit_portable(c, units[static_cast<size_t>(i)]);
@@ -1799,8 +1863,6 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
     return;
   }
   const AmxKernels& K = kernels_of(spec.cache.format);
-  int64_t loop_heads = hg;  // KV heads of a decode unit, or row blocks of a prefill unit (Q̃ and O each)
-  for (const Unit& un : units) loop_heads = std::max(loop_heads, (un.r1 - un.r0 + kRows - 1) / kRows);
 #pragma omp parallel
   {
     Scratch& w = thread_scratch<Scratch>();
