@@ -1045,21 +1045,26 @@ struct Avx2Scratch {
   float* q = nullptr;     // [heads][8][Dkp] Q̃ values (rows past R and d past Dk zero)
   float* o = nullptr;     // [heads][8][Dvp]
   float* vbuf = nullptr;  // [kChunk][Dvp]
+  float* kbuf = nullptr;  // [kChunk][Dkp] (row blocks: the chunk's K rows, decoded once)
   alignas(32) float pbuf[kChunk * kAvxRows] = {};
   std::vector<const uint8_t*> kp, vp;  // row pointers [2][heads][kChunk]
 
-  ShapeKey<3> shape;  // heads per unit, Dkp, Dvp of the buffers (kept per thread across calls: thread_scratch)
-  void allocate(int64_t hg, int64_t Dkp, int64_t Dvp) {
-    if (shape.same({hg, Dkp, Dvp})) return;
+  // KV heads and loop heads (KV heads or row blocks: Q̃ and O each) per unit, Dkp, Dvp of the buffers (kept per
+  // thread across calls: thread_scratch)
+  ShapeKey<4> shape;
+  void allocate(int64_t hg, int64_t loop_heads, int64_t Dkp, int64_t Dvp) {
+    if (shape.same({hg, loop_heads, Dkp, Dvp})) return;
     kp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
     vp.assign(static_cast<size_t>(2 * hg * kChunk), nullptr);
-    const size_t bytes[3] = {static_cast<size_t>(hg * kAvxRows * Dkp) * 4, static_cast<size_t>(hg * kAvxRows * Dvp) * 4,
-                             static_cast<size_t>(kChunk * Dvp) * 4};
-    size_t off[3];
-    arena = staggered_arena(bytes, 3, off);
+    const size_t bytes[4] = {static_cast<size_t>(loop_heads * kAvxRows * Dkp) * 4,
+                             static_cast<size_t>(loop_heads * kAvxRows * Dvp) * 4, static_cast<size_t>(kChunk * Dvp) * 4,
+                             static_cast<size_t>(kChunk * Dkp) * 4};
+    size_t off[4];
+    arena = staggered_arena(bytes, 4, off);
     q = reinterpret_cast<float*>(arena.get() + off[0]);
     o = reinterpret_cast<float*>(arena.get() + off[1]);
     vbuf = reinterpret_cast<float*>(arena.get() + off[2]);
+    kbuf = reinterpret_cast<float*>(arena.get() + off[3]);
   }
 };
 
@@ -1176,6 +1181,44 @@ bool lane_heads(const Ctx& c, const Unit& u, const RowInfo* ri, float ks, float*
   return true;
 }
 
+// A lane unit's loop heads: its KV heads (<= kAvxRows rows, shared by the heads), or — a prefill chunk's unit of one KV
+// head with more rows — row blocks of kAvxRows rows, each with its own rows, Q̃, O and softmax state, over one decode
+// of each chunk's K and V (the AVX2 and AVX-512 BF16 paths; where units of kAvxRows rows decoded the whole context
+// once per 8 rows). Row set b: the rows loop heads share (block b, or the unit's), as a unit su[b], with their
+// visible ranges lo_a[b] / hi_a[b] and row infos ri[b] (q heads of KV head g0).
+struct LaneBlocks {
+  bool blocks;
+  int64_t G, HKV, HG, NB;  // q heads per KV head; KV heads (1 with blocks), loop heads, row sets
+  alignas(32) int32_t lo_a[kMaxHeads][kAvxRows], hi_a[kMaxHeads][kAvxRows];
+  RowInfo ri[kMaxHeads][kAvxRows];
+  Unit su[kMaxHeads];
+  int64_t LO = std::numeric_limits<int64_t>::max(), HI = -1;  // keys any row sees
+  LaneBlocks(const Ctx& c, const SeqPages& sp, const Unit& u)
+      : blocks(u.r1 - u.r0 > kAvxRows), G(c.G), HKV(u.g1 - u.g0),
+        HG(blocks ? (u.r1 - u.r0 + kAvxRows - 1) / kAvxRows : HKV), NB(blocks ? HG : 1) {
+    for (int64_t b = 0; b < NB; ++b) {
+      su[b] = blocks ? Unit{u.b, u.g0, u.g1, u.r0 + b * kAvxRows, std::min(u.r1, u.r0 + (b + 1) * kAvxRows)} : u;
+      int64_t lo, hi;
+      lane_rows(c, sp, su[b], lo_a[b], hi_a[b], ri[b], &lo, &hi);
+      LO = std::min(LO, lo);
+      HI = std::max(HI, hi);
+    }
+  }
+  int64_t bi(int64_t gi) const { return blocks ? gi : 0; }   // loop-head gi's row set
+  int64_t kvi(int64_t gi) const { return blocks ? 0 : gi; }  // its KV head, from g0
+  int64_t rows(int64_t gi) const { return su[bi(gi)].r1 - su[bi(gi)].r0; }
+  int64_t head0(int64_t gi) const { return kvi(gi) * G; }  // added to ri's q heads
+  // lane_heads per row set, put(gi, r, d, h) with gi the loop head
+  template <class Put>
+  bool heads(const Ctx& c, float ks, float* mult, float* sv, Put&& put) const {
+    for (int64_t b = 0; b < NB; ++b)
+      if (!lane_heads(c, su[b], ri[b], ks, mult, sv,
+                      [&](int64_t g, int64_t r, int64_t d, uint32_t h) { put(blocks ? b : g, r, d, h); }))
+        return false;
+    return true;
+  }
+};
+
 // A lane unit's visible ranges and soft-cap constant in lanes, and its heads' online-softmax state (running maxima
 // −inf, sums 0).
 struct LaneState {
@@ -1231,29 +1274,30 @@ FP8REF_AVX2_TARGET inline void lane_running_max(__m256 cmax, int64_t R, float* o
 // RP: row accumulators of the S loop, 8 or (units of <= 4 rows) 4.
 // Returns false (nothing written) when the unit's codes hold a non-finite value or its scales overflow the e4m3fn
 // rescaling; the caller runs the portable path then.
-template <bool E5M2, int RP>
+// BLOCKS: the unit has row blocks (more than kAvxRows rows; RP 8) — a template argument so that the decode units'
+// loops stay free of the blocks' branches (3.5 % slower with them, measured).
+template <bool E5M2, int RP, bool BLOCKS = false>
 FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
   const SeqPages sp = seq_pages(c.s, c.a, u.b);
-  const int64_t R = u.r1 - u.r0, HG = u.g1 - u.g0, Dkp = round_up(c.Dk, 16), Dvp = round_up(c.Dv, 16);
-  const int64_t qs = kAvxRows * Dkp, os = kAvxRows * Dvp;  // per-head strides of Q̃ and O
+  // loop heads: the unit's KV heads (rows shared), or row blocks (LaneBlocks: the first block decodes the chunk's K
+  // rows into kbuf and its V rows into vbuf, the others read them)
+  const LaneBlocks lb(c, sp, u);
+  constexpr bool blocks = BLOCKS;
+  const int64_t HG = lb.HG, LO = lb.LO, HI = lb.HI, Dkp = round_up(c.Dk, 16), Dvp = round_up(c.Dv, 16);
+  const int64_t qs = kAvxRows * Dkp, os = kAvxRows * Dvp;  // per-loop-head strides of Q̃ and O
   const bool capped = c.s.softcap > 0;
   const float KS = E5M2 ? 1.0f : 256.0f;
-  // rows: visible ranges (the same for every head of the unit)
-  alignas(32) int32_t lo_a[kAvxRows], hi_a[kAvxRows];
-  RowInfo ri[kAvxRows];
-  int64_t LO, HI;
-  lane_rows(c, sp, u, lo_a, hi_a, ri, &LO, &HI);
-  // per head: Q̃ (rows past R and d past Dk zero), the logit multiplier (·2^8 for e4m3fn), sv, state
+  // per loop head: Q̃ (rows past R and d past Dk zero), the logit multiplier (·2^8 for e4m3fn), sv, state
   float mult[kMaxHeads], sv[kMaxHeads];
   std::fill(w.q, w.q + HG * qs, 0.0f);
-  if (!lane_heads(c, u, ri, KS, mult, sv, [&](int64_t gi, int64_t r, int64_t d, uint32_t h) {
+  if (!lb.heads(c, KS, mult, sv, [&](int64_t gi, int64_t r, int64_t d, uint32_t h) {
         w.q[gi * qs + r * Dkp + d] = bf16_val(static_cast<uint16_t>(h));
       }))
     return false;
   std::fill(w.o, w.o + HG * os, 0.0f);
   const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   LaneState st;
-  lane_state(c, HG, lo_a, hi_a, &st);
+  lane_state(c, HG, lb.lo_a[0], lb.hi_a[0], &st);
   __m128i mx = _mm_setzero_si128();
   const int64_t Dk16 = c.Dk / 16 * 16, Dv16 = c.Dv / 16 * 16;
   ChunkRows rows(c, sp, u, w.kp, w.vp, LO, HI);
@@ -1262,46 +1306,68 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
   for (int64_t j0 = LO, cur = 0; j0 <= HI; j0 += kChunk, cur ^= 1) {
     const int64_t nk = std::min<int64_t>(kChunk, HI + 1 - j0), nx = cur ^ 1, nn = rows.next(cur, j0, HI);
     for (int64_t gi = 0; gi < HG; ++gi) {
-      const uint8_t* const* kpc = kp[cur] + gi * kChunk;
-      const uint8_t* const* vpc = vp[cur] + gi * kChunk;
+      const int64_t R = lb.rows(gi);
+      const bool have = blocks && gi > 0;  // kbuf and vbuf hold the chunk's rows (the first block decoded them)
+      const uint8_t* const* kpc = kp[cur] + lb.kvi(gi) * kChunk;
+      const uint8_t* const* vpc = vp[cur] + lb.kvi(gi) * kChunk;
       const float* q = w.q + gi * qs;
       float* ob = w.o + gi * os;
-      const __m256 c2v = _mm256_set1_ps(mult[gi]);
+      const __m256 c2v = _mm256_set1_ps(mult[lb.kvi(gi)]);
+      const __m256i lo_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(lb.lo_a[lb.bi(gi)]));
+      const __m256i hi_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(lb.hi_a[lb.bi(gi)]));
       // S, logits, chunk maximum
       __m256 x[kChunk];
       __m256 cmax = ninf;
       for (int64_t k = 0; k < nk; ++k) {
         const uint8_t* kr = kpc[k];
+        float* kd = w.kbuf + k * Dkp;  // (row blocks)
         // 8 accumulators: rows 0..7 (RP = 8), or rows 0..3 twice — the d halves of each 16-block apart — (RP = 4:
         // half the multiply-adds for a unit of <= 4 rows, still 8 independent chains)
         __m256 acc[kAvxRows];
         for (auto& a : acc) a = _mm256_setzero_ps();
-        for (int64_t d = 0; d < Dkp; d += 16) {
-          __m256 k0, k1;
-          decode16<E5M2>(kr + d, d < Dk16 ? 16 : c.Dk - d, &mx, k0, k1);
-          if constexpr (RP == 8) {
-            for (int64_t r = 0; r < kAvxRows; ++r) {
-              acc[r] = _mm256_fmadd_ps(_mm256_load_ps(q + r * Dkp + d), k0, acc[r]);
-              acc[r] = _mm256_fmadd_ps(_mm256_load_ps(q + r * Dkp + d + 8), k1, acc[r]);
+        // M: 0 the K row decoded, 1 decoded and kept in kd (a first row block), 2 read from kd (the other blocks)
+        const auto dots = [&](auto m) FP8REF_AVX2_TARGET {
+          constexpr int M = decltype(m)::value;
+          for (int64_t d = 0; d < Dkp; d += 16) {
+            __m256 k0, k1;
+            if constexpr (M == 2) {
+              k0 = _mm256_load_ps(kd + d);
+              k1 = _mm256_load_ps(kd + d + 8);
+            } else {
+              decode16<E5M2>(kr + d, d < Dk16 ? 16 : c.Dk - d, &mx, k0, k1);
+              if constexpr (M == 1) {
+                _mm256_store_ps(kd + d, k0);
+                _mm256_store_ps(kd + d + 8, k1);
+              }
             }
-          } else {
-            for (int64_t r = 0; r < 4; ++r) {
-              acc[r] = _mm256_fmadd_ps(_mm256_load_ps(q + r * Dkp + d), k0, acc[r]);
-              acc[r + 4] = _mm256_fmadd_ps(_mm256_load_ps(q + r * Dkp + d + 8), k1, acc[r + 4]);
+            if constexpr (RP == 8) {
+              for (int64_t r = 0; r < kAvxRows; ++r) {
+                acc[r] = _mm256_fmadd_ps(_mm256_load_ps(q + r * Dkp + d), k0, acc[r]);
+                acc[r] = _mm256_fmadd_ps(_mm256_load_ps(q + r * Dkp + d + 8), k1, acc[r]);
+              }
+            } else {
+              for (int64_t r = 0; r < 4; ++r) {
+                acc[r] = _mm256_fmadd_ps(_mm256_load_ps(q + r * Dkp + d), k0, acc[r]);
+                acc[r + 4] = _mm256_fmadd_ps(_mm256_load_ps(q + r * Dkp + d + 8), k1, acc[r + 4]);
+              }
             }
           }
-        }
+        };
+        if constexpr (!blocks) dots(std::integral_constant<int, 0>{});
+        else if (have) dots(std::integral_constant<int, 2>{});
+        else dots(std::integral_constant<int, 1>{});
         // prefetch, key by key: this head's V row (decoded right after the S loop) and the K row of the next
         // (head, chunk) in processing order — head gi + 1 of this chunk, or head 0 of the next chunk. Measured on
         // Zen 3 (bench_attention decode, alternating runs): a whole chunk of all heads ahead (64 KiB at D = 128, over
         // L1's 32 KiB) 1.6× slower than this; the V rows a head-chunk ahead as well 1.3× slower.
-        if (!c.s.v_from_k)
+        // (row blocks: the first block prefetches this chunk's V rows, the last the next chunk's K rows)
+        if (!c.s.v_from_k && !have)
           for (int64_t b = 0; b < c.Dv; b += 64) _mm_prefetch(reinterpret_cast<const char*>(vpc[k] + b), _MM_HINT_T0);
-        if (gi + 1 < HG || k < nn) {
+        if ((gi + 1 < HG && !blocks) || (gi + 1 == HG && k < nn)) {
           const uint8_t* pk = gi + 1 < HG ? kp[cur][(gi + 1) * kChunk + k] : kp[nx][k];
           for (int64_t b = 0; b < c.Dk; b += 64) _mm_prefetch(reinterpret_cast<const char*>(pk + b), _MM_HINT_T0);
         }
-        x[k] = lane_logits(RP == 8 ? reduce8(acc) : reduce4(acc), c2v, st.clv, capped, j0 + k, st.lo_v, st.hi_v);
+        x[k] = lane_logits(RP == 8 ? reduce8(acc) : reduce4(acc), c2v, st.clv, capped, j0 + k, lo_v, hi_v);
         cmax = _mm256_max_ps(cmax, x[k]);
       }
       lane_running_max(cmax, R, ob, Dvp, &st.m2[gi], &st.L[gi]);  // the running maximum, exact rescale of O and L
@@ -1317,8 +1383,8 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
         _mm256_store_ps(w.pbuf + k * kAvxRows, pt);
       }
       st.L[gi] = Lg;
-      // V chunk -> f32, then O += P̃·V in 4-row × 16-d tiles
-      for (int64_t k = 0; k < nk; ++k) {
+      // V chunk -> f32 (row blocks: the first block's), then O += P̃·V in 4-row × 16-d tiles
+      for (int64_t k = 0; k < (have ? 0 : nk); ++k) {
         const uint8_t* vr = vpc[k];
         float* vb = w.vbuf + k * Dvp;
         for (int64_t d = 0; d < Dvp; d += 16) {
@@ -1357,9 +1423,10 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
   for (int64_t gi = 0; gi < HG; ++gi) {
     alignas(32) float Ls[kAvxRows];
     _mm256_store_ps(Ls, st.L[gi]);
-    for (int64_t r = 0; r < R; ++r) {
-      const int64_t obase = (ri[r].qrow * c.Hq + ri[r].head + gi * c.G) * c.Dv;
-      const float fac = Ls[r] > 0 ? sv[gi] / Ls[r] : 0.0f;
+    const RowInfo* rg = lb.ri[lb.bi(gi)];
+    for (int64_t r = 0; r < lb.rows(gi); ++r) {
+      const int64_t obase = (rg[r].qrow * c.Hq + rg[r].head + lb.head0(gi)) * c.Dv;
+      const float fac = Ls[r] > 0 ? sv[lb.kvi(gi)] / Ls[r] : 0.0f;
       const float* orow = w.o + gi * os + r * Dvp;
       for (int64_t d = 0; d < c.Dv; ++d)
         store_out(c.s.out_format, c.a.out, obase + d, Ls[r] > 0 ? (orow[d] * KS) * fac : 0.0f);
@@ -1572,56 +1639,34 @@ FP8REF_BF16_TARGET bool pack_q_bf16(const Ctx& c, const Unit& u, const RowInfo* 
 
 // Returns false (nothing written) when the unit's queries or the codes it reads hold a non-finite value, or a scale
 // overflows the logit multiplier: the caller runs the portable path then.
-// Row blocks (a prefill chunk's unit of one KV head with more than kAvxRows rows): blocks of kAvxRows rows, each run
-// as a "loop head" below (its own Q̃, O, softmax state and visible ranges) over one decode of each chunk's K rows (by
-// the first block; the last decodes the next chunk's first half) and one decode of its V pairs into vbuf (the first
-// block, decode_vpairs) — where units of kAvxRows rows decoded the whole context once per 8 rows.
+// Row blocks (LaneBlocks): the first block decodes the chunk's K rows (the last the next chunk's first half) and its V
+// pairs into vbuf (decode_vpairs); the others read them.
 FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w, const Unit& u) {
   const SeqPages sp = seq_pages(c.s, c.a, u.b);
-  const bool blocks = u.r1 - u.r0 > kAvxRows;
-  const int64_t HKV = u.g1 - u.g0;                                                 // KV heads (1 with blocks)
-  const int64_t HG = blocks ? (u.r1 - u.r0 + kAvxRows - 1) / kAvxRows : HKV;       // loop heads
-  const int64_t NB = blocks ? HG : 1;                                              // row sets (lanes' rows)
+  const LaneBlocks lb(c, sp, u);
+  const bool blocks = lb.blocks;
+  const int64_t HKV = lb.HKV, HG = lb.HG, LO = lb.LO, HI = lb.HI;
   const int64_t Dks = round_up(c.Dk, 64), Dvp = round_up(c.Dv, 64);
   const int64_t qs = Dks / 2 * kAvxRows, os = kAvxRows * Dvp;  // per-loop-head strides of Q̃^T and O
   const bool capped = c.s.softcap > 0;
   const Regs g = load_regs(K);
-  // per row set (a block's rows, or the unit's shared by its KV heads): the lanes' visible ranges and row infos;
-  // loop-head gi reads row set bi(gi), the scales of KV head kvi(gi) and writes q heads head0(gi) + (row's)
-  const auto bi = [blocks](int64_t gi) { return blocks ? gi : int64_t{0}; };
-  const auto kvi = [blocks](int64_t gi) { return blocks ? int64_t{0} : gi; };
-  const auto sub = [&](int64_t b) {  // row set b as a unit
-    return blocks ? Unit{u.b, u.g0, u.g1, u.r0 + b * kAvxRows, std::min(u.r1, u.r0 + (b + 1) * kAvxRows)} : u;
-  };
-  alignas(32) int32_t lo_a[kMaxHeads][kAvxRows], hi_a[kMaxHeads][kAvxRows];
-  RowInfo ri[kMaxHeads][kAvxRows];
-  int64_t LO = std::numeric_limits<int64_t>::max(), HI = -1;
-  for (int64_t b = 0; b < NB; ++b) {
-    int64_t lo, hi;
-    lane_rows(c, sp, sub(b), lo_a[b], hi_a[b], ri[b], &lo, &hi);
-    LO = std::min(LO, lo);
-    HI = std::max(HI, hi);
-  }
   float mult[kMaxHeads], sv[kMaxHeads];
   std::fill(w.qb, w.qb + HG * qs, 0u);
-  if (!lane_scales(c, u, 1.0f, mult, sv)) return false;
-  for (int64_t b = 0; b < NB; ++b) {
-    const Unit su = sub(b);
-    uint32_t* qb = w.qb + b * qs;  // (row set b's loop heads: b with blocks, else the unit's KV heads from 0)
-    if (c.s.q_format == Format::bf16) {  // (the same words as below, 32 at a time)
-      if (!pack_q_bf16(c, su, ri[b], qb, qs)) return false;
-    } else if (!lane_heads(c, su, ri[b], 1.0f, mult, sv, [&](int64_t gi, int64_t r, int64_t d, uint32_t h) {
-                 const int64_t p = d / 64 * 64 + pos64(d % 64);  // d's position in a decoded K row
-                 const int64_t P = p / 2;  // the d pair; s16_bf16's layout: block P / 2, dword 2r + (P & 1)
-                 qb[gi * qs + (P / 2) * 2 * kAvxRows + 2 * r + (P & 1)] |= h << (16 * (p & 1));
-               })) {
-      return false;
-    }
+  if (c.s.q_format == Format::bf16) {  // (the same words as below, 32 at a time)
+    if (!lane_scales(c, u, 1.0f, mult, sv)) return false;
+    for (int64_t b = 0; b < lb.NB; ++b)  // (row set b's loop heads: b with blocks, else the KV heads from 0)
+      if (!pack_q_bf16(c, lb.su[b], lb.ri[b], w.qb + b * qs, qs)) return false;
+  } else if (!lb.heads(c, 1.0f, mult, sv, [&](int64_t gi, int64_t r, int64_t d, uint32_t h) {
+               const int64_t p = d / 64 * 64 + pos64(d % 64);  // d's position in a decoded K row
+               const int64_t P = p / 2;  // the d pair; s16_bf16's layout: block P / 2, dword 2r + (P & 1)
+               w.qb[gi * qs + (P / 2) * 2 * kAvxRows + 2 * r + (P & 1)] |= h << (16 * (p & 1));
+             })) {
+    return false;
   }
   std::fill(w.obuf, w.obuf + HG * os, 0.0f);
   const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   LaneState st;
-  lane_state(c, HG, lo_a[0], hi_a[0], &st);
+  lane_state(c, HG, lb.lo_a[0], lb.hi_a[0], &st);
   __m512i cmx = _mm512_setzero_si512();  // max of the decoded magnitudes' high bytes (decode_pair_store)
   const __m512i nonfinite = _mm512_set1_epi8(static_cast<char>(kNonfiniteHigh));
   ChunkRows rows(c, sp, u, w.kp, w.vp, LO, HI);
@@ -1635,11 +1680,11 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
     pf.start(c, sp, u.g0, HKV, j0 + kChunk, std::min(HI + 1, j0 + 2 * kChunk));
     // lines per P̃·V step: the chunk's lines over the loop heads' P̃·V steps of a full chunk
     for (int64_t gi = 0; gi < HG; ++gi) {
-      const int64_t R = sub(bi(gi)).r1 - sub(bi(gi)).r0;
+      const int64_t R = lb.rows(gi);
       const int64_t steps = Dvp / (R <= 4 ? 64 : 32) * (kChunk / 2) * HG;
       const int64_t ticks = (kChunk * pf.lkv * HKV + steps - 1) / steps;
-      const uint8_t* const* kpc = rows.kp[cur] + kvi(gi) * kChunk;
-      const uint8_t* const* vpc = rows.vp[cur] + kvi(gi) * kChunk;
+      const uint8_t* const* kpc = rows.kp[cur] + lb.kvi(gi) * kChunk;
+      const uint8_t* const* vpc = rows.vp[cur] + lb.kvi(gi) * kChunk;
       // K rows blocked [Dks / 64][kChunk][64] (s16_bf16): keys 0..15 before S unless the previous head's S decoded
       // them; keys 16..31 under S of keys 0..15; the next head's keys 0..15 (the next chunk's first head's after the
       // last head) under S of keys 16..31. Row blocks after the first read the rows the first decoded.
@@ -1650,9 +1695,9 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
       half0_ready = false;
       // S and the logits (keys past nk: −inf)
       const uint32_t* qt = w.qb + gi * qs;
-      const __m256 c2v = _mm256_set1_ps(mult[kvi(gi)]);
-      const __m256i lo_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo_a[bi(gi)]));
-      const __m256i hi_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi_a[bi(gi)]));
+      const __m256 c2v = _mm256_set1_ps(mult[lb.kvi(gi)]);
+      const __m256i lo_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(lb.lo_a[lb.bi(gi)]));
+      const __m256i hi_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(lb.hi_a[lb.bi(gi)]));
       __m256 x[kChunk];
       __m256 cmax = ninf;
       for (int64_t kb = 0; kb < kChunk; kb += 16) {
@@ -1703,12 +1748,11 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
   for (int64_t gi = 0; gi < HG; ++gi) {
     alignas(32) float Ls[kAvxRows];
     _mm256_store_ps(Ls, st.L[gi]);
-    const RowInfo* rg = ri[bi(gi)];
-    const int64_t h0 = blocks ? 0 : gi * c.G;  // (row infos hold KV head g0's q heads)
-    for (int64_t r = 0; r < sub(bi(gi)).r1 - sub(bi(gi)).r0; ++r) {
+    const RowInfo* rg = lb.ri[lb.bi(gi)];
+    for (int64_t r = 0; r < lb.rows(gi); ++r) {
       const float Lr = Ls[r];
-      const int64_t obase = (rg[r].qrow * c.Hq + rg[r].head + h0) * c.Dv;
-      const float fac = Lr > 0 ? sv[kvi(gi)] / Lr : 0.0f;
+      const int64_t obase = (rg[r].qrow * c.Hq + rg[r].head + lb.head0(gi)) * c.Dv;
+      const float fac = Lr > 0 ? sv[lb.kvi(gi)] / Lr : 0.0f;
       const float* orow = w.obuf + gi * os + r * Dvp;  // (columns in order: pv_fused)
       int64_t d = 0;
       if (c.s.out_format == Format::bf16 && Lr > 0)
@@ -1789,10 +1833,10 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
     rows_b[static_cast<size_t>(b)] = (args.query_start_loc[b + 1] - args.query_start_loc[b]) * c.G;
     keys_b[static_cast<size_t>(b)] = seq_pages(spec, args, b).seq_len;
   }
-  // a longer chunk's units: AMX, up to kBlockRows rows of one KV head (row blocks of 16: unit_amx), AVX-512 BF16 up
-  // to kMaxHeads blocks of kAvxRows (unit_bf16) — halved while the chunks would give fewer units than threads; else
-  // unit_rows
-  int64_t prefill_rows = amx ? kBlockRows : bf16 ? kMaxHeads * kAvxRows : unit_rows;
+  // a longer chunk's units: AMX, up to kBlockRows rows of one KV head (row blocks of 16: unit_amx), AVX-512 BF16 and
+  // AVX2 up to kMaxHeads blocks of kAvxRows (LaneBlocks) — halved while the chunks would give fewer units than
+  // threads; portable: unit_rows
+  int64_t prefill_rows = amx ? kBlockRows : bf16 || avx2 ? kMaxHeads * kAvxRows : unit_rows;
   const auto prefill_units = [&](int64_t span) {
     int64_t n = 0;
     for (int64_t rb : rows_b)
@@ -1825,26 +1869,30 @@ void paged_attention_fast(const AttnSpec& spec, const AttnArgs& args, FastPath p
         units.push_back({b, g, std::min(Hkv, g + step), r, std::min(rows, r + span)});
   }
   const int64_t nu = static_cast<int64_t>(units.size());
+  int64_t loop_heads = hg;  // KV heads of a decode unit, or row blocks of a prefill unit (Q̃ and O each)
+  const int64_t block_rows = amx ? kRows : kAvxRows;
+  for (const Unit& un : units) loop_heads = std::max(loop_heads, (un.r1 - un.r0 + block_rows - 1) / block_rows);
   if (avx2) {
     const bool e5m2 = spec.cache.format == Format::e5m2;
 #pragma omp parallel
     {
       Avx2Scratch& w = thread_scratch<Avx2Scratch>();
-      w.allocate(hg, round_up(c.Dk, 16), round_up(c.Dv, 16));
+      w.allocate(hg, loop_heads, round_up(c.Dk, 16), round_up(c.Dv, 16));
 #pragma omp for schedule(dynamic)
       for (int64_t i = 0; i < nu; ++i) {
         const Unit& un = units[static_cast<size_t>(i)];
-        const bool four = un.r1 - un.r0 <= 4;
-        const bool ok = e5m2 ? (four ? unit_avx2<true, 4>(c, w, un) : unit_avx2<true, 8>(c, w, un))
-                             : (four ? unit_avx2<false, 4>(c, w, un) : unit_avx2<false, 8>(c, w, un));
+        const bool four = un.r1 - un.r0 <= 4, blocks = un.r1 - un.r0 > kAvxRows;
+        const bool ok = e5m2 ? (four     ? unit_avx2<true, 4>(c, w, un)
+                                : blocks ? unit_avx2<true, 8, true>(c, w, un)
+                                         : unit_avx2<true, 8>(c, w, un))
+                             : (four     ? unit_avx2<false, 4>(c, w, un)
+                                : blocks ? unit_avx2<false, 8, true>(c, w, un)
+                                         : unit_avx2<false, 8>(c, w, un));
         if (!ok) unit_portable(c, un);
       }
     }
     return;
   }
-  int64_t loop_heads = hg;  // KV heads of a decode unit, or row blocks of a prefill unit (Q̃ and O each)
-  const int64_t block_rows = amx ? kRows : kAvxRows;
-  for (const Unit& un : units) loop_heads = std::max(loop_heads, (un.r1 - un.r0 + block_rows - 1) / block_rows);
   if (bf16) {
     const AmxKernels& K = kernels_of(spec.cache.format);
 #pragma omp parallel
