@@ -16,9 +16,16 @@
 // --hot N: every page of the block table points into the first N blocks (the same work, its codes resident in cache:
 // the kernel's compute alone; N = 32 is 1 MiB of K and V). The GB/s column then counts the codes the kernel reads.
 // --qlen N: N query tokens per sequence (a chunked-prefill step: the chunk is the context's last N positions, causal).
+// --paged 1: a second anchor, the cache itself read in the kernels' order (per sequence, OpenMP dynamic; page by page
+// through the block table, each page's K block then its V block, 64-bit words summed; the next page's lines
+// prefetched into L2 one per line read — of the variants tried, the fastest: bench/RESULTS.md session 27): what
+// reading the shuffled pages alone costs, beside the sequential read pass. --busy N: N rounds of four independent
+// 512-bit FMAs per 64-byte line of that pass (with --hot: the compute alone) — how well this machine overlaps a
+// paged read with compute that does not touch memory.
 // Usage: bench_attention [--threads 2] [--reps 5] [--conv NAME|all] [--ctx 4096] [--batch 32] [--huge 0|1] [--hkv 8] [--hq 64] [--softcap 0]
-//        [--fast-paths avx512bf16,avx2,amx,portable] [--hot 0] [--qlen 1]
+//        [--fast-paths avx512bf16,avx2,amx,portable] [--hot 0] [--qlen 1] [--paged 0|1] [--busy 0]
 // Run with OMP_WAIT_POLICY=passive on this 2-core VM.
+#include <immintrin.h>
 #include <omp.h>
 #include <sys/mman.h>
 
@@ -73,12 +80,28 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
+// --busy: comp rounds of four independent FMA chains (the CPU must have AVX-512F).
+__attribute__((target("avx512f"))) uint64_t busy(uint64_t x, int comp) {
+  __m512 a0 = _mm512_set1_ps(static_cast<float>(x & 7)), a1 = a0, a2 = a0, a3 = a0;
+  const __m512 m = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(0.001f);
+  for (int r = 0; r < comp; ++r) {
+    a0 = _mm512_fmadd_ps(a0, m, c);
+    a1 = _mm512_fmadd_ps(a1, m, c);
+    a2 = _mm512_fmadd_ps(a2, m, c);
+    a3 = _mm512_fmadd_ps(a3, m, c);
+  }
+  alignas(64) float t[16];
+  _mm512_store_ps(t, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  return static_cast<uint64_t>(t[0] + t[15]);
+}
+
 int main(int argc, char** argv) {
   int threads = 2, reps = 5;
   int64_t ctx = 4096, B = 32;
   int64_t Hkv = 8, Hq = 64, hot = 0, qlen = 1;
   double softcap = 0;
-  bool huge = false;
+  bool huge = false, paged = false;
+  int busy_rounds = 0;
   std::string conv = "all";
   std::string fast_paths;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -95,6 +118,12 @@ int main(int argc, char** argv) {
     else if (a == "--fast-paths") fast_paths = argv[i + 1];
     else if (a == "--hot") hot = std::atoll(argv[i + 1]);
     else if (a == "--qlen") qlen = std::atoll(argv[i + 1]);
+    else if (a == "--paged") paged = std::atoi(argv[i + 1]) != 0;
+    else if (a == "--busy") busy_rounds = std::atoi(argv[i + 1]);
+  }
+  if (busy_rounds < 0 || (busy_rounds > 0 && !__builtin_cpu_supports("avx512f"))) {
+    std::fprintf(stderr, "bench_attention: --busy needs N >= 0 and a CPU with AVX-512F\n");
+    return 2;
   }
   if (Hkv < 1 || Hq < Hkv || Hq % Hkv != 0 || !(softcap >= 0) || hot < 0 || qlen < 1 || qlen > ctx) {
     std::fprintf(stderr, "bench_attention: --hq must be a positive multiple of --hkv, --softcap >= 0, --hot >= 0, 1 <= --qlen <= --ctx\n");
@@ -160,6 +189,28 @@ int main(int argc, char** argv) {
     return s;
   };
 
+  // --paged: the pages in the kernels' order (a block's K, then its V: block_size·Hkv·D bytes each)
+  const int64_t page_bytes = bs * Hkv * D;
+  auto paged_pass = [&] {
+    uint64_t s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(dynamic)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < blocks_per_seq; ++j) {
+        const int64_t pg = bt[static_cast<size_t>(b * blocks_per_seq + j)];
+        const int64_t npg = j + 1 < blocks_per_seq ? bt[static_cast<size_t>(b * blocks_per_seq + j + 1)] : -1;
+        for (const uint8_t* base : {kc.data(), vc.data()}) {
+          const uint64_t* w = reinterpret_cast<const uint64_t*>(base + pg * page_bytes);
+          const char* nw = npg >= 0 ? reinterpret_cast<const char*>(base + npg * page_bytes) : nullptr;
+          for (int64_t i = 0; i < page_bytes / 8; i += 8) {  // a line of this page, a line of the next
+            if (nw) _mm_prefetch(nw + i * 8, _MM_HINT_T1);
+            for (int64_t k = 0; k < 8; ++k) s += w[i + k];
+            if (busy_rounds) s += busy(w[i], busy_rounds);
+          }
+        }
+      }
+    return s;
+  };
+
   // the rows: a convention and the soft-cap it runs with (--softcap X: fast with and without it, interleaved, so the
   // cap's cost is measured in the same rounds; and the bit-exact convention that has one)
   struct Row {
@@ -204,12 +255,18 @@ int main(int argc, char** argv) {
     at = end + 1;
   }
   std::vector<std::vector<double>> t(rows.size() + 1);
+  std::vector<double> tp;  // (--paged)
   volatile uint64_t sink = 0;
   read_pass();
   for (int r = 0; r < reps; ++r) {  // interleaved rounds
     double t0 = now_s();
     sink = sink + read_pass();
     t[0].push_back(now_s() - t0);
+    if (paged) {
+      t0 = now_s();
+      sink = sink + paged_pass();
+      tp.push_back(now_s() - t0);
+    }
     for (size_t c = 0; c < rows.size(); ++c) {
       spec.convention = rows[c].conv;
       spec.softcap = rows[c].softcap;
@@ -227,6 +284,11 @@ int main(int argc, char** argv) {
   std::printf("|---|---:|---:|---:|---:|---:|\n");
   std::printf("| anchor: read pass over %.0f MiB | %d | %.2f GiB | %.1f ms (%.1f) | %.2f | 1.00 |\n", gib * 1024, threads, gib,
               anchor * 1e3, median(t[0]) * 1e3, static_cast<double>(2 * cache_bytes) / anchor / 1e9);
+  if (paged) {
+    const double best = *std::min_element(tp.begin(), tp.end());
+    std::printf("| anchor: the cache read page by page in block-table order | %d | %.2f GiB | %.1f ms (%.1f) | %.2f | %.3f |\n",
+                threads, gib, best * 1e3, median(tp) * 1e3, static_cast<double>(2 * cache_bytes) / best / 1e9, anchor / best);
+  }
   for (size_t c = 0; c < rows.size(); ++c) {
     const double best = *std::min_element(t[c + 1].begin(), t[c + 1].end());
     static const char* const kPathNames[] = {"automatic", "amx", "avx2", "portable", "avx512bf16"};
