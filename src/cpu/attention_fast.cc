@@ -5,7 +5,8 @@
 // GQA group's Hq/Hkv heads) is one unit over a group of KV heads (as many as keep every thread a unit and the largest
 // unit within a thread's share of the work) — so each page (NHD: all heads of a slot adjacent) is read in one pass,
 // K/V read once per KV head; longer prefill chunks: one unit per (sequence, KV head, up to 256 rows), run as row
-// blocks of 16 over one decode of each key chunk. Portable path: one unit per (sequence, KV head, 16 rows). A row is
+// blocks of 16 over one decode of each key chunk. AVX-512 BF16 and AVX2 paths: the same with units of 8 rows and up
+// to 16 row blocks of 8 (LaneBlocks). Portable path: one unit per (sequence, KV head, 16 rows). A row is
 // one (query position, q head). Keys go in chunks of 32 through the page table (any block size, NHD or HND); the next
 // chunk's rows are prefetched while a chunk is computed.
 //
