@@ -21,9 +21,10 @@
 // prefetched into L2 one per line read — of the variants tried, the fastest: bench/RESULTS.md session 27): what
 // reading the shuffled pages alone costs, beside the sequential read pass. --busy N: N rounds of four independent
 // 512-bit FMAs per 64-byte line of that pass (with --hot: the compute alone) — how well this machine overlaps a
-// paged read with compute that does not touch memory.
+// paged read with compute that does not touch memory. --shuffle 0: the block table in page order (default 1: shuffled,
+// as a serving cache's pages are).
 // Usage: bench_attention [--threads 2] [--reps 5] [--conv NAME|all] [--ctx 4096] [--batch 32] [--huge 0|1] [--hkv 8] [--hq 64] [--softcap 0]
-//        [--fast-paths avx512bf16,avx2,amx,portable] [--hot 0] [--qlen 1] [--paged 0|1] [--busy 0]
+//        [--fast-paths avx512bf16,avx2,amx,portable] [--hot 0] [--qlen 1] [--paged 0|1] [--busy 0] [--shuffle 1]
 // Run with OMP_WAIT_POLICY=passive on this 2-core VM.
 #include <immintrin.h>
 #include <omp.h>
@@ -100,7 +101,7 @@ int main(int argc, char** argv) {
   int64_t ctx = 4096, B = 32;
   int64_t Hkv = 8, Hq = 64, hot = 0, qlen = 1;
   double softcap = 0;
-  bool huge = false, paged = false;
+  bool huge = false, paged = false, shuffle = true;
   int busy_rounds = 0;
   std::string conv = "all";
   std::string fast_paths;
@@ -120,6 +121,7 @@ int main(int argc, char** argv) {
     else if (a == "--qlen") qlen = std::atoll(argv[i + 1]);
     else if (a == "--paged") paged = std::atoi(argv[i + 1]) != 0;
     else if (a == "--busy") busy_rounds = std::atoi(argv[i + 1]);
+    else if (a == "--shuffle") shuffle = std::atoi(argv[i + 1]) != 0;
   }
   if (busy_rounds < 0 || (busy_rounds > 0 && !__builtin_cpu_supports("avx512f"))) {
     std::fprintf(stderr, "bench_attention: --busy needs N >= 0 and a CPU with AVX-512F\n");
@@ -155,7 +157,7 @@ int main(int argc, char** argv) {
   }
   std::vector<int32_t> perm(static_cast<size_t>(spec.cache.num_blocks));
   std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), std::mt19937_64(2));
+  if (shuffle) std::shuffle(perm.begin(), perm.end(), std::mt19937_64(2));
   if (hot > 0)
     for (auto& p : perm) p = static_cast<int32_t>(p % hot);
   std::vector<int32_t> bt = perm, sl(static_cast<size_t>(B), static_cast<int32_t>(ctx)), qsl(static_cast<size_t>(B + 1));
