@@ -1209,6 +1209,11 @@ struct LaneBlocks {
   int64_t kvi(int64_t gi) const { return blocks ? 0 : gi; }  // its KV head, from g0
   int64_t rows(int64_t gi) const { return su[bi(gi)].r1 - su[bi(gi)].r0; }
   int64_t head0(int64_t gi) const { return kvi(gi) * G; }  // added to ri's q heads
+  // loop-head gi's visible ranges in lanes
+  FP8REF_AVX2_TARGET void ranges(int64_t gi, __m256i* lo, __m256i* hi) const {
+    *lo = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo_a[bi(gi)]));
+    *hi = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi_a[bi(gi)]));
+  }
   // lane_heads per row set, put(gi, r, d, h) with gi the loop head
   template <class Put>
   bool heads(const Ctx& c, float ks, float* mult, float* sv, Put&& put) const {
@@ -1220,16 +1225,13 @@ struct LaneBlocks {
   }
 };
 
-// A lane unit's visible ranges and soft-cap constant in lanes, and its heads' online-softmax state (running maxima
-// −inf, sums 0).
+// A lane unit's soft-cap constant in lanes, and its loop heads' online-softmax state (running maxima −inf, sums 0).
+// (The visible ranges in lanes: LaneBlocks::ranges.)
 struct LaneState {
-  __m256i lo_v, hi_v;
   __m256 clv;
   __m256 m2[kMaxHeads], L[kMaxHeads];
 };
-FP8REF_AVX2_TARGET inline void lane_state(const Ctx& c, int64_t HG, const int32_t* lo_a, const int32_t* hi_a, LaneState* st) {
-  st->lo_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(lo_a));
-  st->hi_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(hi_a));
+FP8REF_AVX2_TARGET inline void lane_state(const Ctx& c, int64_t HG, LaneState* st) {
   st->clv = _mm256_set1_ps(c.s.softcap > 0 ? cap_log2e(c) : 0.0f);
   for (int64_t gi = 0; gi < HG; ++gi) {
     st->m2[gi] = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
@@ -1298,7 +1300,7 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
   std::fill(w.o, w.o + HG * os, 0.0f);
   const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   LaneState st;
-  lane_state(c, HG, lb.lo_a[0], lb.hi_a[0], &st);
+  lane_state(c, HG, &st);
   __m128i mx = _mm_setzero_si128();
   const int64_t Dk16 = c.Dk / 16 * 16, Dv16 = c.Dv / 16 * 16;
   ChunkRows rows(c, sp, u, w.kp, w.vp, LO, HI);
@@ -1314,8 +1316,8 @@ FP8REF_AVX2_TARGET bool unit_avx2(const Ctx& c, Avx2Scratch& w, const Unit& u) {
       const float* q = w.q + gi * qs;
       float* ob = w.o + gi * os;
       const __m256 c2v = _mm256_set1_ps(mult[lb.kvi(gi)]);
-      const __m256i lo_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(lb.lo_a[lb.bi(gi)]));
-      const __m256i hi_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(lb.hi_a[lb.bi(gi)]));
+      __m256i lo_v, hi_v;
+      lb.ranges(gi, &lo_v, &hi_v);
       // S, logits, chunk maximum
       __m256 x[kChunk];
       __m256 cmax = ninf;
@@ -1667,7 +1669,7 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
   std::fill(w.obuf, w.obuf + HG * os, 0.0f);
   const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   LaneState st;
-  lane_state(c, HG, lb.lo_a[0], lb.hi_a[0], &st);
+  lane_state(c, HG, &st);
   __m512i cmx = _mm512_setzero_si512();  // max of the decoded magnitudes' high bytes (decode_pair_store)
   const __m512i nonfinite = _mm512_set1_epi8(static_cast<char>(kNonfiniteHigh));
   ChunkRows rows(c, sp, u, w.kp, w.vp, LO, HI);
@@ -1697,8 +1699,8 @@ FP8REF_BF16_TARGET bool unit_bf16(const Ctx& c, const AmxKernels& K, Scratch& w,
       // S and the logits (keys past nk: −inf)
       const uint32_t* qt = w.qb + gi * qs;
       const __m256 c2v = _mm256_set1_ps(mult[lb.kvi(gi)]);
-      const __m256i lo_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(lb.lo_a[lb.bi(gi)]));
-      const __m256i hi_v = _mm256_load_si256(reinterpret_cast<const __m256i*>(lb.hi_a[lb.bi(gi)]));
+      __m256i lo_v, hi_v;
+      lb.ranges(gi, &lo_v, &hi_v);
       __m256 x[kChunk];
       __m256 cmax = ninf;
       for (int64_t kb = 0; kb < kChunk; kb += 16) {
