@@ -22,9 +22,10 @@
 // reading the shuffled pages alone costs, beside the sequential read pass. --busy N: N rounds of four independent
 // 512-bit FMAs per 64-byte line of that pass (with --hot: the compute alone) — how well this machine overlaps a
 // paged read with compute that does not touch memory. --shuffle 0: the block table in page order (default 1: shuffled,
-// as a serving cache's pages are).
+// as a serving cache's pages are). --bs N: the cache's block size (default 16, vLLM's GPU default; a page is
+// N·Hkv·D bytes of K and as many of V).
 // Usage: bench_attention [--threads 2] [--reps 5] [--conv NAME|all] [--ctx 4096] [--batch 32] [--huge 0|1] [--hkv 8] [--hq 64] [--softcap 0]
-//        [--fast-paths avx512bf16,avx2,amx,portable] [--hot 0] [--qlen 1] [--paged 0|1] [--busy 0] [--shuffle 1]
+//        [--fast-paths avx512bf16,avx2,amx,portable] [--hot 0] [--qlen 1] [--paged 0|1] [--busy 0] [--shuffle 1] [--bs 16]
 // Run with OMP_WAIT_POLICY=passive on this 2-core VM.
 #include <immintrin.h>
 #include <omp.h>
@@ -99,7 +100,7 @@ __attribute__((target("avx512f"))) uint64_t busy(uint64_t x, int comp) {
 int main(int argc, char** argv) {
   int threads = 2, reps = 5;
   int64_t ctx = 4096, B = 32;
-  int64_t Hkv = 8, Hq = 64, hot = 0, qlen = 1;
+  int64_t Hkv = 8, Hq = 64, hot = 0, qlen = 1, bs = 16;
   double softcap = 0;
   bool huge = false, paged = false, shuffle = true;
   int busy_rounds = 0;
@@ -122,17 +123,26 @@ int main(int argc, char** argv) {
     else if (a == "--paged") paged = std::atoi(argv[i + 1]) != 0;
     else if (a == "--busy") busy_rounds = std::atoi(argv[i + 1]);
     else if (a == "--shuffle") shuffle = std::atoi(argv[i + 1]) != 0;
+    else if (a == "--bs") bs = std::atoll(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "bench_attention: unknown option %s (see the usage at the top of bench/bench_attention.cc)\n", a.c_str());
+      return 2;
+    }
+  }
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "bench_attention: option %s has no value\n", argv[argc - 1]);
+    return 2;
   }
   if (busy_rounds < 0 || (busy_rounds > 0 && !__builtin_cpu_supports("avx512f"))) {
     std::fprintf(stderr, "bench_attention: --busy needs N >= 0 and a CPU with AVX-512F\n");
     return 2;
   }
-  if (Hkv < 1 || Hq < Hkv || Hq % Hkv != 0 || !(softcap >= 0) || hot < 0 || qlen < 1 || qlen > ctx) {
-    std::fprintf(stderr, "bench_attention: --hq must be a positive multiple of --hkv, --softcap >= 0, --hot >= 0, 1 <= --qlen <= --ctx\n");
+  if (Hkv < 1 || Hq < Hkv || Hq % Hkv != 0 || !(softcap >= 0) || hot < 0 || qlen < 1 || qlen > ctx || bs < 1) {
+    std::fprintf(stderr, "bench_attention: --hq must be a positive multiple of --hkv, --softcap >= 0, --hot >= 0, 1 <= --qlen <= --ctx, --bs >= 1\n");
     return 2;
   }
   omp_set_num_threads(threads);
-  const int64_t D = 128, bs = 16;
+  const int64_t D = 128;
   attn::AttnSpec spec;
   spec.cache.block_size = bs;
   spec.cache.num_kv_heads = Hkv;
@@ -280,9 +290,9 @@ int main(int argc, char** argv) {
   }
   const double gib = static_cast<double>(2 * cache_bytes) / (1u << 30);
   const double anchor = *std::min_element(t[0].begin(), t[0].end());
-  std::printf("| kernel (%s B=%lld ctx=%lld Hkv=%lld Hq=%lld D=128 e4m3fn bs=16) | threads | cache read | best of %d (median) | GB/s | / read pass |\n",
+  std::printf("| kernel (%s B=%lld ctx=%lld Hkv=%lld Hq=%lld D=128 e4m3fn bs=%lld) | threads | cache read | best of %d (median) | GB/s | / read pass |\n",
               qlen == 1 ? "decode" : ("prefill chunk " + std::to_string(qlen)).c_str(), static_cast<long long>(B),
-              static_cast<long long>(ctx), static_cast<long long>(Hkv), static_cast<long long>(Hq), reps);
+              static_cast<long long>(ctx), static_cast<long long>(Hkv), static_cast<long long>(Hq), static_cast<long long>(bs), reps);
   std::printf("|---|---:|---:|---:|---:|---:|\n");
   std::printf("| anchor: read pass over %.0f MiB | %d | %.2f GiB | %.1f ms (%.1f) | %.2f | 1.00 |\n", gib * 1024, threads, gib,
               anchor * 1e3, median(t[0]) * 1e3, static_cast<double>(2 * cache_bytes) / anchor / 1e9);
