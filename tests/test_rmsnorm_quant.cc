@@ -434,6 +434,9 @@ TEST_CASE("rmsnorm_quant: the AVX-512 BF16 plan's weights (lane order, smallest 
         cpu::rq512::Plan plan;
         cpu::rq512::make_plan(mode, zk, wf.get(), K, wperm.get(), &plan);
         CHECK(bits_of(plan.wmin) == bits_of(want));
+        uint32_t want_max = 0;
+        for (size_t k = 0; k < K; ++k) want_max = std::max(want_max, bits_of(wf[k]) & 0x7FFFFFFFu);
+        CHECK(plan.wmax_bits == want_max);
         if (set != 0 && set != 2) continue;  // (the norm pass declines rows with subnormal products or NaN/Inf groups)
         std::vector<uint16_t> x(K);
         auto zf = hwy::AllocateAligned<float>(K);
@@ -824,6 +827,70 @@ TEST_CASE("rmsnorm_quant: a lone tiny z anywhere in a vLLM row reaches the AVX-5
     CHECK(got.q == want.q);
     CHECK(got.scales == want.scales);
   }
+}
+
+TEST_CASE("rmsnorm_quant: under a scale guard the AVX-512 BF16 passes take rows with subnormal z·r (flush harmless)") {
+  // vLLM's min-scale 1/(448·512) keeps every scale above 2^-19, so a y the pass's vcvtne2ps2bf16 flushes (|y| <=
+  // 2^-125·max|w|) has a code of ±0 either way: the passes take such rows without their row guard (Plan::flush_ok).
+  // Rows of four groups of 64: group 0 ~ N(0, 1) (r ~ 2); group 1 ±2^-128·(1 + j/32) (z·r subnormal, some just
+  // under 2^-126 that bf16 RNE rounds up to it); group 2 the same magnitudes under weights up to 2^40 (flushed
+  // products that exact would make up to ~2^-85) and down to 2^-40 (subnormal products of normal z·r); group 3
+  // tiny values alone in a row-half with bf16 subnormal x (x = ±2^-133 .. 2^-127). Signs alternate: −tiny codes 0x80.
+  const int64_t K = 256, M = 8;
+  std::vector<float> xv(static_cast<size_t>(M * K)), wv(static_cast<size_t>(K));
+  std::mt19937_64 rng(2028);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) {
+      const float sg = (k + m) % 2 ? -1.0f : 1.0f, f = 1.0f + static_cast<float>((k * 5 + m) % 32) / 32.0f;
+      float x;
+      if (k < 64) x = nd(rng);
+      else if (k < 192) x = sg * f * 0x1p-128f;
+      else x = sg * std::ldexp(1.0f, -133 + static_cast<int>((k + m) % 7));
+      xv[static_cast<size_t>(m * K + k)] = x;
+    }
+  for (int64_t k = 0; k < K; ++k)
+    wv[static_cast<size_t>(k)] = k >= 128 && k < 192 ? std::ldexp(1.0f, (k % 2 ? 1 : -1) * static_cast<int>(k % 41))
+                                                     : 1.0f + 0.25f * nd(rng);
+  const auto x = encode_as(Format::bf16, xv), w = encode_as(Format::bf16, wv);
+  for (const char* weight : {"dtype-twice", "dtype-once"}) {
+    const RmsNormQuantSpec spec = spec_for("vllm-rmsnorm-quant", Format::e4m3fn, {{"group", "64"}, {"weight", weight}});
+    INFO(spec.describe());
+    const Outputs want = run(false, spec, Format::bf16, x, w, nullptr, {M, K}, false);
+    const Outputs got = run(true, spec, Format::bf16, x, w, nullptr, {M, K}, false);
+    CHECK(got.q == want.q);
+    CHECK(got.scales == want.scales);
+    CHECK(got.rms == want.rms);
+    int neg0 = 0;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 64; k < K; ++k) neg0 += want.q[static_cast<size_t>(m * K + k)] == 0x80;
+    CHECK(neg0 > 300);  // the −tiny values' codes keep their sign
+  }
+  if (!cpu::cpu_has_avx512bf16()) {
+    MESSAGE("this CPU has no AVX-512 BF16: the passes' own check skipped");
+    return;
+  }
+  // The pass itself: such a row declined under the row guard, taken with flush_ok; flush_ok only where the bound holds.
+  auto wf = hwy::AllocateAligned<float>(K), wperm = hwy::AllocateAligned<float>(K);
+  for (int64_t k = 0; k < K; ++k) wf[static_cast<size_t>(k)] = wv[static_cast<size_t>(k)];
+  cpu::rq512::Plan plan;
+  cpu::rq512::make_plan(1, cpu::rq512::ZKind::bf16, wf.get(), K, wperm.get(), &plan);
+  CHECK(plan.wmax_bits == bits_of(0x1p40f));
+  CHECK(cpu::rq512::flush_subnormal_harmless(plan, 1.0 / (448.0 * 512.0) / 2));
+  CHECK_FALSE(cpu::rq512::flush_subnormal_harmless(plan, 0x1p-61));
+  std::vector<uint16_t> row(static_cast<size_t>(K));
+  std::memcpy(row.data(), x.data(), 2 * static_cast<size_t>(K));
+  auto y = hwy::AllocateAligned<uint16_t>(K);
+  uint16_t gmax[4];
+  CHECK_FALSE(cpu::rq512::norm_pass(plan, row.data(), nullptr, nullptr, K, 64, 2.0f, y.get(), gmax));
+  plan.flush_ok = true;
+  CHECK(cpu::rq512::norm_pass(plan, row.data(), nullptr, nullptr, K, 64, 2.0f, y.get(), gmax));
+  wf[7] = 0x1p51f;
+  cpu::rq512::make_plan(1, cpu::rq512::ZKind::bf16, wf.get(), K, wperm.get(), &plan);
+  CHECK_FALSE(cpu::rq512::flush_subnormal_harmless(plan, 1.0));
+  wf[7] = NAN;
+  cpu::rq512::make_plan(1, cpu::rq512::ZKind::bf16, wf.get(), K, wperm.get(), &plan);
+  CHECK_FALSE(cpu::rq512::flush_subnormal_harmless(plan, 1.0));
 }
 
 TEST_CASE("rmsnorm_quant: zeros of either sign keep y's sign (−0 codes 0x80) on every path") {

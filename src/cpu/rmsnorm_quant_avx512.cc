@@ -6,7 +6,7 @@
 //   A (norm_pass): 32 values per step from one 64-byte load of bf16 pairs (the even elements by a shift, the odd by a
 //     mask: no widening shuffle), a = z·r, bf16(a) for dtype-twice and y = bf16(…·w) each by one vcvtne2ps2bf16 per
 //     32 values, y stored packed (bf16), the group's max |y| as a u16 max; 32-lane u16 minimum of the nonzero |x|;
-//     one line of a later row's inputs prefetched into L2 per step (the caller passes the row after next).
+//     one line of a later row's inputs prefetched into L2 per step (the caller passes the next row).
 //   (the caller: the groups' scales in lanes, RowGroupScales)
 //   B (quant_pass): y widened back by a shift or a mask, the quotient as the Highway path computes it (Markstein's
 //     one correction for x/s, fp8_lanes-inl.h MarksteinDiv1; or y·RN(1/s)), |q| clamped to max and its sign dropped by
@@ -105,7 +105,8 @@ FP8REF_RQ512 inline uint16_t max_u16(__m512i v) {
   return static_cast<uint16_t>(~_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(m2, _mm_set1_epi32(-1)))));
 }
 
-template <int kMode, ZKind kZ, bool kZmin = true>
+// kGuard: 2 the smallest nonzero |z| taken here, 1 the caller's (zmin1: bf16 z), 0 none needed (Plan::flush_ok)
+template <int kMode, ZKind kZ, int kGuard>
 FP8REF_RQ512 bool norm_pass_t(const Plan& p, const uint16_t* x, const uint16_t* res, const float* zf, size_t K, size_t G,
                               float r, uint16_t* y, uint16_t* gmax, uint32_t zmin1, const uint16_t* pf_x,
                               const uint16_t* pf_r) {
@@ -124,8 +125,10 @@ FP8REF_RQ512 bool norm_pass_t(const Plan& p, const uint16_t* x, const uint16_t* 
       if constexpr (kZ == ZKind::f32) {
         v0 = _mm512_loadu_ps(zf + k);
         v1 = _mm512_loadu_ps(zf + k + 16);
-        zmin32(v0);
-        zmin32(v1);
+        if constexpr (kGuard == 2) {
+          zmin32(v0);
+          zmin32(v1);
+        }
       } else {
         const __m512i u = _mm512_loadu_si512(x + k);
         v0 = _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
@@ -134,9 +137,11 @@ FP8REF_RQ512 bool norm_pass_t(const Plan& p, const uint16_t* x, const uint16_t* 
           const __m512i t = _mm512_loadu_si512(res + k);
           v0 = _mm512_add_ps(v0, _mm512_castsi512_ps(_mm512_slli_epi32(t, 16)));
           v1 = _mm512_add_ps(v1, _mm512_castsi512_ps(_mm512_and_si512(t, hi)));
-          zmin32(v0);
-          zmin32(v1);
-        } else if constexpr (kZmin) {  // on the bf16 pairs themselves (else the caller's zmin1)
+          if constexpr (kGuard == 2) {
+            zmin32(v0);
+            zmin32(v1);
+          }
+        } else if constexpr (kGuard == 2) {  // on the bf16 pairs themselves (else the caller's zmin1)
           zmin = _mm512_min_epu16(zmin, _mm512_and_si512(_mm512_sub_epi16(u, one16), abs16));
         }
       }
@@ -159,10 +164,11 @@ FP8REF_RQ512 bool norm_pass_t(const Plan& p, const uint16_t* x, const uint16_t* 
     gmax[g] = max_u16(mx);
     if (gmax[g] >= 0x7F80u) return false;  // a NaN or an Inf in the group
   }
+  if constexpr (kGuard == 0) return true;
   // no nonzero a = RN(z·r) or product below 2^-126 (see the top)
   float zmin_f;
   if constexpr (kZ == ZKind::bf16) {
-    const uint16_t m = kZmin ? static_cast<uint16_t>(~max_u16(_mm512_xor_si512(zmin, _mm512_set1_epi32(-1))))
+    const uint16_t m = kGuard == 2 ? static_cast<uint16_t>(~max_u16(_mm512_xor_si512(zmin, _mm512_set1_epi32(-1))))
                              : static_cast<uint16_t>(zmin1);
     if (m == 0x7FFF) return true;  // every z is ±0
     zmin_f = f32_of(static_cast<uint32_t>(m + 1) << 16);
@@ -189,9 +195,12 @@ struct LineStream {
   size_t j = 0;
   FP8REF_RQ512 explicit LineStream(uint8_t* dst)
       : base(dst - (reinterpret_cast<uintptr_t>(dst) & 63)), d(static_cast<unsigned>(reinterpret_cast<uintptr_t>(dst) & 63)) {
-    alignas(64) uint8_t ix[64];
-    for (unsigned i = 0; i < 64; ++i) ix[i] = static_cast<uint8_t>(64 - d + i);
-    idx = _mm512_load_si512(ix);
+    // byte i: 64 − d + i
+    idx = _mm512_add_epi8(_mm512_set_epi8(63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48, 47, 46, 45, 44,
+                                          43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24,
+                                          23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2,
+                                          1, 0),
+                          _mm512_set1_epi8(static_cast<char>(64 - d)));
     prev = _mm512_setzero_si512();
   }
   FP8REF_RQ512 void put(__m512i v) {
@@ -206,12 +215,31 @@ struct LineStream {
   }
 };
 
+// order[o] (o < 64) = 2·j (+ 64 for u1's words): output byte o is the code of word j of u0 (u1). Word j (of u0; u1
+// alike with c2, c3) has its code in the low byte of dword j/2 of c0 (j even: the even elements) or c1 (j odd):
+// byte 2j of the pair (c0, c1) for j even, 64 + 2(j − 1) for j odd; the sign in the high byte of the word.
+CodeOrder make_code_order(const uint8_t* order) {
+  CodeOrder r;
+  for (int o = 0; o < 64; ++o) {
+    const int src = order[o], wi = src / 2, j = wi % 32;
+    const uint8_t at = static_cast<uint8_t>(j % 2 == 0 ? 2 * j : 64 + 2 * (j - 1));
+    if (wi < 32) {
+      r.ia[o] = at;
+    } else {
+      r.ib[o] = at;
+      r.kab |= uint64_t{1} << o;
+    }
+    r.is[o] = static_cast<uint8_t>(src + 1);
+  }
+  return r;
+}
+
 // The codes of 64 bf16 values y (two 64-byte vectors of words, u0 and u1) as 64 bytes in a given order: q = RN(y / a)
 // by Markstein's correction with b = RN(1/a) (kOp 0: x/s), RN(y · a) (1: x*(1/s), and y·2^-k), RN(RN(y · b) · a)
 // (2: Triton's x/s); min(|q|, bound) with the sign dropped (vrangeps), the e4m3fn code by the C' add (its low byte);
 // the codes gathered into byte order by two vpermt2b and a blend, y's sign bits (bit 7 of each word's high byte,
 // gathered the same way) ORed in as bit 7. The bits of fp8_lanes' CastE4m3Mag and of ElemFastT's code().
-// order[o] (o < 64) = 2·j (+ 64 for u1's words): output byte o is the code of word j of u0 (u1). The four 16-lane
+// The order: a CodeOrder (make_code_order, built once per plan; per row it cost ~6 % of the pass). The four 16-lane
 // code computations run stage by stage (interleaved in the source; GCC keeps the order on x86): four independent
 // chains keep the vector pipes busy where one chain after another waits on its latency. Measured on Zen 4
 // (bench_rmsnorm_passes, bench/RESULTS.md session 17): 0.46–0.50 cycles per value with one chain at a time, the sign
@@ -221,30 +249,16 @@ struct Coder {
   __m512 va, vb, bound;
   __m512i hi, emin, sgnb, ctab, idxa, idxb, idxs;
   __mmask64 kab;  // output bytes taken from (c2, c3) rather than (c0, c1)
-  FP8REF_RQ512 Coder(float mx, const uint8_t* order) {
+  FP8REF_RQ512 Coder(float mx, const CodeOrder& o) {
     hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
     emin = _mm512_set1_epi32(0x3C800000);
     sgnb = _mm512_set1_epi8(static_cast<char>(0x80));
     ctab = _mm512_load_si512(kCast.c);
     bound = _mm512_set1_ps(mx);
-    // y's word j (of u0; u1 alike with c2, c3) has its code in the low byte of dword j/2 of c0 (j even: the even
-    // elements) or c1 (j odd): byte 2j of the pair (c0, c1) for j even, 64 + 2(j − 1) for j odd
-    alignas(64) uint8_t ia[64] = {}, ib[64] = {}, is[64];
-    kab = 0;
-    for (int o = 0; o < 64; ++o) {
-      const int src = order[o], wi = src / 2, j = wi % 32;
-      const uint8_t at = static_cast<uint8_t>(j % 2 == 0 ? 2 * j : 64 + 2 * (j - 1));
-      if (wi < 32) {
-        ia[o] = at;
-      } else {
-        ib[o] = at;
-        kab |= __mmask64{1} << o;
-      }
-      is[o] = static_cast<uint8_t>(src + 1);  // the high byte of y's word: its sign in bit 7
-    }
-    idxa = _mm512_load_si512(ia);
-    idxb = _mm512_load_si512(ib);
-    idxs = _mm512_load_si512(is);
+    idxa = _mm512_load_si512(o.ia);
+    idxb = _mm512_load_si512(o.ib);
+    idxs = _mm512_load_si512(o.is);
+    kab = o.kab;
     va = vb = _mm512_setzero_ps();
   }
   FP8REF_RQ512 void group(float a, float b) {
@@ -296,7 +310,7 @@ template <int kOp>
 FP8REF_RQ512 void quant_pass_t(const Plan& p, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb,
                                float mx, uint8_t* q, bool stream) {
   LineStream out(q);
-  Coder<kOp> cd(mx, p.idxb);
+  Coder<kOp> cd(mx, p.order);
   for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
     cd.group(gsv[g], grb[g]);
     for (size_t k = k0; k < k0 + G; k += 64) {
@@ -313,6 +327,7 @@ alignas(64) constexpr uint8_t kLowBytes[64] = {
     0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 42,
     44, 46, 48, 50, 52, 54, 56, 58, 60, 62, 64, 66, 68, 70, 72, 74, 76, 78, 80, 82, 84, 86,
     88, 90, 92, 94, 96, 98, 100, 102, 104, 106, 108, 110, 112, 114, 116, 118, 120, 122, 124, 126};
+const CodeOrder kLowOrder = make_code_order(kLowBytes);
 
 // weight=f32 (plan mode 0: y = RN(RN(z·r)·w), no bf16 rounding; aiter-rmsnorm-quant), bf16 z = x. The weights are
 // |w|: RNE products are symmetric in sign, so RN(RN(z·r)·|w|) = ±|y| (r > 0) — pass A takes it from |z|, pass B
@@ -354,7 +369,7 @@ template <bool kWsign>
 FP8REF_RQ512 void wquant_pass_t(const Plan& p, const uint16_t* x, size_t K, size_t G, float r, const float* ga,
                                 float mx, uint8_t* q, bool stream) {
   LineStream out(q);
-  Coder<1> cd(mx, kLowBytes);
+  Coder<1> cd(mx, kLowOrder);
   const __m512 vr = _mm512_set1_ps(r);
   for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
     cd.group(ga[g], 0.0f);
@@ -377,7 +392,7 @@ FP8REF_RQ512 void wquant_pass_t(const Plan& p, const uint16_t* x, size_t K, size
 template <int kOp>
 FP8REF_RQ512 bool quant_bf16_t(const uint16_t* x, size_t n, size_t G, const float* a, const float* b, float bound,
                                uint8_t* q, const uint16_t* nx, uint32_t* namax, size_t ahead) {
-  Coder<kOp> cd(bound, kLowBytes);
+  Coder<kOp> cd(bound, kLowOrder);
   const __m512i mag16 = _mm512_set1_epi16(0x7FFF);
   bool next_all = nx != nullptr;
   for (size_t k0 = 0, g = 0; k0 < n; k0 += G, ++g) {
@@ -407,18 +422,23 @@ FP8REF_RQ512 bool quant_bf16_t(const uint16_t* x, size_t n, size_t G, const floa
 // make_plan's loops in lanes (a one-row call spent ~3x its passes' time in the scalar ones: session 22): wperm per
 // 32-chunk by two two-table permutes; the smallest nonzero |w| as a u32 minimum of (bits(|w|) − 1), zero wrapping to
 // the largest — the scalar loop's min over 0 < |w| < +Inf (NaN and Inf bits are >= Inf's: none such, +Inf).
-FP8REF_RQ512 float permute_weights(const float* wf, size_t K, const int32_t* i0, const int32_t* i1, float* wperm) {
+FP8REF_RQ512 float permute_weights(const float* wf, size_t K, const int32_t* i0, const int32_t* i1, float* wperm,
+                                   uint32_t* wmax_bits) {
   const __m512i x0 = _mm512_load_si512(i0), x1 = _mm512_load_si512(i1);
   const __m512i abs32 = _mm512_set1_epi32(0x7FFFFFFF), one32 = _mm512_set1_epi32(1);
-  __m512i mn = _mm512_set1_epi32(-1);
+  __m512i mn = _mm512_set1_epi32(-1), mx = _mm512_setzero_si512();
   for (size_t c = 0; c < K; c += 32) {
     const __m512 lo = _mm512_loadu_ps(wf + c), hi = _mm512_loadu_ps(wf + c + 16);
     _mm512_storeu_ps(wperm + c, _mm512_permutex2var_ps(lo, x0, hi));
     _mm512_storeu_ps(wperm + c + 16, _mm512_permutex2var_ps(lo, x1, hi));
     mn = _mm512_min_epu32(mn, _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(lo), abs32), one32));
     mn = _mm512_min_epu32(mn, _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(hi), abs32), one32));
+    mx = _mm512_max_epu32(mx, _mm512_max_epu32(_mm512_and_si512(_mm512_castps_si512(lo), abs32),
+                                               _mm512_and_si512(_mm512_castps_si512(hi), abs32)));
   }
   alignas(64) uint32_t l[16];
+  _mm512_store_si512(l, mx);
+  *wmax_bits = *std::max_element(l, l + 16);
   _mm512_store_si512(l, mn);
   const uint32_t m = *std::min_element(l, l + 16) + 1u;  // (all zero: wraps to 0)
   return m == 0 || m >= 0x7F800000u ? INFINITY : f32_of(m);
@@ -448,12 +468,14 @@ void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, P
     plan->idxb[Y[j]] = static_cast<uint8_t>(2 * j);
     plan->idxb[32 + Y[j]] = static_cast<uint8_t>(64 + 2 * j);
   }
+  plan->order = make_code_order(plan->idxb);
   alignas(64) int32_t i0[16], i1[16];
   for (int i = 0; i < 16; ++i) {
     i0[i] = L0[i];
     i1[i] = L1[i];
   }
-  plan->wmin = permute_weights(wf, K, i0, i1, wperm);
+  plan->wmin = permute_weights(wf, K, i0, i1, wperm, &plan->wmax_bits);
+  plan->flush_ok = false;
   if (mode != 0) {  // bf16 pairs in place: word 2i of a 32-chunk the weight of lane i of vector 0, 2i + 1 of vector 1
     plan->wperm = nullptr;  // (the f32 weights are overwritten: wperm16 holds them)
     auto* w16 = reinterpret_cast<uint16_t*>(wperm);
@@ -478,6 +500,10 @@ void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, P
   }
 }
 
+bool flush_subnormal_harmless(const Plan& plan, double s_min) {
+  return s_min >= 0x1p-60 && plan.wmax_bits <= bits_of(0x1p50f);
+}
+
 void fence() { _mm_sfence(); }
 
 bool norm_pass(const Plan& p, const uint16_t* x, const uint16_t* res, const float* zf, size_t K, size_t G, float r,
@@ -486,10 +512,15 @@ bool norm_pass(const Plan& p, const uint16_t* x, const uint16_t* res, const floa
 #define FP8REF_RQ512_NORM(M)                                                                                       \
   switch (p.zkind) {                                                                                               \
     case ZKind::bf16:                                                                                              \
-      if (zmin1 < 0x10000u) return norm_pass_t<M, ZKind::bf16, false>(FP8REF_RQ512_ARGS);                          \
-      return norm_pass_t<M, ZKind::bf16>(FP8REF_RQ512_ARGS);                                                       \
-    case ZKind::sum_f32: return norm_pass_t<M, ZKind::sum_f32>(FP8REF_RQ512_ARGS);                                 \
-    default: return norm_pass_t<M, ZKind::f32>(FP8REF_RQ512_ARGS);                                                 \
+      if (p.flush_ok) return norm_pass_t<M, ZKind::bf16, 0>(FP8REF_RQ512_ARGS);                                    \
+      if (zmin1 < 0x10000u) return norm_pass_t<M, ZKind::bf16, 1>(FP8REF_RQ512_ARGS);                              \
+      return norm_pass_t<M, ZKind::bf16, 2>(FP8REF_RQ512_ARGS);                                                    \
+    case ZKind::sum_f32:                                                                                           \
+      if (p.flush_ok) return norm_pass_t<M, ZKind::sum_f32, 0>(FP8REF_RQ512_ARGS);                                 \
+      return norm_pass_t<M, ZKind::sum_f32, 2>(FP8REF_RQ512_ARGS);                                                 \
+    default:                                                                                                       \
+      if (p.flush_ok) return norm_pass_t<M, ZKind::f32, 0>(FP8REF_RQ512_ARGS);                                     \
+      return norm_pass_t<M, ZKind::f32, 2>(FP8REF_RQ512_ARGS);                                                     \
   }
   if (p.mode == 1) FP8REF_RQ512_NORM(1)
   FP8REF_RQ512_NORM(2)

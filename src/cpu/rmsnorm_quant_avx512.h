@@ -29,6 +29,12 @@ enum class ZKind : uint8_t { bf16, sum_f32, f32 };
 // Per-thread state for one call: the weights in the lane order of the passes, and the byte order that puts the codes
 // back in element order. mode: 1 = y = bf16(bf16(z·r)·w) (dtype-twice), 2 = y = bf16(z·r·w) (dtype-once), 0 = y =
 // RN(RN(z·r)·w) (weight=f32: amax_pass and wquant_pass, bf16 z only).
+// The byte indices that gather 64 codes into a given output order (pass B's Coder; a function of the order alone,
+// so built once per plan rather than per row: make_code_order).
+struct CodeOrder {
+  alignas(64) uint8_t ia[64] = {}, ib[64] = {}, is[64] = {};
+  uint64_t kab = 0;  // output bytes taken from the second pair of code vectors
+};
 struct Plan {
   int mode = 0;
   ZKind zkind = ZKind::bf16;
@@ -39,13 +45,24 @@ struct Plan {
   // row then fit a 48 KiB L1d: bench_rmsnorm_passes 0.463 -> 0.430 cycles per value, session 25). In wperm's memory.
   const uint16_t* wperm16 = nullptr;
   float wmin = 0;                // the smallest nonzero |w| (+Inf: none)
+  uint32_t wmax_bits = 0;        // the largest |w|'s f32 bits (NaN: above +Inf's)
+  // The caller's, after make_plan: every y the flush could change (|y| <= 2^-125·max(1, |w|)) gives code ±0 with
+  // the sign kept — the quant spec's guard keeps every scale far above such y (flush_subnormal_harmless) — so norm_pass
+  // needs no row guard (no smallest |z|): a flushed bf16(z·r) or product is ±0 where the exact one is tiny.
+  bool flush_ok = false;
   const uint8_t* wsign = nullptr;  // mode 0: K bytes in element order, 0x80 where w's sign bit is set (null: none is)
   alignas(64) uint8_t idxb[64] = {};
+  CodeOrder order;  // make_code_order(idxb)
 };
 // Fills plan (wperm: K floats to write, from the f32-widened weights wf; modes 1, 2: bf16-valued) for K % 32 == 0.
 // Mode 0 stores |w| in wperm, and the signs in wsign (K bytes to write) when a weight has its sign bit set; modes 1
 // and 2 the bf16 pairs of wperm16 in wperm's first 2K bytes.
 void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, Plan* plan, uint8_t* wsign = nullptr);
+// Whether, under a guard whose scales are never below s_min (> 0: min-scale M, or amax-floor E / fp8 max), a y the
+// flush changes cannot reach a nonzero code: |y| <= 2^-125·max(1, max |w|) and every q = y/s (or y·RN(1/s)) is then
+// below 2^-11, half the smallest FP8 subnormal and less — ±0 with y's sign, which vcvtne2ps2bf16 keeps; the group
+// maxima such y enter stay under the guard's amax (the scales do not change). Conservative: s_min >= 2^-60, |w| <= 2^50.
+bool flush_subnormal_harmless(const Plan& plan, double s_min);
 
 // Pass A: y (K bf16 values, packed in the plan's lane order) and the u16 max of |y| bits per group of G (G % 32 == 0,
 // K % G == 0). z from x (and res) or zf per the plan's kind. Returns false when the row must go the Highway way: a

@@ -1603,6 +1603,19 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
   const bool use512 = path == RmsNormPath::automatic && a.from == Format::bf16 && fast && !a.normed && cast_in_lanes &&
                       (spec.weight == NormWeight::dtype_twice || spec.weight == NormWeight::dtype_once) && K % 64 == 0 &&
                       G % 64 == 0 && K % G == 0 && rmsnorm_quant_has_avx512bf16();
+  // The smallest scale the quant spec's guard lets through, halved for the scale's own rounding (0: none, or a scale
+  // dtype / formula this bound is not made for): with it the passes need no row guard (rq512::Plan::flush_ok), and
+  // vLLM's rows skip the smallest-|x| scan in the cub pass (min-scale 1/(448·512)).
+  double guard_s_min = 0;
+  if ((qs.scale_dtype == ScaleDtype::f32 || qs.scale_dtype == ScaleDtype::bf16 ||
+       (qs.scale_dtype == ScaleDtype::ue8m0 &&
+        (qs.scale_round == ScaleRound::pow2_ceil || qs.scale_round == ScaleRound::pow2_ceil_clamp))) &&
+      (qs.formula == QuantFormula::div || qs.formula == QuantFormula::mul_rcp) && qs.div == Division::ieee) {
+    if (qs.min_scale && *qs.min_scale > 0.0f) guard_s_min = static_cast<double>(*qs.min_scale) / 2;
+    if (qs.amax_floor && *qs.amax_floor > 0.0f)
+      guard_s_min = std::max(guard_s_min, static_cast<double>(*qs.amax_floor) / static_cast<double>(max) / 2);
+    if (!std::isfinite(guard_s_min)) guard_s_min = 0;
+  }
   // and their weight=f32 form (y unrounded: aiter-rmsnorm-quant) for bf16 rows without a residual, x*(1/s)
   const bool use512w = path == RmsNormPath::automatic && fast && !a.normed && cast_in_lanes &&
                        spec.weight == NormWeight::f32 && zkind == rq512::ZKind::bf16 &&
@@ -1655,6 +1668,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
         y512 = reinterpret_cast<uint16_t*>(slice(6));  // (mode 0: the weights' sign bytes)
         rq512::make_plan(use512w ? 0 : spec.weight == NormWeight::dtype_twice ? 1 : 2, zkind, wf, static_cast<size_t>(K),
                          w512, &plan, reinterpret_cast<uint8_t*>(y512));
+        plan.flush_ok = use512 && guard_s_min > 0 && rq512::flush_subnormal_harmless(plan, guard_s_min);
       }
       for (int64_t k = 0; k < K && a.from != Format::bf16; ++k) {
         if (a.from == Format::f32) {
@@ -1778,7 +1792,8 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
           break;
         }
         case Variance::cub:
-          var = mean_square_cub(zp, K, L.cub_threads, part.data(), lane0.data(), parts_done, use512 ? &zmin1 : nullptr);
+          var = mean_square_cub(zp, K, L.cub_threads, part.data(), lane0.data(), parts_done,
+                                use512 && !plan.flush_ok ? &zmin1 : nullptr);
           break;
       }
       // 3.–4.
@@ -1797,14 +1812,16 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       const auto* next_x = has_next ? reinterpret_cast<const uint16_t*>(xr + K * esz) : nullptr;
       const auto* next_r = has_next && rr ? reinterpret_cast<const uint16_t*>(rr + K * esz) : nullptr;
       // steps 5–9 as the AVX-512 BF16 passes (false: a row they decline; it goes on below). The norm pass prefetches
-      // the row after next into L2 (x, and the residual when there is one), one line per 32 values. (Session 17 moved
-      // that prefetch, then of the next row into L1, to the quant pass and the row after next into L2: 4.94 -> 4.66
-      // ms, + residual 9.70 -> 8.28 ms. In the quant pass the requests came in bursts, and the memory sat idle through
+      // the next row into L2 (x, and the residual when there is one), one line per 32 values. (Session 17 moved that
+      // prefetch, then of the next row into L1, to the quant pass and the row after next into L2: 4.94 -> 4.66 ms,
+      // + residual 9.70 -> 8.28 ms — in the quant pass the requests came in bursts, and the memory sat idle through
       // the cub and norm passes before it; in the norm pass, vllm-rmsnorm-quant 2T best 5.75–5.82 -> 5.30–5.39 ms on
-      // session 24's Xeon, bench/RESULTS.md.)
-      const bool pf2 = m + 2 < M;
-      const auto* pf_x = pf2 ? reinterpret_cast<const uint16_t*>(xr + 2 * K * esz) : nullptr;
-      const auto* pf_r = pf2 && rr ? reinterpret_cast<const uint16_t*>(rr + 2 * K * esz) : nullptr;
+      // session 24's Xeon. Session 28, that Xeon's kind, the next row instead of the one after: 5.54–6.13 vs
+      // 5.87–6.24 ms, six alternations, and 4.74–5.11 vs 4.97–5.54 with the passes' later changes; aiter and the
+      // residual rows equal. bench/RESULTS.md.)
+      const bool pf1 = m + 1 < M;
+      const auto* pf_x = pf1 ? reinterpret_cast<const uint16_t*>(xr + K * esz) : nullptr;
+      const auto* pf_r = pf1 && rr ? reinterpret_cast<const uint16_t*>(rr + K * esz) : nullptr;
       // weight=f32: the group maxima of y, the scales, then the codes from x again (rmsnorm_quant_avx512.h amax_pass)
       if (bf16_fast && use512w &&
           rq512::amax_pass(plan, reinterpret_cast<const uint16_t*>(xr), static_cast<size_t>(K), static_cast<size_t>(G), r,
