@@ -25,7 +25,10 @@
 // subnormal input becomes ±0. norm_pass therefore proves per row that no nonzero value there is subnormal: with zmin
 // the smallest nonzero |z| and wmin the smallest nonzero |w| (make_plan), RN(zmin·r) >= 2^-126 and
 // bf16(RN(zmin·r))·wmin >= 2^-126 (dtype-twice; RN(zmin·r)·wmin for dtype-once) bound every a and every product from
-// below (rounding is monotone). A row that fails (values near 2^-126 of the largest) goes the Highway way.
+// below (rounding is monotone). A row that fails (values near 2^-126 of the largest) goes the Highway way. Not needed
+// (Plan::flush_ok, session 28) where the quant spec's scale guard keeps every scale far above anything the flush can
+// change: those y have the code ±0 either way (flush_subnormal_harmless) — vLLM's min-scale; its cub pass then skips
+// the smallest-|x| scan (3 of its instructions per 32 values).
 // Measured (bench/RESULTS.md, session 16), Zen 4, bf16 [4096, 7168], vllm-rmsnorm-quant: 2 threads 7.56 -> 5.50 ms;
 // one thread in cache 1.64 -> 1.10 cycles per value; session 17, each row's quant pass deferred into the next row to
 // hide the rsqrt table's miss (rmsnorm_quant_cpu.cc): 4.83 ms. Not kept: the same passes for weight=f32 (y in f32

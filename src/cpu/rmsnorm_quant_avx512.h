@@ -26,15 +26,15 @@ namespace rq512 {
 // How the row's z arrives: bf16 x (z = x widened), bf16 x + bf16 residual summed in f32, or an f32 row.
 enum class ZKind : uint8_t { bf16, sum_f32, f32 };
 
-// Per-thread state for one call: the weights in the lane order of the passes, and the byte order that puts the codes
-// back in element order. mode: 1 = y = bf16(bf16(z·r)·w) (dtype-twice), 2 = y = bf16(z·r·w) (dtype-once), 0 = y =
-// RN(RN(z·r)·w) (weight=f32: amax_pass and wquant_pass, bf16 z only).
 // The byte indices that gather 64 codes into a given output order (pass B's Coder; a function of the order alone,
 // so built once per plan rather than per row: make_code_order).
 struct CodeOrder {
   alignas(64) uint8_t ia[64] = {}, ib[64] = {}, is[64] = {};
   uint64_t kab = 0;  // output bytes taken from the second pair of code vectors
 };
+// Per-thread state for one call: the weights in the lane order of the passes, and the byte order that puts the codes
+// back in element order. mode: 1 = y = bf16(bf16(z·r)·w) (dtype-twice), 2 = y = bf16(z·r·w) (dtype-once), 0 = y =
+// RN(RN(z·r)·w) (weight=f32: amax_pass and wquant_pass, bf16 z only).
 struct Plan {
   int mode = 0;
   ZKind zkind = ZKind::bf16;
@@ -66,7 +66,8 @@ bool flush_subnormal_harmless(const Plan& plan, double s_min);
 
 // Pass A: y (K bf16 values, packed in the plan's lane order) and the u16 max of |y| bits per group of G (G % 32 == 0,
 // K % G == 0). z from x (and res) or zf per the plan's kind. Returns false when the row must go the Highway way: a
-// nonzero z·r or product below the f32 normal range (vcvtne2ps2bf16 flushes subnormals) or a group with a NaN/Inf y.
+// nonzero z·r or product below the f32 normal range (vcvtne2ps2bf16 flushes subnormals; not checked with
+// plan.flush_ok) or a group with a NaN/Inf y.
 // zmin1 (bf16 z only; below 0x10000): min((|x| − 1) mod 2^16) over x's words, computed by the caller already (the
 // cub partials pass, where it costs less) — the pass then leaves it out. pf_x / pf_r (null: none): a later row's
 // bf16 inputs (K words each), prefetched into L2 one 64-byte line of each per 32 values.
