@@ -893,6 +893,61 @@ TEST_CASE("rmsnorm_quant: under a scale guard the AVX-512 BF16 passes take rows 
   CHECK_FALSE(cpu::rq512::flush_subnormal_harmless(plan, 1.0));
 }
 
+TEST_CASE("rmsnorm_quant: the AVX-512 passes' group scales at the guards' floors and outside the fast division's range") {
+  // rq512::group_scales computes the scales of rows the norm pass took (RowGroupScales's steps without NaN cases).
+  // Rows of 8 groups of 64, bf16, weights ~1: groups ~N(0, 1), groups scaled by 2^-10 (amax under the floors below),
+  // all-zero groups (±0; rows 0 and 4), and groups of ±2^-125·(1 + j/8) (odd rows) — with no guard their scale
+  // amax/448 is an f32 subnormal,
+  // outside the Markstein x/s range [2^-60, 2^60] and with an infinite RN(1/s): those groups are not fast, and the
+  // row must take the per-group path. Each guard kind, x/s and x*(1/s), both scale formulas; oracle: the reference.
+  const int64_t K = 512, M = 8, G = 64;
+  std::vector<float> xv(static_cast<size_t>(M * K));
+  std::vector<float> wv(static_cast<size_t>(K));
+  std::mt19937_64 rng(4242);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t g = k / G;
+      const int kind = static_cast<int>((g + m) % 4);
+      const float sg = (k + m) % 3 ? 1.0f : -1.0f;
+      float x = nd(rng);
+      if (kind == 1) x = std::ldexp(x, -10);
+      if (kind == 2 && m % 4 == 0) x = sg * 0.0f;  // (a row with a zero group goes the per-group way without a floor)
+      if (kind == 3 && m % 2 == 1) x = sg * 0x1p-125f * (1.0f + static_cast<float>(k % 8) / 8.0f);
+      xv[static_cast<size_t>(m * K + k)] = x;
+    }
+  for (auto& w : wv) w = 1.0f + 0.125f * nd(rng);
+  const auto x = encode_as(Format::bf16, xv), w = encode_as(Format::bf16, wv);
+  int slow_rows = 0;
+  for (const char* guard : {"amax-floor:0.25", "min-scale:0.001", "amax-floor:0.25,min-scale:0.001", "none"})
+    for (const char* formula : {"x/s", "x*(1/s)"})
+      for (const char* sf : {"amax/max", "amax*(1/max)"}) {
+        const RmsNormQuantSpec spec = spec_for("vllm-rmsnorm-quant", Format::e4m3fn,
+                                               {{"group", "64"}, {"guard", guard}, {"formula", formula}, {"scale-formula", sf}});
+        INFO(spec.describe());
+        const Outputs want = run(false, spec, Format::bf16, x, w, nullptr, {M, K}, false);
+        const Outputs got = run(true, spec, Format::bf16, x, w, nullptr, {M, K}, false);
+        CHECK(got.q == want.q);
+        CHECK(got.scales == want.scales);
+        if (std::string(guard) == "none") {
+          // the tiny groups' scales are f32 subnormals (odd rows): not fast
+          const auto* sc = reinterpret_cast<const float*>(want.scales.data());
+          for (int64_t m = 1; m < M; m += 2)
+            for (int64_t g = 0; g < K / G; ++g)
+              if ((g + m) % 4 == 3) slow_rows += std::fpclassify(sc[m * (K / G) + g]) == FP_SUBNORMAL;
+        } else {
+          // the floors show: the 2^-10 and zero groups' scales are the guard's
+          const auto* sc = reinterpret_cast<const float*>(want.scales.data());
+          const float fl = std::string(guard).rfind("min", 0) == 0 ? 0.001f : 0.25f / 448.0f;
+          for (int64_t g = 0; g < K / G; ++g)
+            if (g % 4 == 2) CHECK(sc[g] >= fl * (1.0f - 0x1p-20f));  // row 0's zero groups
+          for (int64_t g = 0; g < K / G; ++g)
+            if ((g + 2) % 4 == 1) CHECK(sc[2 * (K / G) + g] >= fl * (1.0f - 0x1p-20f));  // row 2's 2^-10 groups
+        }
+      }
+  CHECK(slow_rows > 0);
+}
+
 TEST_CASE("rmsnorm_quant: zeros of either sign keep y's sign (−0 codes 0x80) on every path") {
   // y = bf16(bf16(z·r)·w) is −0 for z = −0 under w > 0 and for z = +0 under w < 0: e4m3fn code 0x80 (any form of y
   // that adds a zero — e.g. vdpbf16ps with a zero partner, tried in session 20 — turns such a −0 into +0). Rows:

@@ -1616,6 +1616,20 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       guard_s_min = std::max(guard_s_min, static_cast<double>(*qs.amax_floor) / static_cast<double>(max) / 2);
     if (!std::isfinite(guard_s_min)) guard_s_min = 0;
   }
+  // Their groups' scales in one AVX-512 step per 16 groups (rq512::group_scales: no f32 copy of the maxima, no NaN
+  // flags, one "all fast" answer) where the guards are finite (a NaN guard takes RowGroupScales's NaN rules): one
+  // thread in cache, vllm-rmsnorm-quant [64, 7168] 0.1367–0.1373 -> 0.1331–0.1336 ms (session 28).
+  rq512::ScaleSpec scale_spec;
+  scale_spec.has_floor = qs.amax_floor.has_value();
+  scale_spec.floor = qs.amax_floor.value_or(0.0f);
+  scale_spec.has_min = qs.min_scale.has_value();
+  scale_spec.min_scale = qs.min_scale.value_or(0.0f);
+  scale_spec.sdiv = qs.scale_formula == ScaleFormula::div;
+  scale_spec.mul = qs.formula == QuantFormula::mul_rcp;
+  scale_spec.max = max;
+  scale_spec.rcp_max = rcp_max;
+  const bool scale_spec_ok = use512 && std::isfinite(scale_spec.floor) && std::isfinite(scale_spec.min_scale) &&
+                             (qs.scale_formula == ScaleFormula::div || qs.scale_formula == ScaleFormula::mul_rcp);
   // and their weight=f32 form (y unrounded: aiter-rmsnorm-quant) for bf16 rows without a residual, x*(1/s)
   const bool use512w = path == RmsNormPath::automatic && fast && !a.normed && cast_in_lanes &&
                        spec.weight == NormWeight::f32 && zkind == rq512::ZKind::bf16 &&
@@ -1843,15 +1857,22 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       if (bf16_fast && use512 &&
           rq512::norm_pass(plan, reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr), z,
                            static_cast<size_t>(K), static_cast<size_t>(G), r, y512, gmax16.data(), zmin1, pf_x, pf_r)) {
-        for (int64_t g = 0; g < ngroups; ++g) {
-          gamax[g] = f32_of(static_cast<uint32_t>(gmax16[g]) << 16);
-          gnan[g] = 0;
-        }
         float* scales = static_cast<float*>(a.scales) + m * ngroups;
         const bool mul = qs.formula == QuantFormula::mul_rcp;
-        HWY_DYNAMIC_DISPATCH(RowGroupScales)(qs, rcp_max, mul, true, gamax.data(), gnan.data(),
-                                             static_cast<size_t>(ngroups), scales, gsv.data(), gfast.data(), grb.data());
-        if (std::find(gfast.begin(), gfast.end(), uint8_t{0}) == gfast.end()) {
+        bool all_fast;
+        if (scale_spec_ok) {
+          all_fast = rq512::group_scales(scale_spec, gmax16.data(), static_cast<size_t>(ngroups), scales, gsv.data(),
+                                         grb.data());
+        } else {
+          for (int64_t g = 0; g < ngroups; ++g) {
+            gamax[g] = f32_of(static_cast<uint32_t>(gmax16[g]) << 16);
+            gnan[g] = 0;
+          }
+          HWY_DYNAMIC_DISPATCH(RowGroupScales)(qs, rcp_max, mul, true, gamax.data(), gnan.data(),
+                                               static_cast<size_t>(ngroups), scales, gsv.data(), gfast.data(), grb.data());
+          all_fast = std::find(gfast.begin(), gfast.end(), uint8_t{0}) == gfast.end();
+        }
+        if (all_fast) {
           pend = {true, !mul, a.q + off};  // the quant pass: in the next row, or after the loop (flush)
           continue;
         }
