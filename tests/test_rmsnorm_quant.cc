@@ -894,12 +894,11 @@ TEST_CASE("rmsnorm_quant: under a scale guard the AVX-512 BF16 passes take rows 
 }
 
 TEST_CASE("rmsnorm_quant: the AVX-512 passes' group scales at the guards' floors and outside the fast division's range") {
-  // rq512::group_scales computes the scales of rows the norm pass took (RowGroupScales's steps without NaN cases).
+  // RowGroupScales computes the scales of the rows the AVX-512 norm pass took, and whether every group is fast.
   // Rows of 8 groups of 64, bf16, weights ~1: groups ~N(0, 1), groups scaled by 2^-10 (amax under the floors below),
   // all-zero groups (±0; rows 0 and 4), and groups of ±2^-125·(1 + j/8) (odd rows) — with no guard their scale
-  // amax/448 is an f32 subnormal,
-  // outside the Markstein x/s range [2^-60, 2^60] and with an infinite RN(1/s): those groups are not fast, and the
-  // row must take the per-group path. Each guard kind, x/s and x*(1/s), both scale formulas; oracle: the reference.
+  // amax/448 is an f32 subnormal, outside the Markstein x/s range [2^-60, 2^60] and with an infinite RN(1/s): those
+  // groups are not fast, and the row must take the per-group path. Each guard kind, x/s and x*(1/s), both scale formulas; oracle: the reference.
   const int64_t K = 512, M = 8, G = 64;
   std::vector<float> xv(static_cast<size_t>(M * K));
   std::vector<float> wv(static_cast<size_t>(K));

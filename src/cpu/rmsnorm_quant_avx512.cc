@@ -507,44 +507,6 @@ bool flush_subnormal_harmless(const Plan& plan, double s_min) {
   return s_min >= 0x1p-60 && plan.wmax_bits <= bits_of(0x1p50f);
 }
 
-namespace {
-FP8REF_RQ512 bool group_scales_t(const ScaleSpec& sp, const uint16_t* gmax, size_t n, float* scales, float* gsv,
-                                 float* grb) {
-  const __m512 floor = _mm512_set1_ps(sp.floor), mins = _mm512_set1_ps(sp.min_scale), one = _mm512_set1_ps(1.0f);
-  const __m512 mx = _mm512_set1_ps(sp.max), rmx = _mm512_set1_ps(sp.rcp_max), big = _mm512_set1_ps(0x1p60f);
-  const __m512i inf = _mm512_set1_epi32(0x7F800000), lo = _mm512_set1_epi32(0x21800000),
-                span = _mm512_set1_epi32(0x5D800000 - 0x21800000);
-  __mmask16 slow = 0;
-  for (size_t i = 0; i < n; i += 16) {
-    const __mmask16 k = n - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1u);
-    const __m512 am0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, gmax + i)), 16));
-    __m512 amax = am0;
-    if (sp.has_floor) amax = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(amax, floor, _CMP_LT_OQ), amax, floor);
-    __m512 sv = sp.sdiv ? _mm512_div_ps(amax, mx) : _mm512_mul_ps(amax, rmx);
-    if (sp.has_min) sv = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(sv, mins, _CMP_LT_OQ), sv, mins);
-    _mm512_mask_storeu_ps(scales + i, k, sv);
-    __mmask16 fast;
-    if (sp.mul) {
-      const __m512 g = _mm512_div_ps(one, sv);
-      _mm512_mask_storeu_ps(gsv + i, k, g);
-      fast = _mm512_cmplt_epu32_mask(_mm512_castps_si512(g), inf);
-    } else {
-      _mm512_mask_storeu_ps(gsv + i, k, sv);
-      const __mmask16 in_range =
-          _mm512_cmple_epu32_mask(_mm512_sub_epi32(_mm512_castps_si512(sv), lo), span);
-      fast = in_range & _mm512_cmp_ps_mask(am0, _mm512_mul_ps(sv, big), _CMP_LE_OQ);
-      _mm512_mask_storeu_ps(grb + i, k, _mm512_maskz_div_ps(fast, one, sv));
-    }
-    slow |= static_cast<__mmask16>(k & ~fast);
-  }
-  return slow == 0;
-}
-}  // namespace
-
-bool group_scales(const ScaleSpec& sp, const uint16_t* gmax, size_t n, float* scales, float* gsv, float* grb) {
-  return group_scales_t(sp, gmax, n, scales, gsv, grb);
-}
-
 void fence() { _mm_sfence(); }
 
 bool norm_pass(const Plan& p, const uint16_t* x, const uint16_t* res, const float* zf, size_t K, size_t G, float r,

@@ -64,18 +64,6 @@ void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, P
 // maxima such y enter stay under the guard's amax (the scales do not change). Conservative: s_min >= 2^-60, |w| <= 2^50.
 bool flush_subnormal_harmless(const Plan& plan, double s_min);
 
-// The groups' scales of a row from norm_pass's group maxima (gmax: bf16 bits of max |y|, every one finite), for the
-// specs the fast group quant takes (f32 scales, IEEE division, finite guards): RowGroupScales's steps
-// (rmsnorm_quant_cpu.cc) without its NaN cases, which cannot occur here — amax' = max(amax, floor), s = RN(amax'/max)
-// (sdiv) or RN(amax'·rcp_max), s = max(s, min_scale) into scales; gsv = s (x/s) or RN(1/s) (x*(1/s)); grb = RN(1/s)
-// (x/s; 0 where not fast). Returns whether every group is fast (RowGroupScales's gfast: x/s needs s in [2^-60,
-// 2^60] and amax <= s·2^60, x*(1/s) a finite RN(1/s)). 16 groups a step, the last masked.
-struct ScaleSpec {
-  bool has_floor = false, has_min = false, sdiv = true, mul = false;
-  float floor = 0, min_scale = 0, max = 448.0f, rcp_max = 1.0f / 448.0f;
-};
-bool group_scales(const ScaleSpec& sp, const uint16_t* gmax, size_t n, float* scales, float* gsv, float* grb);
-
 // Pass A: y (K bf16 values, packed in the plan's lane order) and the u16 max of |y| bits per group of G (G % 32 == 0,
 // K % G == 0). z from x (and res) or zf per the plan's kind. Returns false when the row must go the Highway way: a
 // nonzero z·r or product below the f32 normal range (vcvtne2ps2bf16 flushes subnormals; not checked with

@@ -1603,33 +1603,14 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
   const bool use512 = path == RmsNormPath::automatic && a.from == Format::bf16 && fast && !a.normed && cast_in_lanes &&
                       (spec.weight == NormWeight::dtype_twice || spec.weight == NormWeight::dtype_once) && K % 64 == 0 &&
                       G % 64 == 0 && K % G == 0 && rmsnorm_quant_has_avx512bf16();
-  // The smallest scale the quant spec's guard lets through, halved for the scale's own rounding (0: none, or a scale
-  // dtype / formula this bound is not made for): with it the passes need no row guard (rq512::Plan::flush_ok), and
-  // vLLM's rows skip the smallest-|x| scan in the cub pass (min-scale 1/(448·512)).
+  // The smallest scale the quant spec's guard lets through (0: no guard), halved as a margin for RN(floor / max): with
+  // it the passes need no row guard (rq512::Plan::flush_ok), and vLLM's rows skip the smallest-|x| scan in the cub
+  // pass (min-scale 1/(448·512)). (The passes run fast_quant specs only: f32 scales, x/s or x*(1/s), IEEE division.)
   double guard_s_min = 0;
-  if ((qs.scale_dtype == ScaleDtype::f32 || qs.scale_dtype == ScaleDtype::bf16 ||
-       (qs.scale_dtype == ScaleDtype::ue8m0 &&
-        (qs.scale_round == ScaleRound::pow2_ceil || qs.scale_round == ScaleRound::pow2_ceil_clamp))) &&
-      (qs.formula == QuantFormula::div || qs.formula == QuantFormula::mul_rcp) && qs.div == Division::ieee) {
-    if (qs.min_scale && *qs.min_scale > 0.0f) guard_s_min = static_cast<double>(*qs.min_scale) / 2;
-    if (qs.amax_floor && *qs.amax_floor > 0.0f)
-      guard_s_min = std::max(guard_s_min, static_cast<double>(*qs.amax_floor) / static_cast<double>(max) / 2);
-    if (!std::isfinite(guard_s_min)) guard_s_min = 0;
-  }
-  // Their groups' scales in one AVX-512 step per 16 groups (rq512::group_scales: no f32 copy of the maxima, no NaN
-  // flags, one "all fast" answer) where the guards are finite (a NaN guard takes RowGroupScales's NaN rules): one
-  // thread in cache, vllm-rmsnorm-quant [64, 7168] 0.1367–0.1373 -> 0.1331–0.1336 ms (session 28).
-  rq512::ScaleSpec scale_spec;
-  scale_spec.has_floor = qs.amax_floor.has_value();
-  scale_spec.floor = qs.amax_floor.value_or(0.0f);
-  scale_spec.has_min = qs.min_scale.has_value();
-  scale_spec.min_scale = qs.min_scale.value_or(0.0f);
-  scale_spec.sdiv = qs.scale_formula == ScaleFormula::div;
-  scale_spec.mul = qs.formula == QuantFormula::mul_rcp;
-  scale_spec.max = max;
-  scale_spec.rcp_max = rcp_max;
-  const bool scale_spec_ok = use512 && std::isfinite(scale_spec.floor) && std::isfinite(scale_spec.min_scale) &&
-                             (qs.scale_formula == ScaleFormula::div || qs.scale_formula == ScaleFormula::mul_rcp);
+  if (qs.min_scale && *qs.min_scale > 0.0f) guard_s_min = static_cast<double>(*qs.min_scale) / 2;
+  if (qs.amax_floor && *qs.amax_floor > 0.0f)
+    guard_s_min = std::max(guard_s_min, static_cast<double>(*qs.amax_floor) / static_cast<double>(max) / 2);
+  if (!std::isfinite(guard_s_min)) guard_s_min = 0;
   // and their weight=f32 form (y unrounded: aiter-rmsnorm-quant) for bf16 rows without a residual, x*(1/s)
   const bool use512w = path == RmsNormPath::automatic && fast && !a.normed && cast_in_lanes &&
                        spec.weight == NormWeight::f32 && zkind == rq512::ZKind::bf16 &&
@@ -1682,7 +1663,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
         y512 = reinterpret_cast<uint16_t*>(slice(6));  // (mode 0: the weights' sign bytes)
         rq512::make_plan(use512w ? 0 : spec.weight == NormWeight::dtype_twice ? 1 : 2, zkind, wf, static_cast<size_t>(K),
                          w512, &plan, reinterpret_cast<uint8_t*>(y512));
-        plan.flush_ok = use512 && guard_s_min > 0 && rq512::flush_subnormal_harmless(plan, guard_s_min);
+        plan.flush_ok = use512 && rq512::flush_subnormal_harmless(plan, guard_s_min);
       }
       for (int64_t k = 0; k < K && a.from != Format::bf16; ++k) {
         if (a.from == Format::f32) {
@@ -1857,22 +1838,15 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       if (bf16_fast && use512 &&
           rq512::norm_pass(plan, reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr), z,
                            static_cast<size_t>(K), static_cast<size_t>(G), r, y512, gmax16.data(), zmin1, pf_x, pf_r)) {
+        for (int64_t g = 0; g < ngroups; ++g) {
+          gamax[g] = f32_of(static_cast<uint32_t>(gmax16[g]) << 16);
+          gnan[g] = 0;
+        }
         float* scales = static_cast<float*>(a.scales) + m * ngroups;
         const bool mul = qs.formula == QuantFormula::mul_rcp;
-        bool all_fast;
-        if (scale_spec_ok) {
-          all_fast = rq512::group_scales(scale_spec, gmax16.data(), static_cast<size_t>(ngroups), scales, gsv.data(),
-                                         grb.data());
-        } else {
-          for (int64_t g = 0; g < ngroups; ++g) {
-            gamax[g] = f32_of(static_cast<uint32_t>(gmax16[g]) << 16);
-            gnan[g] = 0;
-          }
-          HWY_DYNAMIC_DISPATCH(RowGroupScales)(qs, rcp_max, mul, true, gamax.data(), gnan.data(),
-                                               static_cast<size_t>(ngroups), scales, gsv.data(), gfast.data(), grb.data());
-          all_fast = std::find(gfast.begin(), gfast.end(), uint8_t{0}) == gfast.end();
-        }
-        if (all_fast) {
+        HWY_DYNAMIC_DISPATCH(RowGroupScales)(qs, rcp_max, mul, true, gamax.data(), gnan.data(),
+                                             static_cast<size_t>(ngroups), scales, gsv.data(), gfast.data(), grb.data());
+        if (std::find(gfast.begin(), gfast.end(), uint8_t{0}) == gfast.end()) {
           pend = {true, !mul, a.q + off};  // the quant pass: in the next row, or after the loop (flush)
           continue;
         }
