@@ -148,8 +148,10 @@ FP8REF_RQ512 bool norm_pass_t(const Plan& p, const uint16_t* x, const uint16_t* 
           zmin = _mm512_min_epu16(zmin, _mm512_and_si512(_mm512_sub_epi16(u, one16), abs16));
         }
       }
-      if (pf_x) _mm_prefetch(reinterpret_cast<const char*>(pf_x + k), _MM_HINT_T1);
-      if (pf_r) _mm_prefetch(reinterpret_cast<const char*>(pf_r + k), _MM_HINT_T1);
+      if ((k & 32) == 0) {  // the second half of the later row, a line per 64 values (quant_pass: the first)
+        if (pf_x) _mm_prefetch(reinterpret_cast<const char*>(pf_x + K / 2 + k / 2), _MM_HINT_T1);
+        if (pf_r) _mm_prefetch(reinterpret_cast<const char*>(pf_r + K / 2 + k / 2), _MM_HINT_T1);
+      }
       const __m512i wu = _mm512_load_si512(p.wperm16 + k);
       const __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(wu, 16)), w1 = _mm512_castsi512_ps(_mm512_and_si512(wu, hi));
       const __m512 a0 = _mm512_mul_ps(v0, vr), a1 = _mm512_mul_ps(v1, vr);
@@ -311,12 +313,14 @@ struct Coder {
 
 template <int kOp>
 FP8REF_RQ512 void quant_pass_t(const Plan& p, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb,
-                               float mx, uint8_t* q, bool stream) {
+                               float mx, uint8_t* q, bool stream, const uint16_t* pf_x, const uint16_t* pf_r) {
   LineStream out(q);
   Coder<kOp> cd(mx, p.order);
   for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
     cd.group(gsv[g], grb[g]);
     for (size_t k = k0; k < k0 + G; k += 64) {
+      if (pf_x) _mm_prefetch(reinterpret_cast<const char*>(pf_x + k / 2), _MM_HINT_T1);  // (the first half: line k/64)
+      if (pf_r) _mm_prefetch(reinterpret_cast<const char*>(pf_r + k / 2), _MM_HINT_T1);
       const __m512i c = cd.codes64(_mm512_load_si512(y + k), _mm512_load_si512(y + k + 32));
       if (stream) out.put(c);
       else _mm512_storeu_si512(q + k, c);
@@ -355,7 +359,8 @@ FP8REF_RQ512 bool amax_pass_t(const Plan& p, const uint16_t* x, size_t K, size_t
   for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
     __m512i m0 = _mm512_setzero_si512(), m1 = m0;
     for (size_t k = k0; k < k0 + G; k += 32) {
-      if (pf_x) _mm_prefetch(reinterpret_cast<const char*>(pf_x + k), _MM_HINT_T1);
+      if (pf_x && (k & 32) == 0)  // the first half of the later row, a line per 64 values (wquant_pass: the second)
+        _mm_prefetch(reinterpret_cast<const char*>(pf_x + k / 2), _MM_HINT_T1);
       __m512 y0, y1;
       y_f32(_mm512_and_si512(_mm512_loadu_si512(x + k), mag), vr, p.wperm + k, y0, y1);
       m0 = _mm512_max_epu32(m0, _mm512_castps_si512(y0));
@@ -370,13 +375,14 @@ FP8REF_RQ512 bool amax_pass_t(const Plan& p, const uint16_t* x, size_t K, size_t
 // Pass B: y again, q = RN(|y| · ga[g]) (x*(1/s)), the codes as quant_pass's, signed by x's sign XOR w's (p.wsign).
 template <bool kWsign>
 FP8REF_RQ512 void wquant_pass_t(const Plan& p, const uint16_t* x, size_t K, size_t G, float r, const float* ga,
-                                float mx, uint8_t* q, bool stream) {
+                                float mx, uint8_t* q, bool stream, const uint16_t* pf_x) {
   LineStream out(q);
   Coder<1> cd(mx, kLowOrder);
   const __m512 vr = _mm512_set1_ps(r);
   for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
     cd.group(ga[g], 0.0f);
     for (size_t k = k0; k < k0 + G; k += 64) {
+      if (pf_x) _mm_prefetch(reinterpret_cast<const char*>(pf_x + K / 2 + k / 2), _MM_HINT_T1);  // (line K/64 + k/64)
       const __m512i u0 = _mm512_loadu_si512(x + k), u1 = _mm512_loadu_si512(x + k + 32);
       __m512 y[4];
       y_f32(u0, vr, p.wperm + k, y[0], y[1]);
@@ -536,15 +542,15 @@ bool amax_pass(const Plan& p, const uint16_t* x, size_t K, size_t G, float r, ui
 }
 
 void wquant_pass(const Plan& p, const uint16_t* x, size_t K, size_t G, float r, const float* ga, float mx, uint8_t* q,
-                 bool stream) {
-  if (p.wsign) wquant_pass_t<true>(p, x, K, G, r, ga, mx, q, stream);
-  else wquant_pass_t<false>(p, x, K, G, r, ga, mx, q, stream);
+                 bool stream, const uint16_t* pf_x) {
+  if (p.wsign) wquant_pass_t<true>(p, x, K, G, r, ga, mx, q, stream, pf_x);
+  else wquant_pass_t<false>(p, x, K, G, r, ga, mx, q, stream, pf_x);
 }
 
 void quant_pass(const Plan& p, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb, bool div,
-                float mx, uint8_t* q, bool stream) {
-  if (div) quant_pass_t<0>(p, y, K, G, gsv, grb, mx, q, stream);
-  else quant_pass_t<1>(p, y, K, G, gsv, grb, mx, q, stream);
+                float mx, uint8_t* q, bool stream, const uint16_t* pf_x, const uint16_t* pf_r) {
+  if (div) quant_pass_t<0>(p, y, K, G, gsv, grb, mx, q, stream, pf_x, pf_r);
+  else quant_pass_t<1>(p, y, K, G, gsv, grb, mx, q, stream, pf_x, pf_r);
 }
 
 bool quant_bf16(const uint16_t* x, size_t n, size_t G, const float* a, const float* b, int op, float bound, uint8_t* q,

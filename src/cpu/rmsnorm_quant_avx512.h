@@ -70,7 +70,8 @@ bool flush_subnormal_harmless(const Plan& plan, double s_min);
 // plan.flush_ok) or a group with a NaN/Inf y.
 // zmin1 (bf16 z only; below 0x10000): min((|x| − 1) mod 2^16) over x's words, computed by the caller already (the
 // cub partials pass, where it costs less) — the pass then leaves it out. pf_x / pf_r (null: none): a later row's
-// bf16 inputs (K words each), prefetched into L2 one 64-byte line of each per 32 values.
+// bf16 inputs (K words each); the pass prefetches the second half of each into L2, one 64-byte line of each per 64
+// values (quant_pass takes the first half).
 bool norm_pass(const Plan& plan, const uint16_t* x, const uint16_t* res, const float* zf, size_t K, size_t G, float r,
                uint16_t* y, uint16_t* gmax, uint32_t zmin1 = 0x10000, const uint16_t* pf_x = nullptr,
                const uint16_t* pf_r = nullptr);
@@ -79,9 +80,11 @@ bool norm_pass(const Plan& plan, const uint16_t* x, const uint16_t* res, const f
 // or RN(y · gsv[g]) (!div), clamped to ±mx (<= 448), cast RNE to e4m3fn. G % 64 == 0, every group fast (finite y, and
 // for div gsv[g] in [2^-60, 2^60] with amax <= gsv[g]·2^60: fp8_lanes-inl.h MarksteinDiv1's conditions).
 // stream: q by non-temporal stores (whole cache lines; the partial lines at the ends by masked stores), for outputs
-// far larger than the caches; the caller fences (_mm_sfence) before the codes are read.
+// far larger than the caches; the caller fences (_mm_sfence) before the codes are read. pf_x / pf_r (null: none): a
+// later row's bf16 inputs (K words each); the pass prefetches the first half of each into L2, one 64-byte line of
+// each per 64 values (norm_pass takes the second half): the row's reads spread over both passes.
 void quant_pass(const Plan& plan, const uint16_t* y, size_t K, size_t G, const float* gsv, const float* grb, bool div,
-                float mx, uint8_t* q, bool stream);
+                float mx, uint8_t* q, bool stream, const uint16_t* pf_x = nullptr, const uint16_t* pf_r = nullptr);
 // The group quant's fast bf16 chunks (src/cpu/quant_cpu.cc ElemFastT, every group "fast": FastGroups) with the pass
 // B arithmetic on x itself: the codes of x[0, n) into q, groups of G (G % 64 == 0, n % G == 0), group g's constants
 // a[g], b[g]; op 0: RN(x / a) (b = RN(1/a), Markstein's one correction), 1: RN(x · a), 2: RN(RN(x · b) · a); the
@@ -91,13 +94,14 @@ void quant_pass(const Plan& plan, const uint16_t* y, size_t K, size_t G, const f
 bool quant_bf16(const uint16_t* x, size_t n, size_t G, const float* a, const float* b, int op, float bound, uint8_t* q,
                 const uint16_t* nx, uint32_t* namax, size_t ahead);
 // Mode 0 (weight=f32), bf16 z = x, G % 64 == 0, K % G == 0. Pass A: the f32 bits of max |y| per group into gmax,
-// y = RN(RN(z·r)·w) (r > 0); false when a group's max is Inf or NaN (the row goes the Highway way). pf_x as
-// norm_pass's. Pass B: y again, the codes of q = RN(y · ga[g]) (x*(1/s): ga[g] = RN(1/s), finite) clamped to ±mx
-// (<= 448), cast RNE to e4m3fn, in element order; stream as quant_pass's.
+// y = RN(RN(z·r)·w) (r > 0); false when a group's max is Inf or NaN (the row goes the Highway way). Pass B: y again,
+// the codes of q = RN(y · ga[g]) (x*(1/s): ga[g] = RN(1/s), finite) clamped to ±mx (<= 448), cast RNE to e4m3fn, in
+// element order; stream as quant_pass's. pf_x (null: none): a later row's bf16 x (K words), prefetched into L2 one
+// line per 64 values, its first half by pass A and its second by pass B.
 bool amax_pass(const Plan& plan, const uint16_t* x, size_t K, size_t G, float r, uint32_t* gmax,
                const uint16_t* pf_x = nullptr);
 void wquant_pass(const Plan& plan, const uint16_t* x, size_t K, size_t G, float r, const float* ga, float mx,
-                 uint8_t* q, bool stream);
+                 uint8_t* q, bool stream, const uint16_t* pf_x = nullptr);
 // _mm_sfence: the non-temporal stores of this thread ordered before its later stores (and the end of a parallel region).
 void fence();
 

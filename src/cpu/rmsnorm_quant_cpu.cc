@@ -1691,10 +1691,12 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
     // ordinary masked stores). A fence per row waits for that row's write-combining buffers to drain each time: 2T
     // best 4.58–4.75 vs 4.71–4.78 ms, alternated four times (bench/RESULTS.md, session 20).
     bool nt_open = false;  // this thread streamed codes not fenced yet
-    auto flush = [&](bool last) {  // the pending quant pass; last: after this thread's last row
+    // the pending quant pass; last: after this thread's last row; pf_x, pf_r: the next row's inputs (the pass
+    // prefetches their first halves)
+    auto flush = [&](bool last, const uint16_t* pf_x, const uint16_t* pf_r) {
       if (pend.on) {
         rq512::quant_pass(plan, y512, static_cast<size_t>(K), static_cast<size_t>(G), gsv.data(), grb.data(),
-                          pend.div, max, pend.q, stream_q);
+                          pend.div, max, pend.q, stream_q, pf_x, pf_r);
         nt_open = nt_open || stream_q;
         pend.on = false;
       }
@@ -1794,7 +1796,18 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       // 3.–4.
       const float u = gpu(var + spec.eps);
       if (spec.rsqrt == Rsqrt::cuda) ref::rsqrt_cuda_prefetch(u);
-      flush(false);
+      // The next row of this thread's static share, prefetched into L2 by the bf16 fast passes: its first half by the
+      // pending quant pass, its second by this row's norm pass, one line per 64 values each — the reads spread over
+      // both passes. (Session 17 had moved the prefetch, then of the next row into L1, to the quant pass and the row
+      // after next into L2: 4.94 -> 4.66 ms, + residual 9.70 -> 8.28 ms — in the quant pass the requests came in
+      // bursts, and the memory sat idle through the cub and norm passes before it; all in the norm pass,
+      // vllm-rmsnorm-quant 2T best 5.75–5.82 -> 5.30–5.39 ms on session 24's Xeon. Session 28, that Xeon's kind, the
+      // next row instead of the one after: 5.54–6.13 vs 5.87–6.24 ms. Session 29, split between the passes: 2T
+      // 5.12–5.22 vs 5.26–5.55 ms, four alternations; bench/RESULTS.md.)
+      const bool pf1 = m + 1 < M;
+      const auto* pf_x = pf1 ? reinterpret_cast<const uint16_t*>(xr + K * esz) : nullptr;
+      const auto* pf_r = pf1 && rr ? reinterpret_cast<const uint16_t*>(rr + K * esz) : nullptr;
+      flush(false, pf_x, pf_r);
       const float r = spec.rsqrt == Rsqrt::rn     ? cpu::rsqrt_rn(u)
                       : spec.rsqrt == Rsqrt::cuda ? ref::rsqrt_cuda(u)
                                                   : gpu(1.0f / gpu(std::sqrt(u)));
@@ -1806,17 +1819,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       const bool has_next = m + 1 < M && a.from == Format::bf16;
       const auto* next_x = has_next ? reinterpret_cast<const uint16_t*>(xr + K * esz) : nullptr;
       const auto* next_r = has_next && rr ? reinterpret_cast<const uint16_t*>(rr + K * esz) : nullptr;
-      // steps 5–9 as the AVX-512 BF16 passes (false: a row they decline; it goes on below). The norm pass prefetches
-      // the next row into L2 (x, and the residual when there is one), one line per 32 values. (Session 17 moved that
-      // prefetch, then of the next row into L1, to the quant pass and the row after next into L2: 4.94 -> 4.66 ms,
-      // + residual 9.70 -> 8.28 ms — in the quant pass the requests came in bursts, and the memory sat idle through
-      // the cub and norm passes before it; in the norm pass, vllm-rmsnorm-quant 2T best 5.75–5.82 -> 5.30–5.39 ms on
-      // session 24's Xeon. Session 28, that Xeon's kind, the next row instead of the one after: 5.54–6.13 vs
-      // 5.87–6.24 ms, six alternations, and 4.74–5.11 vs 4.97–5.54 with the passes' later changes; aiter and the
-      // residual rows equal. bench/RESULTS.md.)
-      const bool pf1 = m + 1 < M;
-      const auto* pf_x = pf1 ? reinterpret_cast<const uint16_t*>(xr + K * esz) : nullptr;
-      const auto* pf_r = pf1 && rr ? reinterpret_cast<const uint16_t*>(rr + K * esz) : nullptr;
+      // steps 5–9 as the AVX-512 BF16 passes (false: a row they decline; it goes on below)
       // weight=f32: the group maxima of y, the scales, then the codes from x again (rmsnorm_quant_avx512.h amax_pass)
       if (bf16_fast && use512w &&
           rq512::amax_pass(plan, reinterpret_cast<const uint16_t*>(xr), static_cast<size_t>(K), static_cast<size_t>(G), r,
@@ -1830,7 +1833,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
                                              static_cast<size_t>(ngroups), scales, gsv.data(), gfast.data(), grb.data());
         if (std::find(gfast.begin(), gfast.end(), uint8_t{0}) == gfast.end()) {
           rq512::wquant_pass(plan, reinterpret_cast<const uint16_t*>(xr), static_cast<size_t>(K), static_cast<size_t>(G),
-                             r, gsv.data(), max, a.q + off, stream_q);
+                             r, gsv.data(), max, a.q + off, stream_q, pf_x);
           nt_open = nt_open || stream_q;
           continue;
         }
@@ -1895,7 +1898,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
                                      cast_in_lanes, v, a.q + off);
       if (!cast_in_lanes) encode_f32(v, a.q + off, static_cast<size_t>(K), qs.cast);
     }
-    flush(true);  // this thread's last row (the region's end waits for every thread)
+    flush(true, nullptr, nullptr);  // this thread's last row (the region's end waits for every thread)
   }
   // Every other quant spec: the CPU backend's group quant over the normed rows (src/cpu/quant_cpu.cc, bit-identical
   // to ref::quantize; it defers to the reference itself where it is not vectorised, e.g. for exact_q).
