@@ -664,35 +664,34 @@ uint32_t CubPartialsBf16Zmin(const uint16_t* x, size_t nvec, size_t T, float* pa
 
 // vLLM's cub warp trees (mean_square_cub): lane[l] += lane[l + o] for o = 1, 2, 4, 8, 16 and l + o < 32 (every lane
 // reads the previous level: a shuffle down), for each full warp of 32 partials; lane0[w] = the warp's lane 0. The
-// same additions of the same operands as the reference's loop. AVX-512: a warp is two vectors a (lanes 0–15) and
-// b (16–31); per level a += (a, b) shifted down by o lanes (valignd), b += b shifted down in its lanes l < 16 − o.
+// same additions of the same operands as the reference's loop. AVX-512: only lane 0's operands are formed — level k
+// adds the pairs (2j, 2j + 1) of the previous level's remaining lanes (lane[2^k·j] + lane[2^k·j + 2^(k−1)]), so each
+// level is one even/odd split (two vpermt2ps) and one add over a vector of two inputs' lanes: 16 warps in 31 such
+// steps, warp by warp in level 1 and two vectors of warps per step after (lanes 2^(5−k)·i .. of warp i at level k).
+// (Session 29: the full trees of every lane took ~3.4 % of vllm-rmsnorm-quant in cache.) The partials are sums of
+// squares (>= 0, +Inf or NaN), so a warp's lane 0 is NaN exactly when one of its 32 partials is.
 // Returns the number of warps done (0 on other targets: the caller runs the scalar tree). *nan: a NaN partial.
 size_t CubFullWarps(const float* part, size_t threads, float* lane0, bool* nan) {
 #if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
   const size_t warps = threads / 32;
   __mmask16 anynan = 0;
-  const __m512i zero = _mm512_setzero_si512();
-  for (size_t w = 0; w < warps; ++w) {
-    __m512i a = _mm512_loadu_si512(reinterpret_cast<const void*>(part + 32 * w));
-    __m512i b = _mm512_loadu_si512(reinterpret_cast<const void*>(part + 32 * w + 16));
-    anynan |= _mm512_cmp_ps_mask(_mm512_castsi512_ps(a), _mm512_castsi512_ps(a), _CMP_UNORD_Q) |
-              _mm512_cmp_ps_mask(_mm512_castsi512_ps(b), _mm512_castsi512_ps(b), _CMP_UNORD_Q);
-#define FP8REF_CUB_LEVEL(O)                                                                                       \
-  {                                                                                                                \
-    const __m512 sa = _mm512_castsi512_ps(_mm512_alignr_epi32(b, a, O));                                          \
-    const __m512 sb = _mm512_castsi512_ps(_mm512_alignr_epi32(zero, b, O));                                       \
-    const __m512 na = _mm512_add_ps(_mm512_castsi512_ps(a), sa);                                                  \
-    const __m512 nb = _mm512_mask_add_ps(_mm512_castsi512_ps(b), static_cast<__mmask16>((1u << (16 - O)) - 1u), \
-                                         _mm512_castsi512_ps(b), sb);                                             \
-    a = _mm512_castps_si512(na);                                                                                   \
-    b = _mm512_castps_si512(nb);                                                                                   \
-  }
-    FP8REF_CUB_LEVEL(1)
-    FP8REF_CUB_LEVEL(2)
-    FP8REF_CUB_LEVEL(4)
-    FP8REF_CUB_LEVEL(8)
-#undef FP8REF_CUB_LEVEL
-    lane0[w] = _mm512_cvtss_f32(_mm512_add_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b)));  // o = 16
+  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  // lanes j of (u, v) as 32 lanes: (lane 2j) + (lane 2j + 1) for j < 16
+  auto pairs = [&](__m512 u, __m512 v) HWY_ATTR {
+    return _mm512_add_ps(_mm512_permutex2var_ps(u, ev, v), _mm512_permutex2var_ps(u, od, v));
+  };
+  for (size_t w0 = 0; w0 < warps; w0 += 16) {
+    const size_t nw = std::min<size_t>(16, warps - w0);
+    __m512 v[16];
+    for (size_t i = 0; i < 16; ++i)  // level 1 (missing warps: zeros, never stored)
+      v[i] = i < nw ? pairs(_mm512_loadu_ps(part + 32 * (w0 + i)), _mm512_loadu_ps(part + 32 * (w0 + i) + 16))
+                    : _mm512_setzero_ps();
+    for (size_t n = 8; n >= 1; n /= 2)  // levels 2–5
+      for (size_t i = 0; i < n; ++i) v[i] = pairs(v[2 * i], v[2 * i + 1]);
+    const __mmask16 valid = static_cast<__mmask16>((1u << nw) - 1u);
+    anynan |= _mm512_mask_cmp_ps_mask(valid, v[0], v[0], _CMP_UNORD_Q);
+    _mm512_mask_storeu_ps(lane0 + w0, valid, v[0]);
   }
   for (size_t t = 32 * warps; t < threads; ++t) anynan |= std::isnan(part[t]) ? 1 : 0;
   *nan = anynan != 0;
