@@ -1814,10 +1814,9 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       // 5.–6. (and, for bf16 rows, the groups' amax)
       float* y = fast && !a.normed ? ybuf : y_out + off;
       const bool bf16_fast = a.from == Format::bf16 && fast && !a.normed && !std::isnan(var) && !std::isnan(r);
-      // (the next row of this thread's static share, prefetched by the bf16 fast passes)
-      const bool has_next = m + 1 < M && a.from == Format::bf16;
-      const auto* next_x = has_next ? reinterpret_cast<const uint16_t*>(xr + K * esz) : nullptr;
-      const auto* next_r = has_next && rr ? reinterpret_cast<const uint16_t*>(rr + K * esz) : nullptr;
+      // (the same next row for the Highway bf16 paths, which prefetch it and look ahead into it)
+      const auto* next_x = a.from == Format::bf16 ? pf_x : nullptr;
+      const auto* next_r = a.from == Format::bf16 ? pf_r : nullptr;
       // steps 5–9 as the AVX-512 BF16 passes (false: a row they decline; it goes on below)
       // weight=f32: the group maxima of y, the scales, then the codes from x again (rmsnorm_quant_avx512.h amax_pass)
       if (bf16_fast && use512w &&
