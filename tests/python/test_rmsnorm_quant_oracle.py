@@ -342,6 +342,21 @@ def test_convention_bit_equal(fp8ref, tmp_path, src, with_residual, convention, 
                     want_r)
 
 
+@pytest.mark.parametrize("threads", [544, 1024])
+def test_cub_many_warps(fp8ref, tmp_path, threads):
+    """bf16 rows long enough that every thread has data, with 17 and 32 full warps: the AVX-512 warp trees
+    (CubFullWarps) take warps 16 at a time, so these cross that boundary, with a partial last group at 17."""
+    rng = np.random.default_rng(threads)
+    M, K = 8, 4352 if threads == 544 else 4096  # (rows(): zero, overflowing, tiny, NaN and -Inf rows among them)
+    x, x32, dt = source(rows(rng, M, K, "bf16"), "bf16")
+    w, w32, _ = source(rng.standard_normal(K) * 1.5, "bf16")
+    want_q, want_s, _ = oracle("vllm-rmsnorm-quant", x32, w32, None, dt, threads)
+    for backend in ("cpu", "reference"):
+        got_q, got_s, _ = run_cli(fp8ref, tmp_path, "vllm-rmsnorm-quant", "bf16", x, w, None, "--backend", backend,
+                                  "--variance", f"cub:{threads}")
+        assert_same(f"cub:{threads} {backend}", got_q, want_q, got_s, want_s, None, None)
+
+
 @pytest.mark.parametrize("src", ["bf16", "f32"])
 def test_exact_contract_in_rationals(fp8ref, tmp_path, src):
     rng = np.random.default_rng(5)
