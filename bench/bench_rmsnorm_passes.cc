@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   uint16_t* x = reinterpret_cast<uint16_t*>(alloc(K * 2));
   uint16_t* y = reinterpret_cast<uint16_t*>(alloc(K * 2));
   uint8_t* q = alloc(K);
-  std::vector<uint16_t> gmax(K / G);
+  std::vector<float> gmax(K / G);
   std::vector<float> gsv(K / G), grb(K / G);
   for (size_t k = 0; k < K; ++k) {
     wf[k] = 0.5f + static_cast<float>(k % 7) * 0.1f;
@@ -102,10 +102,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (size_t g = 0; g < K / G; ++g) {  // s = amax / 448, as vLLM's group scale
-    uint32_t b = static_cast<uint32_t>(gmax[g]) << 16;
-    float amax;
-    std::memcpy(&amax, &b, 4);
-    gsv[g] = amax / 448.0f;
+    gsv[g] = gmax[g] / 448.0f;
     grb[g] = 1.0f / gsv[g];
   }
   double tn = 1e30, tq = 1e30;

@@ -447,7 +447,7 @@ TEST_CASE("rmsnorm_quant: the AVX-512 BF16 plan's weights (lane order, smallest 
         if (set == 2) wf[(at + 1) % K] = wf[(at + 2) % K] = 1.0f;  // (finite for the y check, after the minimum)
         if (set == 2) cpu::rq512::make_plan(mode, zk, wf.get(), K, wperm.get(), &plan);
         auto y = hwy::AllocateAligned<uint16_t>(K);
-        uint16_t gmax[2];
+        float gmax[2];
         const float r = 0.8125f;
         REQUIRE(cpu::rq512::norm_pass(plan, x.data(), nullptr, zf.get(), K, 128, r, y.get(), gmax));
         int bad = 0;
@@ -462,6 +462,70 @@ TEST_CASE("rmsnorm_quant: the AVX-512 BF16 plan's weights (lane order, smallest 
         if (set == 2) wf[(at + 1) % K] = INFINITY, wf[(at + 2) % K] = NAN;
       }
   }
+}
+
+TEST_CASE("rmsnorm_quant: the AVX-512 passes' group maxima (f32 max |y|) for 1 to 57 groups, a NaN or Inf in any group") {
+  // norm_pass (from bf16 |y| words) and amax_pass (f32 |y|) write each group's max |y| as an f32 straight into the
+  // caller's group maxima (no conversion loop after the pass): each must be the scalar max |y| of its own group, and
+  // nothing past the last group written; a NaN or an Inf in any one group — the first, the 16th, the middle, the last —
+  // declines the row.
+  if (!cpu::cpu_has_avx512bf16()) {
+    MESSAGE("this CPU has no AVX-512 BF16: nothing to check");
+    return;
+  }
+  std::mt19937_64 rng(57);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto rne = [](float f) {  // f32 -> bf16 RNE (finite inputs here)
+    const uint32_t b = bits_of(f);
+    return f32_of(((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16) << 16);
+  };
+  for (size_t G : {32, 64, 128})
+    for (size_t ng : {1, 2, 15, 16, 17, 31, 32, 33, 56, 57}) {
+      if (G == 32 && ng > 33) continue;
+      const size_t K = G * ng;
+      INFO("G " << G << " groups " << ng);
+      auto wf = hwy::AllocateAligned<float>(K), wperm = hwy::AllocateAligned<float>(K);
+      std::vector<uint16_t> x(K);
+      for (size_t k = 0; k < K; ++k) {
+        wf[k] = f32_of(bits_of(1.0f + 0.25f * nd(rng)) & 0xFFFF0000u);
+        // magnitudes 2^-20 .. 2^20 that differ from group to group
+        x[k] = static_cast<uint16_t>(bits_of(nd(rng) * std::ldexp(1.0f, static_cast<int>((k / G * 7) % 41) - 20)) >> 16);
+      }
+      const float r = 0.8125f;
+      for (int mode : {1, 0}) {
+        if (mode == 0 && G % 64) continue;  // (amax_pass: G % 64 == 0)
+        cpu::rq512::Plan plan;
+        std::vector<uint8_t> wsign(K);
+        cpu::rq512::make_plan(mode, cpu::rq512::ZKind::bf16, wf.get(), K, wperm.get(), &plan, wsign.data());
+        plan.flush_ok = true;
+        std::vector<float> want(ng, 0.0f), got(ng + 1, -1.0f);
+        for (size_t k = 0; k < K; ++k) {
+          const float z = f32_of(static_cast<uint32_t>(x[k]) << 16), a = z * r;
+          const float y = mode == 1 ? rne(rne(a) * wf[k]) : a * wf[k];
+          want[k / G] = std::max(want[k / G], std::fabs(y));
+        }
+        auto y = hwy::AllocateAligned<uint16_t>(K);
+        const bool ok = mode == 1 ? cpu::rq512::norm_pass(plan, x.data(), nullptr, nullptr, K, G, r, y.get(), got.data())
+                                  : cpu::rq512::amax_pass(plan, x.data(), K, G, r, got.data());
+        REQUIRE(ok);
+        int bad = 0;
+        for (size_t g = 0; g < ng; ++g) bad += bits_of(got[g]) != bits_of(want[g]);
+        CHECK(bad == 0);
+        CHECK(got[ng] == -1.0f);  // nothing written past the last group
+        for (size_t g : {size_t{0}, size_t{15}, ng / 2, ng - 1}) {
+          if (g >= ng) continue;
+          for (uint16_t bad_x : {uint16_t{0x7FC0}, uint16_t{0xFF80}}) {
+            std::vector<uint16_t> xb = x;
+            xb[g * G + (g * 5) % G] = bad_x;
+            INFO("mode " << mode << " group " << g << " x " << bad_x);
+            const bool taken = mode == 1
+                                   ? cpu::rq512::norm_pass(plan, xb.data(), nullptr, nullptr, K, G, r, y.get(), got.data())
+                                   : cpu::rq512::amax_pass(plan, xb.data(), K, G, r, got.data());
+            CHECK_FALSE(taken);
+          }
+        }
+      }
+    }
 }
 
 TEST_CASE("rmsnorm_quant: the AVX-512 BF16 quant pass streams codes to any alignment (lines non-temporal, ends masked)") {
@@ -482,11 +546,11 @@ TEST_CASE("rmsnorm_quant: the AVX-512 BF16 quant pass streams codes to any align
   cpu::rq512::Plan plan;
   cpu::rq512::make_plan(1, cpu::rq512::ZKind::bf16, wf.get(), K, wperm.get(), &plan);
   auto y = hwy::AllocateAligned<uint16_t>(K);
-  uint16_t gmax[2];
+  float gmax[2];
   REQUIRE(cpu::rq512::norm_pass(plan, x.data(), nullptr, nullptr, K, G, 0.75f, y.get(), gmax));
   float gsv[2], grb[2];
   for (int g = 0; g < 2; ++g) {
-    gsv[g] = f32_of(static_cast<uint32_t>(gmax[g]) << 16) / 448.0f;
+    gsv[g] = gmax[g] / 448.0f;
     grb[g] = 1.0f / gsv[g];
   }
   for (size_t d : {0, 1, 15, 16, 33, 63}) {
@@ -881,7 +945,7 @@ TEST_CASE("rmsnorm_quant: under a scale guard the AVX-512 BF16 passes take rows 
   std::vector<uint16_t> row(static_cast<size_t>(K));
   std::memcpy(row.data(), x.data(), 2 * static_cast<size_t>(K));
   auto y = hwy::AllocateAligned<uint16_t>(K);
-  uint16_t gmax[4];
+  float gmax[4];
   CHECK_FALSE(cpu::rq512::norm_pass(plan, row.data(), nullptr, nullptr, K, 64, 2.0f, y.get(), gmax));
   plan.flush_ok = true;
   CHECK(cpu::rq512::norm_pass(plan, row.data(), nullptr, nullptr, K, 64, 2.0f, y.get(), gmax));

@@ -111,7 +111,7 @@ FP8REF_RQ512 inline uint16_t max_u16(__m512i v) {
 // kGuard: 2 the smallest nonzero |z| taken here, 1 the caller's (zmin1: bf16 z), 0 none needed (Plan::flush_ok)
 template <int kMode, ZKind kZ, int kGuard>
 FP8REF_RQ512 bool norm_pass_t(const Plan& p, const uint16_t* x, const uint16_t* res, const float* zf, size_t K, size_t G,
-                              float r, uint16_t* y, uint16_t* gmax, uint32_t zmin1, const uint16_t* pf_x,
+                              float r, uint16_t* y, float* gmax, uint32_t zmin1, const uint16_t* pf_x,
                               const uint16_t* pf_r) {
   const __m512 vr = _mm512_set1_ps(r);
   const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)), abs16 = _mm512_set1_epi16(0x7FFF);
@@ -166,8 +166,9 @@ FP8REF_RQ512 bool norm_pass_t(const Plan& p, const uint16_t* x, const uint16_t* 
       _mm512_store_si512(y + k, yb);
       mx = _mm512_max_epu16(mx, _mm512_and_si512(yb, abs16));
     }
-    gmax[g] = max_u16(mx);
-    if (gmax[g] >= 0x7F80u) return false;  // a NaN or an Inf in the group
+    const uint16_t m = max_u16(mx);
+    if (m >= 0x7F80u) return false;  // a NaN or an Inf in the group
+    gmax[g] = f32_of(static_cast<uint32_t>(m) << 16);
   }
   if constexpr (kGuard == 0) return true;
   // no nonzero a = RN(z·r) or product below 2^-126 (see the top)
@@ -352,7 +353,7 @@ FP8REF_RQ512 inline void y_f32(__m512i u, __m512 vr, const float* w, __m512& y0,
   y0 = _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(u, 16)), vr), _mm512_load_ps(w));
   y1 = _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(u, hi)), vr), _mm512_load_ps(w + 16));
 }
-FP8REF_RQ512 bool amax_pass_t(const Plan& p, const uint16_t* x, size_t K, size_t G, float r, uint32_t* gmax,
+FP8REF_RQ512 bool amax_pass_t(const Plan& p, const uint16_t* x, size_t K, size_t G, float r, float* gmax,
                               const uint16_t* pf_x) {
   const __m512 vr = _mm512_set1_ps(r);
   const __m512i mag = _mm512_set1_epi16(0x7FFF);
@@ -366,8 +367,9 @@ FP8REF_RQ512 bool amax_pass_t(const Plan& p, const uint16_t* x, size_t K, size_t
       m0 = _mm512_max_epu32(m0, _mm512_castps_si512(y0));
       m1 = _mm512_max_epu32(m1, _mm512_castps_si512(y1));
     }
-    gmax[g] = static_cast<uint32_t>(_mm512_reduce_max_epu32(_mm512_max_epu32(m0, m1)));
-    if (gmax[g] >= 0x7F800000u) return false;
+    const uint32_t m = static_cast<uint32_t>(_mm512_reduce_max_epu32(_mm512_max_epu32(m0, m1)));
+    if (m >= 0x7F800000u) return false;  // a NaN or an Inf in the group (a NaN's bits, either sign, are above Inf's)
+    gmax[g] = f32_of(m);
   }
   return true;
 }
@@ -516,7 +518,7 @@ bool flush_subnormal_harmless(const Plan& plan, double s_min) {
 void fence() { _mm_sfence(); }
 
 bool norm_pass(const Plan& p, const uint16_t* x, const uint16_t* res, const float* zf, size_t K, size_t G, float r,
-               uint16_t* y, uint16_t* gmax, uint32_t zmin1, const uint16_t* pf_x, const uint16_t* pf_r) {
+               uint16_t* y, float* gmax, uint32_t zmin1, const uint16_t* pf_x, const uint16_t* pf_r) {
 #define FP8REF_RQ512_ARGS p, x, res, zf, K, G, r, y, gmax, zmin1, pf_x, pf_r
 #define FP8REF_RQ512_NORM(M)                                                                                       \
   switch (p.zkind) {                                                                                               \
@@ -537,7 +539,7 @@ bool norm_pass(const Plan& p, const uint16_t* x, const uint16_t* res, const floa
 #undef FP8REF_RQ512_ARGS
 }
 
-bool amax_pass(const Plan& p, const uint16_t* x, size_t K, size_t G, float r, uint32_t* gmax, const uint16_t* pf_x) {
+bool amax_pass(const Plan& p, const uint16_t* x, size_t K, size_t G, float r, float* gmax, const uint16_t* pf_x) {
   return amax_pass_t(p, x, K, G, r, gmax, pf_x);
 }
 

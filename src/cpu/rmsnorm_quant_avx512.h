@@ -64,7 +64,7 @@ void make_plan(int mode, ZKind zkind, const float* wf, size_t K, float* wperm, P
 // maxima such y enter stay under the guard's amax (the scales do not change). Conservative: s_min >= 2^-60, |w| <= 2^50.
 bool flush_subnormal_harmless(const Plan& plan, double s_min);
 
-// Pass A: y (K bf16 values, packed in the plan's lane order) and the u16 max of |y| bits per group of G (G % 32 == 0,
+// Pass A: y (K bf16 values, packed in the plan's lane order) and max |y| per group of G into gmax (G % 32 == 0,
 // K % G == 0). z from x (and res) or zf per the plan's kind. Returns false when the row must go the Highway way: a
 // nonzero z·r or product below the f32 normal range (vcvtne2ps2bf16 flushes subnormals; not checked with
 // plan.flush_ok) or a group with a NaN/Inf y.
@@ -73,7 +73,7 @@ bool flush_subnormal_harmless(const Plan& plan, double s_min);
 // bf16 inputs (K words each); the pass prefetches the second half of each into L2, one 64-byte line of each per 64
 // values (quant_pass takes the first half).
 bool norm_pass(const Plan& plan, const uint16_t* x, const uint16_t* res, const float* zf, size_t K, size_t G, float r,
-               uint16_t* y, uint16_t* gmax, uint32_t zmin1 = 0x10000, const uint16_t* pf_x = nullptr,
+               uint16_t* y, float* gmax, uint32_t zmin1 = 0x10000, const uint16_t* pf_x = nullptr,
                const uint16_t* pf_r = nullptr);
 
 // Pass B: the codes of y per group g: q = RN(y / gsv[g]) by Markstein's correction with grb[g] = RN(1/gsv[g]) (div)
@@ -93,12 +93,12 @@ void quant_pass(const Plan& plan, const uint16_t* y, size_t K, size_t G, const f
 // scans it).
 bool quant_bf16(const uint16_t* x, size_t n, size_t G, const float* a, const float* b, int op, float bound, uint8_t* q,
                 const uint16_t* nx, uint32_t* namax, size_t ahead);
-// Mode 0 (weight=f32), bf16 z = x, G % 64 == 0, K % G == 0. Pass A: the f32 bits of max |y| per group into gmax,
+// Mode 0 (weight=f32), bf16 z = x, G % 64 == 0, K % G == 0. Pass A: max |y| per group into gmax,
 // y = RN(RN(z·r)·w) (r > 0); false when a group's max is Inf or NaN (the row goes the Highway way). Pass B: y again,
 // the codes of q = RN(y · ga[g]) (x*(1/s): ga[g] = RN(1/s), finite) clamped to ±mx (<= 448), cast RNE to e4m3fn, in
 // element order; stream as quant_pass's. pf_x (null: none): a later row's bf16 x (K words), prefetched into L2 one
 // line per 64 values, its first half by pass A and its second by pass B.
-bool amax_pass(const Plan& plan, const uint16_t* x, size_t K, size_t G, float r, uint32_t* gmax,
+bool amax_pass(const Plan& plan, const uint16_t* x, size_t K, size_t G, float r, float* gmax,
                const uint16_t* pf_x = nullptr);
 void wquant_pass(const Plan& plan, const uint16_t* x, size_t K, size_t G, float r, const float* ga, float mx,
                  uint8_t* q, bool stream, const uint16_t* pf_x = nullptr);

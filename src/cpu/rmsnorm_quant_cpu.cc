@@ -1351,7 +1351,9 @@ bool NormQuantBf16(ZRow zr, const float* w, size_t K, float r, NormWeight mode, 
 // the canonical NaN) — the same IEEE operations in lanes —, the divisor or multiplier gsv, and RowQuantFast's
 // per-group test gfast (div_fast for x/s) and reciprocal grb (lanes: cast_in_lanes). (As a scalar loop it was ~7 %
 // of a vllm-rmsnorm-quant row in cache on Zen 3: two divisions and a chain of branches per group.)
-void RowGroupScales(const QuantSpec& qs, float rcp_max, bool mul, bool lanes, const float* gamax, const uint8_t* gnan,
+// gnan null: no group holds a NaN (the AVX-512 passes, which decline such rows). Returns whether every group is fast
+// (lanes; false without lanes).
+bool RowGroupScales(const QuantSpec& qs, float rcp_max, bool mul, bool lanes, const float* gamax, const uint8_t* gnan,
                     size_t n, float* scales, float* gsv, uint8_t* gfast, float* grb) {
   const DF df;
   const DU du;
@@ -1370,18 +1372,19 @@ void RowGroupScales(const QuantSpec& qs, float rcp_max, bool mul, bool lanes, co
   // groups [i, i + N) from am0 / nan8; the results to the four outputs at i (m < N: through the buffers)
   HWY_ALIGN float bs[kMaxLanes], bg[kMaxLanes], br[kMaxLanes];
   HWY_ALIGN uint8_t bf[kMaxLanes];
+  bool all_fast = lanes;
   for (size_t i = 0; i < n; i += N) {
     const size_t m = n - i < N ? n - i : N;
     hn::Vec<DF> am0;
     hn::Vec<DU> nan8;
     if (m == N) {
       am0 = hn::LoadU(df, gamax + i);
-      nan8 = hn::PromoteTo(du, hn::LoadU(d8, gnan + i));
+      nan8 = gnan ? hn::PromoteTo(du, hn::LoadU(d8, gnan + i)) : hn::Zero(du);
     } else {
       HWY_ALIGN float ta[kMaxLanes] = {};
       HWY_ALIGN uint8_t tn[kMaxLanes] = {};
       std::memcpy(ta, gamax + i, m * 4);
-      std::memcpy(tn, gnan + i, m);
+      if (gnan) std::memcpy(tn, gnan + i, m);
       am0 = hn::Load(df, ta);
       nan8 = hn::PromoteTo(du, hn::Load(d8, tn));
     }
@@ -1409,6 +1412,7 @@ void RowGroupScales(const QuantSpec& qs, float rcp_max, bool mul, bool lanes, co
         ok = hn::And(in_range, hn::RebindMask(du, hn::Le(am0, hn::Mul(sv, hn::Set(df, 0x1p60f)))));
       }
       const auto fast = hn::And(finite, ok);
+      all_fast = all_fast && hn::AllTrue(du, hn::Or(fast, hn::Not(hn::FirstN(du, m))));
       uint8_t* of = m == N ? gfast + i : bf;
       float* orb = m == N ? grb + i : br;
       hn::StoreU(hn::U8FromU32(hn::IfThenElseZero(fast, hn::Set(du, 1u))), d8, of);
@@ -1423,6 +1427,7 @@ void RowGroupScales(const QuantSpec& qs, float rcp_max, bool mul, bool lanes, co
       std::memcpy(gsv + i, bg, m * 4);
     }
   }
+  return all_fast;
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
@@ -1638,8 +1643,6 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
     std::vector<float> grb(gamax.size());
     float *wf = nullptr, *wfp = nullptr, *w512 = nullptr;
     uint16_t* y512 = nullptr;
-    std::vector<uint16_t> gmax16(use512 ? gamax.size() : 0);
-    std::vector<uint32_t> gmax32(use512w ? gamax.size() : 0);
     rq512::Plan plan;
     if (a.from != Format::bf16 || fast) {  // weights widened once per thread (bf16: for the fast path)
       wf = slice(3);
@@ -1821,15 +1824,11 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       // weight=f32: the group maxima of y, the scales, then the codes from x again (rmsnorm_quant_avx512.h amax_pass)
       if (bf16_fast && use512w &&
           rq512::amax_pass(plan, reinterpret_cast<const uint16_t*>(xr), static_cast<size_t>(K), static_cast<size_t>(G), r,
-                           gmax32.data(), pf_x)) {
-        for (int64_t g = 0; g < ngroups; ++g) {
-          gamax[g] = f32_of(gmax32[g]);
-          gnan[g] = 0;
-        }
+                           gamax.data(), pf_x)) {
         float* scales = static_cast<float*>(a.scales) + m * ngroups;
-        HWY_DYNAMIC_DISPATCH(RowGroupScales)(qs, rcp_max, true, true, gamax.data(), gnan.data(),
-                                             static_cast<size_t>(ngroups), scales, gsv.data(), gfast.data(), grb.data());
-        if (std::find(gfast.begin(), gfast.end(), uint8_t{0}) == gfast.end()) {
+        if (HWY_DYNAMIC_DISPATCH(RowGroupScales)(qs, rcp_max, true, true, gamax.data(), nullptr,
+                                                 static_cast<size_t>(ngroups), scales, gsv.data(), gfast.data(),
+                                                 grb.data())) {
           rq512::wquant_pass(plan, reinterpret_cast<const uint16_t*>(xr), static_cast<size_t>(K), static_cast<size_t>(G),
                              r, gsv.data(), max, a.q + off, stream_q, pf_x);
           nt_open = nt_open || stream_q;
@@ -1838,16 +1837,12 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       }
       if (bf16_fast && use512 &&
           rq512::norm_pass(plan, reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr), z,
-                           static_cast<size_t>(K), static_cast<size_t>(G), r, y512, gmax16.data(), zmin1, pf_x, pf_r)) {
-        for (int64_t g = 0; g < ngroups; ++g) {
-          gamax[g] = f32_of(static_cast<uint32_t>(gmax16[g]) << 16);
-          gnan[g] = 0;
-        }
+                           static_cast<size_t>(K), static_cast<size_t>(G), r, y512, gamax.data(), zmin1, pf_x, pf_r)) {
         float* scales = static_cast<float*>(a.scales) + m * ngroups;
         const bool mul = qs.formula == QuantFormula::mul_rcp;
-        HWY_DYNAMIC_DISPATCH(RowGroupScales)(qs, rcp_max, mul, true, gamax.data(), gnan.data(),
-                                             static_cast<size_t>(ngroups), scales, gsv.data(), gfast.data(), grb.data());
-        if (std::find(gfast.begin(), gfast.end(), uint8_t{0}) == gfast.end()) {
+        if (HWY_DYNAMIC_DISPATCH(RowGroupScales)(qs, rcp_max, mul, true, gamax.data(), nullptr,
+                                                 static_cast<size_t>(ngroups), scales, gsv.data(), gfast.data(),
+                                                 grb.data())) {
           pend = {true, !mul, a.q + off};  // the quant pass: in the next row, or after the loop (flush)
           continue;
         }
