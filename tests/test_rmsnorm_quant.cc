@@ -27,6 +27,11 @@ namespace {
 
 float f32_of(uint32_t b) { return fp8ref::f32_from_bits(b); }
 uint32_t bits_of(float f) { return fp8ref::bits_of_f32(f); }
+// f32 -> bf16 RNE by integer arithmetic on the bits, as an f32 (finite inputs: the oracle of the passes' y)
+float bf16_rne(float f) {
+  const uint32_t b = bits_of(f);
+  return f32_of(((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16) << 16);
+}
 
 RmsNormQuantSpec spec_for(const char* name, Format to, std::vector<std::pair<std::string, std::string>> ov = {}) {
   std::string err;
@@ -409,10 +414,6 @@ TEST_CASE("rmsnorm_quant: the AVX-512 BF16 plan's weights (lane order, smallest 
   std::mt19937_64 rng(31);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   auto bf = [](float f) { return f32_of(bits_of(f) & 0xFFFF0000u); };
-  auto rne = [](float f) {  // f32 -> bf16 RNE (finite, normal inputs here)
-    const uint32_t b = bits_of(f);
-    return f32_of(((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16) << 16);
-  };
   for (int set = 0; set < 6; ++set) {
     auto wf = hwy::AllocateAligned<float>(K), wperm = hwy::AllocateAligned<float>(K);
     for (size_t k = 0; k < K; ++k) wf[k] = bf(1.0f + 0.25f * nd(rng));
@@ -455,7 +456,7 @@ TEST_CASE("rmsnorm_quant: the AVX-512 BF16 plan's weights (lane order, smallest 
           for (size_t e = 0; e < 32; ++e) {
             const uint16_t got = y[c + plan.idxb[e] / 2];  // (idxb[e]: byte 2j of the chunk's words)
             const float a = zf[c + e] * r;
-            const float want_y = mode == 1 ? rne(rne(a) * wf[c + e]) : rne(a * wf[c + e]);
+            const float want_y = mode == 1 ? bf16_rne(bf16_rne(a) * wf[c + e]) : bf16_rne(a * wf[c + e]);
             bad += got != static_cast<uint16_t>(bits_of(want_y) >> 16);
           }
         CHECK(bad == 0);
@@ -475,10 +476,6 @@ TEST_CASE("rmsnorm_quant: the AVX-512 passes' group maxima (f32 max |y|) for 1 t
   }
   std::mt19937_64 rng(57);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  auto rne = [](float f) {  // f32 -> bf16 RNE (finite inputs here)
-    const uint32_t b = bits_of(f);
-    return f32_of(((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16) << 16);
-  };
   for (size_t G : {32, 64, 128})
     for (size_t ng : {1, 2, 15, 16, 17, 31, 32, 33, 56, 57}) {
       if (G == 32 && ng > 33) continue;
@@ -501,7 +498,7 @@ TEST_CASE("rmsnorm_quant: the AVX-512 passes' group maxima (f32 max |y|) for 1 t
         std::vector<float> want(ng, 0.0f), got(ng + 1, -1.0f);
         for (size_t k = 0; k < K; ++k) {
           const float z = f32_of(static_cast<uint32_t>(x[k]) << 16), a = z * r;
-          const float y = mode == 1 ? rne(rne(a) * wf[k]) : a * wf[k];
+          const float y = mode == 1 ? bf16_rne(bf16_rne(a) * wf[k]) : a * wf[k];
           want[k / G] = std::max(want[k / G], std::fabs(y));
         }
         auto y = hwy::AllocateAligned<uint16_t>(K);
