@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "fp8ref/convert.h"
+#include "fp8ref/diff.h"
 #include "fp8ref/error.h"
 #include "fp8ref/golden.h"
 #include "support/sanitizer.h"
@@ -124,7 +125,8 @@ TEST_SUITE("golden") {
             CHECK(want[i].name == got[i].name);
             CHECK(want[i].dtype == got[i].dtype);
             CHECK(want[i].shape == got[i].shape);
-            // contract "bound" (an order left open, e.g. scaled_mm model=fast): within bound.* of exact.*
+            // contract "bound" (an order left open, e.g. scaled_mm model=fast): within the op's bound B of exact.*,
+            // where the file's bound.* is B + |golden − exact| (make_golden)
             const std::string rest = want[i].name.substr(7);  // after "output."
             const io::Tensor* bound = g.find("bound." + rest);
             const io::Tensor* exact = g.find("exact." + rest);
@@ -134,15 +136,20 @@ TEST_SUITE("golden") {
               const Format f = got[i].dtype == io::DType::F32 ? Format::f32
                                : got[i].dtype == io::DType::BF16 ? Format::bf16 : Format::f16;
               const size_t es = f == Format::f32 ? 4 : 2;
-              int64_t outside = 0;
-              for (int64_t j = 0; j < got[i].numel(); ++j) {
+              auto value = [&](const io::Tensor& t, int64_t j) {
                 uint32_t bits = 0;
-                std::memcpy(&bits, got[i].data.data() + static_cast<size_t>(j) * es, es);
+                std::memcpy(&bits, t.data.data() + static_cast<size_t>(j) * es, es);
                 const uint32_t w = f == Format::f32 ? bits : static_cast<uint32_t>(ref::narrow(f, bits, Format::f32));
                 float v;
                 std::memcpy(&v, &w, 4);
+                return static_cast<double>(v);
+              };
+              int64_t outside = 0;
+              for (int64_t j = 0; j < got[i].numel(); ++j) {
+                const double v = value(got[i], j);
                 if (std::isinf(bp[j])) continue;  // no claim (specials, overflow)
-                if (std::isnan(ep[j]) ? !std::isnan(v) : !(std::fabs(static_cast<double>(v) - ep[j]) <= bp[j])) ++outside;
+                const double B = bp[j] - std::fabs(value(want[i], j) - ep[j]);
+                if (std::isnan(ep[j]) ? !std::isnan(v) : !(std::fabs(v - ep[j]) <= B * (1 + 0x1p-50))) ++outside;
               }
               CHECK(outside == 0);
               continue;
@@ -151,6 +158,60 @@ TEST_SUITE("golden") {
           }
         }
       }
+    }
+  }
+
+  TEST_CASE("bound.* admits every output within the op's own bound of exact (diff --tol bound)") {
+    // Each bf16 output moved to a neighbour that is still within B of exact (B = bound − |golden − exact|): a
+    // device the op's claim covers. The diff must pass it; some of the moved elements are farther than B from the
+    // golden output itself (a bound.* of B alone would fail them).
+    for (const char* text : {"scaled_mm shape=64x64x32 model=fast seed=3",
+                             "paged_attention convention=fast seed=2"}) {
+      INFO(text);
+      const io::SafetensorsFile g = make_golden(parse_descriptor(text));
+      io::SafetensorsFile a;
+      a.metadata = g.metadata;
+      a.tensors = tensors_with_prefix(g, "output.");
+      const io::Tensor* bound = g.find("bound.out");
+      const io::Tensor* exact = g.find("exact.out");
+      REQUIRE(bound);
+      REQUIRE(exact);
+      REQUIRE(a.tensors.size() == 1);
+      io::Tensor& out = a.tensors[0];
+      REQUIRE(out.dtype == io::DType::BF16);
+      auto value = [](uint16_t b) {
+        const uint32_t w = static_cast<uint32_t>(b) << 16;
+        float f;
+        std::memcpy(&f, &w, 4);
+        return static_cast<double>(f);
+      };
+      int64_t moved = 0, beyond_b_of_golden = 0;
+      for (int64_t j = 0; j < out.numel(); ++j) {
+        uint16_t gb;
+        std::memcpy(&gb, &out.data[2 * static_cast<size_t>(j)], 2);
+        double bj, ej;
+        std::memcpy(&bj, &bound->data[8 * static_cast<size_t>(j)], 8);
+        std::memcpy(&ej, &exact->data[8 * static_cast<size_t>(j)], 8);
+        const double gv = value(gb);
+        if (!std::isfinite(bj) || !std::isfinite(gv) || (gb & 0x7FFF) == 0) continue;
+        const double B = bj - std::fabs(gv - ej);
+        for (const int step : {1, -1}) {
+          const uint16_t cb = static_cast<uint16_t>(gb + step);
+          const double c = value(cb);
+          if (std::isfinite(c) && std::fabs(c - ej) <= B * (1 - 0x1p-40)) {
+            std::memcpy(&out.data[2 * static_cast<size_t>(j)], &cb, 2);
+            ++moved;
+            beyond_b_of_golden += std::fabs(c - gv) > B;
+            break;
+          }
+        }
+      }
+      CHECK(moved > 0);
+      CHECK(beyond_b_of_golden > 0);
+      diff::DiffOptions o;
+      o.tol = diff::parse_tolerance("bound");
+      const diff::DiffReport r = diff::diff_files(g, a, o);
+      CHECK(r.verdict == diff::Verdict::pass);
     }
   }
 
@@ -168,5 +229,29 @@ TEST_SUITE("golden") {
     nometa.metadata.clear();
     CHECK_THROWS_WITH_AS(run_case(nometa, "cpu", "case.safetensors"), doctest::Contains("fp8ref.descriptor"), InputError);
     CHECK_THROWS_WITH_AS(run_case(g, "tpu", "case.safetensors"), doctest::Contains("no kernel"), InputError);
+    // an input changed after `fp8ref golden` wrote it: its recorded SHA-256 no longer matches
+    io::SafetensorsFile edited = g;
+    edited.tensors[0].data[3] ^= 1;
+    CHECK_THROWS_WITH_AS(run_case(edited, "cpu", "case.safetensors"),
+                         doctest::Contains("case.safetensors: tensor 'input.x': its bytes do not match the SHA-256"),
+                         InputError);
+  }
+
+  TEST_CASE("diff refuses a golden file whose tensors no longer match their recorded SHA-256") {
+    const io::SafetensorsFile g = make_golden(parse_descriptor("convert shape=4x8 convention=torch-2.11"));
+    io::SafetensorsFile a;
+    a.metadata = g.metadata;  // (a runner may copy the golden's metadata: ACTUAL's checksums are not checked)
+    a.tensors = tensors_with_prefix(g, "output.");
+    a.tensors[0].data[0] ^= 1;
+    diff::DiffOptions o;
+    o.expected_name = "golden.safetensors";
+    CHECK(diff::diff_files(g, a, o).verdict == diff::Verdict::fail);
+    for (const char* name : {"output.y", "input.x"}) {
+      io::SafetensorsFile bad = g;
+      for (io::Tensor& t : bad.tensors)
+        if (t.name == name) t.data[1] ^= 0x40;
+      const std::string want = std::string("golden.safetensors: tensor '") + name + "': its bytes do not match the SHA-256";
+      CHECK_THROWS_WITH_AS(diff::diff_files(bad, a, o), doctest::Contains(want.c_str()), InputError);
+    }
   }
 }

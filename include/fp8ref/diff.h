@@ -1,5 +1,7 @@
 // fp8ref — the numerical diff: judges a result file (ACTUAL) against a golden file (EXPECTED).
 //
+// First, EXPECTED's tensors against the SHA-256 its metadata records (fp8ref.sha256.*): a golden file damaged or
+// edited since `fp8ref golden` wrote it is bad input (InputError), not a device error.
 // Per output tensor (output.*), in this order (docs/golden-format.md is the file schema):
 //   1. presence, dtype, shape (missing / extra / dtype / shape mismatch; a 2-D output with its shape reversed is
 //      named "transposed", and checked against the transpose of EXPECTED);
@@ -35,7 +37,8 @@
 //   ulp:K[,frac:F]  every element within K ULP (NaN vs NaN of any code and -0 vs +0 are distance 0; any other
 //                   class difference fails) and at most a fraction F of the elements not bitwise equal (F = 1)
 //   abs:A,rel:R     |actual - expected| <= A + R*|expected| for every element (NaN matches NaN, Inf its own sign)
-//   bound           |actual - expected| <= the derived bound (bound.<name>); without one: judged exact, noted.
+//   bound           |actual - expected| <= bound.<name> (the op's bound on |output - exact| plus |expected - exact|,
+//                   docs/golden-format.md); without one: judged exact, noted.
 //                   (default for contract "bound")
 //
 // Computation: one streaming pass per tensor, OpenMP-parallel over fixed chunks (results do not depend on the

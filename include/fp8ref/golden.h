@@ -117,6 +117,12 @@ std::vector<diff::ModelDistance> model_distances(const io::MappedSafetensors& ex
                                                  const io::MappedSafetensors& actual, std::string* note);
 // The descriptor of a case file; throws InputError naming `what` if absent or malformed.
 Descriptor case_descriptor(const io::SafetensorsFile& f, const std::string& what);
+// The tensor `name` (bytes, size) against the SHA-256 the file's metadata records for it (fp8ref.sha256.<name>,
+// written by `fp8ref golden`; nothing to check where none is recorded). InputError naming `what` and the tensor on
+// a mismatch: the file was damaged or edited after it was written (`fp8ref diff` checks EXPECTED's tensors, `fp8ref
+// run` a case file's inputs).
+void check_recorded_sha256(const std::map<std::string, std::string>& metadata, const std::string& name,
+                           const uint8_t* bytes, size_t size, const std::string& what);
 // Tensors with a given prefix ("input." / "output.").
 Tensors tensors_with_prefix(const io::SafetensorsFile& f, std::string_view prefix);
 

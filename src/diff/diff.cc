@@ -2104,6 +2104,9 @@ std::vector<io::TensorView> views_of(const io::SafetensorsFile& f) {
 DiffReport diff_logical(const std::vector<io::TensorView>& ev, const std::map<std::string, std::string>& emd,
                         const std::vector<io::TensorView>& av, const std::map<std::string, std::string>& amd,
                         const DiffOptions& opt) {
+  // a golden file damaged or edited since it was written is bad input, not a device error (ACTUAL's checksums are
+  // not checked: a device runner may copy the golden's metadata into its result)
+  for (const io::TensorView& t : ev) golden::check_recorded_sha256(emd, t.name, t.bytes, t.nbytes(), opt.expected_name);
   const detail::LogicalViews l = detail::logical_scale_views(ev, av, emd, opt.expected_name);
   DiffReport rep = diff_views(FileView{l.expected, l.expected_metadata}, FileView{l.actual, amd}, opt);
   for (TensorReport& r : rep.tensors) {  // say what was stored, not only the logical form compared

@@ -1,10 +1,16 @@
 // fp8ref — golden files and result files (schema: docs/golden-format.md), suites.
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <limits>
+#include <optional>
+#include <stdexcept>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "fp8ref/convert.h"
 #include "fp8ref/error.h"
 #include "fp8ref/golden.h"
 #include "golden/ops.h"
@@ -32,6 +38,37 @@ std::map<std::string, std::string> metadata_for(const Descriptor& d, const std::
   return m;
 }
 
+// bound.X of an op is its derived bound B on |output − exact|; the file's bound.X is B + |output.X − exact.X| (the
+// golden output's own distance to exact), so that |actual − golden| <= bound.X holds for every actual within B of
+// exact — what `fp8ref diff --tol bound` checks. +Inf where the golden output is not finite.
+void add_golden_distance(Tensors& exact, const Tensors& outs) {
+  auto find = [](const Tensors& ts, const std::string& name) -> const io::Tensor* {
+    for (const io::Tensor& t : ts)
+      if (t.name == name) return &t;
+    return nullptr;
+  };
+  for (io::Tensor& b : exact) {
+    if (b.name.compare(0, 6, "bound.") != 0 || b.numel() == 0) continue;
+    const std::string base = b.name.substr(6);
+    const io::Tensor* x = find(exact, "exact." + base);
+    const io::Tensor* g = find(outs, "output." + base);
+    const std::optional<Format> gf = g ? io::dtype_format(g->dtype) : std::nullopt;
+    if (!x || !gf || x->numel() != b.numel() || g->numel() != b.numel())
+      throw std::logic_error("golden: " + b.name + " without its exact and output tensors");
+    const size_t gs = io::dtype_size(g->dtype);
+    double* bp = reinterpret_cast<double*>(b.data.data());
+    for (int64_t i = 0; i < b.numel(); ++i) {
+      uint64_t gb = 0;
+      std::memcpy(&gb, &g->data[static_cast<size_t>(i) * gs], gs);
+      const uint64_t r = ref::narrow(*gf, gb, Format::f64);
+      double rv, xv;
+      std::memcpy(&rv, &r, 8);
+      std::memcpy(&xv, &x->data[static_cast<size_t>(i) * 8], 8);
+      bp[i] += std::isfinite(rv) ? std::fabs(rv - xv) : std::numeric_limits<double>::infinity();
+    }
+  }
+}
+
 }  // namespace
 
 io::SafetensorsFile make_golden(const Descriptor& d) {
@@ -40,6 +77,7 @@ io::SafetensorsFile make_golden(const Descriptor& d) {
   f.tensors = op.make_inputs(d);
   Tensors outs = find_kernel(d.op, "reference").run(d, f.tensors);
   Tensors exact = op.exact ? op.exact(d, f.tensors) : Tensors{};
+  add_golden_distance(exact, outs);
   f.tensors.insert(f.tensors.end(), outs.begin(), outs.end());
   f.tensors.insert(f.tensors.end(), exact.begin(), exact.end());
   f.metadata = metadata_for(d, "reference", f.tensors);
@@ -56,6 +94,15 @@ Descriptor case_descriptor(const io::SafetensorsFile& f, const std::string& what
   }
 }
 
+void check_recorded_sha256(const std::map<std::string, std::string>& metadata, const std::string& name,
+                           const uint8_t* bytes, size_t size, const std::string& what) {
+  auto it = metadata.find("fp8ref.sha256." + name);
+  if (it == metadata.end() || io::sha256_hex(bytes, size) == it->second) return;
+  throw InputError(what + ": tensor '" + name + "': its bytes do not match the SHA-256 recorded in the file's " +
+                   "metadata (fp8ref.sha256." + name + "): the file was damaged or edited after `fp8ref golden` " +
+                   "wrote it");
+}
+
 Tensors tensors_with_prefix(const io::SafetensorsFile& f, std::string_view prefix) {
   Tensors out;
   for (const io::Tensor& t : f.tensors)
@@ -67,6 +114,7 @@ io::SafetensorsFile run_case(const io::SafetensorsFile& case_file, std::string_v
   const Descriptor d = case_descriptor(case_file, what);
   const Kernel& k = find_kernel(d.op, backend);
   Tensors inputs = tensors_with_prefix(case_file, "input.");
+  for (const io::Tensor& t : inputs) check_recorded_sha256(case_file.metadata, t.name, t.data.data(), t.data.size(), what);
   // Inputs must have the names, dtypes and shapes the op makes for this descriptor.
   const Tensors expected = op_info(d.op).make_inputs(d);
   for (const io::Tensor& e : expected) {
@@ -141,5 +189,6 @@ const io::Tensor& find_input(const Descriptor& d, const Tensors& inputs, const s
   }
   throw InputError("missing tensor '" + name + "' (" + where(d) + ")");
 }
+
 
 }  // namespace fp8ref::golden
