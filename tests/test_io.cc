@@ -520,10 +520,11 @@ TEST_CASE("atomic writes: replace, and leave no temp file on failure") {
   expect_input_error([&] { write_npy(dir / "nodir/x.npy", pattern("x", DType::F32, {2})); }, {"nodir/x.npy"});
   expect_input_error([&] { write_safetensors(dir / "nodir/x.safetensors", {}); }, {"nodir/x.safetensors"});
 
-  // The temp file is created, then rename fails (the target is a non-empty directory): it must go.
+  // The temp file is created, then the target turns out to be a directory: refused before the rename, and the
+  // temp file must go.
   fs::create_directories(dir.path / "occupied" / "child");
   expect_input_error([&] { write_file_atomic(dir / "occupied", std::vector<uint8_t>(1000, 7)); },
-                     {"occupied", "rename"});
+                     {"occupied", "is a directory"});
   std::vector<std::string> names = dir.entries();
   std::sort(names.begin(), names.end());
   CHECK(names == std::vector<std::string>{"a.bin", "occupied"});
@@ -535,6 +536,45 @@ TEST_CASE("atomic writes: replace, and leave no temp file on failure") {
   fs::current_path(cwd);
   CHECK(read_bytes(dir / "rel.bin") == std::vector<uint8_t>{9});
   expect_input_error([&] { write_file_atomic(dir.path.string() + "/", std::vector<uint8_t>{1}); }, {"not a file name"});
+}
+
+TEST_CASE("OutputFiles: all files or none") {
+  TempDir dir;
+  write_file_atomic(dir / "a.bin", std::vector<uint8_t>{1});
+  {  // staged, then abandoned (an error while computing a later output): nothing changes
+    OutputFiles f;
+    f.add(dir / "a.bin", std::vector<uint8_t>{2});
+    f.add(dir / "b.bin", std::vector<uint8_t>{3});
+    CHECK(read_bytes(dir / "a.bin") == std::vector<uint8_t>{1});
+  }
+  CHECK(dir.entries() == std::vector<std::string>{"a.bin"});
+  {  // a later file's directory is missing: the earlier one is not written either
+    OutputFiles f;
+    f.add(dir / "a.bin", std::vector<uint8_t>{2});
+    expect_input_error([&] { f.add(dir / "nodir/b.bin", std::vector<uint8_t>{3}); }, {"nodir/b.bin"});
+    expect_input_error([&] { f.add(dir / "a.bin", std::vector<uint8_t>{4}); }, {"a.bin", "twice"});
+  }
+  CHECK(dir.entries() == std::vector<std::string>{"a.bin"});
+  CHECK(read_bytes(dir / "a.bin") == std::vector<uint8_t>{1});
+  fs::create_directories(dir.path / "d.bin");
+  {  // a directory in a later file's place: refused before the first rename
+    OutputFiles f;
+    f.add(dir / "a.bin", std::vector<uint8_t>{2});
+    f.add(dir / "d.bin", std::vector<uint8_t>{3});
+    expect_input_error([&] { f.commit(); }, {"d.bin", "is a directory", "nothing was written"});
+  }
+  CHECK(read_bytes(dir / "a.bin") == std::vector<uint8_t>{1});
+  {  // committed: every file in place, no temporary left
+    OutputFiles f;
+    f.add(dir / "a.bin", std::vector<uint8_t>{2});
+    f.add_npy(dir / "c.npy", pattern("c", DType::F32, {2}));
+    f.commit();
+  }
+  std::vector<std::string> names = dir.entries();
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"a.bin", "c.npy", "d.bin"});
+  CHECK(read_bytes(dir / "a.bin") == std::vector<uint8_t>{2});
+  CHECK(read_npy(dir / "c.npy").data == pattern("c", DType::F32, {2}).data);
 }
 
 // Interop with numpy / safetensors / ml_dtypes: python writes files, C++ reads them; C++ writes

@@ -11,8 +11,10 @@
 // A command returns 0 on success and 1 for a numerical failure (diff, validate).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <initializer_list>
 #include <optional>
 #include <stdexcept>
@@ -181,6 +183,37 @@ inline std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "(";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+// Whether two paths name one file: the same inode where both exist, else the same canonical path (a file not
+// there yet), so "q.npy", "./q.npy" and "dir/../q.npy" are one file.
+inline bool same_file(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ea, eb;
+  if (fs::exists(a, ea) && fs::exists(b, eb)) return fs::equivalent(a, b, ea);
+  const fs::path ca = fs::weakly_canonical(fs::absolute(a, ea), ea), cb = fs::weakly_canonical(fs::absolute(b, eb), eb);
+  return !ea && !eb ? ca == cb : a == b;
+}
+// The files of a command: every path ends in one of `exts` (none: any name); each output (its index in `outputs`) is a file apart
+// from every other path given — another output, or an input it would overwrite. Inputs may repeat (SA = SB).
+// UsageError otherwise.
+inline void check_paths(const std::vector<std::string>& paths, const std::vector<size_t>& outputs,
+                        std::initializer_list<const char*> exts = {".npy"}) {
+  for (const std::string& p : paths) {
+    bool ok = exts.size() == 0;
+    std::string list;
+    for (const char* e : exts) {
+      ok = ok || ends_with(p, e);
+      list += std::string(list.empty() ? "" : " or ") + e;
+    }
+    if (!ok) throw UsageError("'" + p + "' must end in " + list);
+  }
+  for (size_t o : outputs)
+    for (size_t b = 0; b < paths.size(); ++b)
+      if (b != o && same_file(paths[o], paths[b]))
+        throw UsageError("the output file '" + paths[o] + "' is also given as " +
+                         (std::find(outputs.begin(), outputs.end(), b) != outputs.end() ? "another output" : "an input") +
+                         (paths[b] == paths[o] ? std::string() : " ('" + paths[b] + "')"));
 }
 
 }  // namespace fp8ref::cli

@@ -155,15 +155,6 @@ std::string backend_of(const Args& args) {
   return b;
 }
 
-// Every path ends in .npy; each output (the indices in `outputs`) differs from every other path.
-void check_paths(const std::vector<std::string>& paths, std::initializer_list<size_t> outputs) {
-  for (const std::string& p : paths)
-    if (!ends_with(p, ".npy")) throw UsageError("'" + p + "' must end in .npy");
-  for (size_t o : outputs)
-    for (size_t b = 0; b < paths.size(); ++b)
-      if (b != o && paths[o] == paths[b]) throw UsageError("the output file '" + paths[o] + "' is also given as another file");
-}
-
 int write_main(int argc, char** argv) {
   Args args(argc, argv,
             {{"--convention"}, {"--model"}, {"--k"}, {"--v"}, {"--slot-mapping"}, {"--k-cache"}, {"--v-cache"},
@@ -245,15 +236,17 @@ int write_main(int argc, char** argv) {
   attn::check_kv_cache_write(spec, a);
   if (backend == "cpu") attn::cpu::kv_cache_write(spec, a);
   else attn::ref::kv_cache_write(spec, a);
-  io::write_npy(paths[5], kc);
-  io::write_npy(paths[6], vc);
+  io::OutputFiles files;  // all written, or none
+  files.add_npy(paths[5], kc);
+  files.add_npy(paths[6], vc);
   if (spec.dynamic) {
     io::Tensor kst = io::make_tensor("", io::DType::F32, {ns}), vst = io::make_tensor("", io::DType::F32, {ns});
     std::memcpy(kst.data.data(), ks.data(), kst.data.size());
     std::memcpy(vst.data.data(), vs.data(), vst.data.size());
-    io::write_npy(paths[7], kst);
-    io::write_npy(paths[8], vst);
+    files.add_npy(paths[7], kst);
+    files.add_npy(paths[8], vst);
   }
+  files.commit();
   return 0;
 }
 

@@ -245,10 +245,7 @@ int convert_main(int argc, char** argv) {
     else if (*b != "cpu")
       throw UsageError("unknown backend '" + *b + "' for --backend (cpu, reference)");
   }
-  for (const std::string& p : {in_path, out_path})
-    if (!ends_with(p, ".npy") && !ends_with(p, ".bin"))
-      throw UsageError("'" + p + "' must end in .npy or .bin");
-  if (in_path == out_path) throw UsageError("IN and OUT are the same file '" + in_path + "'");
+  check_paths({in_path, out_path}, {1}, {".npy", ".bin"});
   std::optional<std::vector<int64_t>> shape;
   if (auto s = args.get("--shape")) shape = parse_shape(*s);
   const bool in_bin = ends_with(in_path, ".bin");

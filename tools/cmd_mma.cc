@@ -65,10 +65,7 @@ int mma_main(int argc, char** argv) {
   const std::string fa_name = args.require("--format");
   args.expect_positionals({"A", "BT", "C", "D"});
   const std::vector<std::string>& p = args.positionals();
-  for (const std::string& path : p)
-    if (!ends_with(path, ".npy")) throw UsageError("'" + path + "' must end in .npy");
-  for (size_t i = 0; i < 3; ++i)
-    if (p[i] == p[3]) throw UsageError("the output '" + p[3] + "' is also an input");
+  check_paths(p, {3});
   MmaModel model;
   if (!parse_mma_model(model_name, &model)) throw InputError("unknown --model '" + model_name + "' (mma-sync-sm90)");
   const Format fa = parse_operand_format("--format", fa_name);

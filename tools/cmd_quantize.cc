@@ -276,13 +276,14 @@ int quantize_main(int argc, char** argv) {
   else args.expect_positionals({"IN", "Q"});
   const std::string in_path = args.positionals()[0], q_path = args.positionals()[1];
   const std::string scales_path = dynamic ? args.positionals()[2] : *static_path;
-  std::vector<const std::string*> paths = {&in_path, &q_path, &scales_path};
-  if (exact_path) paths.push_back(&*exact_path);
-  for (const std::string* p : paths)
-    if (!ends_with(*p, ".npy")) throw UsageError("'" + *p + "' must end in .npy");
-  for (size_t a = 0; a < paths.size(); ++a)
-    for (size_t b = a + 1; b < paths.size(); ++b)
-      if (*paths[a] == *paths[b]) throw UsageError("the same file '" + *paths[a] + "' is given twice");
+  std::vector<std::string> paths = {in_path, q_path, scales_path};  // outputs: Q, SCALES (dynamic), EXACT
+  std::vector<size_t> outs = {1};
+  if (dynamic) outs.push_back(2);
+  if (exact_path) {
+    paths.push_back(*exact_path);
+    outs.push_back(3);
+  }
+  check_paths(paths, outs);
   const std::string backend = backend_of(args);
   const bool codes = args.has("--scale-codes");
 
@@ -328,9 +329,11 @@ int quantize_main(int argc, char** argv) {
   else ref::quantize_static(*spec, from, in.data.data(), in.shape, storage.data(), q.data.data(), ex);
 
   const io::Tensor s_out = dynamic ? stored_scales_file(*spec, codes, storage, L) : io::Tensor{};
-  io::write_npy(q_path, q);
-  if (dynamic) io::write_npy(scales_path, s_out);
-  if (exact_path) io::write_npy(*exact_path, exact);
+  io::OutputFiles files;  // all written, or none
+  files.add_npy(q_path, q);
+  if (dynamic) files.add_npy(scales_path, s_out);
+  if (exact_path) files.add_npy(*exact_path, exact);
+  files.commit();
   if (args.has("--verbose"))
     std::printf("quantize from=%s %s mode=%s shape=%s scales=%s backend=%s\n", format_name(from), spec->describe().c_str(),
                 dynamic ? "dynamic" : "static", shape_text(in.shape).c_str(), shape_text(L.scale_shape).c_str(),
@@ -346,12 +349,7 @@ int dequantize_main(int argc, char** argv) {
   const std::string gran = args.require("--granularity");
   args.expect_positionals({"Q", "SCALES", "OUT"});
   const std::string q_path = args.positionals()[0], s_path = args.positionals()[1], out_path = args.positionals()[2];
-  const std::vector<const std::string*> paths = {&q_path, &s_path, &out_path};
-  for (const std::string* p : paths)
-    if (!ends_with(*p, ".npy")) throw UsageError("'" + *p + "' must end in .npy");
-  for (size_t a = 0; a < paths.size(); ++a)
-    for (size_t b = a + 1; b < paths.size(); ++b)
-      if (*paths[a] == *paths[b]) throw UsageError("the same file '" + *paths[a] + "' is given twice");
+  check_paths({q_path, s_path, out_path}, {2});
   const bool cpu_backend = backend_of(args) == "cpu";
   const bool codes = args.has("--scale-codes");
 

@@ -103,14 +103,15 @@ int rmsnorm_quant_main(int argc, char** argv) {
   if (res_path.has_value() != res_out.has_value())
     throw UsageError("--residual and --residual-out go together (the op returns the updated residual)");
   if (args.has("--group") && args.has("--granularity")) throw UsageError("give --group or --granularity, not both");
-  std::vector<std::string> paths(pos.begin(), pos.end());
-  for (const auto* p : {&res_path, &res_out, &normed_path, &exact_path, &rms_path})
-    if (*p) paths.push_back(**p);
-  for (const std::string& p : paths)
-    if (!ends_with(p, ".npy")) throw UsageError("'" + p + "' must end in .npy");
-  for (size_t i = 0; i < paths.size(); ++i)
-    for (size_t j = i + 1; j < paths.size(); ++j)
-      if (paths[i] == paths[j]) throw UsageError("the same file '" + paths[i] + "' is given twice");
+  std::vector<std::string> paths(pos.begin(), pos.end());  // inputs IN, WEIGHT (and RESIDUAL); the rest outputs
+  std::vector<size_t> outs = {2, 3};
+  if (res_path) paths.push_back(*res_path);
+  for (const auto* p : {&res_out, &normed_path, &exact_path, &rms_path})
+    if (*p) {
+      outs.push_back(paths.size());
+      paths.push_back(**p);
+    }
+  check_paths(paths, outs);
   const std::string backend = args.get("--backend").value_or("cpu");
   if (backend != "cpu" && backend != "reference")
     throw UsageError("unknown backend '" + backend + "' for --backend (cpu, reference)");
@@ -173,12 +174,14 @@ int rmsnorm_quant_main(int argc, char** argv) {
     s = std::move(stored);
   }
 
-  io::write_npy(pos[2], q);
-  io::write_npy(pos[3], s);
-  if (r) io::write_npy(*res_out, r2);
-  if (normed_path) io::write_npy(*normed_path, normed);
-  if (exact_path) io::write_npy(*exact_path, exact);
-  if (rms_path) io::write_npy(*rms_path, rms);
+  io::OutputFiles files;  // all written, or none
+  files.add_npy(pos[2], q);
+  files.add_npy(pos[3], s);
+  if (r) files.add_npy(*res_out, r2);
+  if (normed_path) files.add_npy(*normed_path, normed);
+  if (exact_path) files.add_npy(*exact_path, exact);
+  if (rms_path) files.add_npy(*rms_path, rms);
+  files.commit();
   if (args.has("--verbose"))
     std::printf("rmsnorm-quant from=%s %s shape=%s scales=%s residual=%s backend=%s\n", format_name(from),
                 spec->describe().c_str(), shape_text(x.shape).c_str(), shape_text(L.quant.scale_shape).c_str(),

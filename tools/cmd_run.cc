@@ -26,6 +26,7 @@ int run(int argc, char** argv) {
   const std::string in = args.positionals()[0];
   const std::string out = args.require("--out");
   const std::string backend = args.get("--backend").value_or("cpu");
+  check_paths({in, out}, {1}, {});  // (a result written over its case file would lose the golden outputs)
   const io::SafetensorsFile c = io::read_safetensors(in);
   const io::SafetensorsFile r = golden::run_case(c, backend, in);
   io::write_safetensors(out, r.tensors, r.metadata);

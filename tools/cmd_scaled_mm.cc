@@ -104,17 +104,15 @@ Parsed parse(int argc, char** argv) {
   p.a = pos[0], p.bt = pos[1], p.sa = pos[2], p.sb = pos[3], p.out = pos[4];
   p.bias = args.get("--bias");
   p.exact = args.get("--exact");
-  std::vector<const std::string*> paths = {&p.a, &p.bt, &p.sa, &p.sb, &p.out};
-  if (p.bias) paths.push_back(&*p.bias);
-  if (p.exact) paths.push_back(&*p.exact);
-  for (const std::string* s : paths)
-    if (s->size() < 4 || s->compare(s->size() - 4, 4, ".npy") != 0) throw UsageError("'" + *s + "' must end in .npy");
   // inputs may repeat (SA = SB); an output (OUT, EXACT) must be none of the other files
-  std::vector<const std::string*> outs = {&p.out};
-  if (p.exact) outs.push_back(&*p.exact);
-  for (const std::string* o : outs)
-    for (const std::string* q : paths)
-      if (o != q && *o == *q) throw UsageError("the same file '" + *o + "' is given as an output and another file");
+  std::vector<std::string> paths = {p.a, p.bt, p.sa, p.sb, p.out};
+  std::vector<size_t> outs = {4};
+  if (p.bias) paths.push_back(*p.bias);
+  if (p.exact) {
+    outs.push_back(paths.size());
+    paths.push_back(*p.exact);
+  }
+  check_paths(paths, outs);
   p.backend = args.get("--backend").value_or("cpu");
   if (p.backend != "cpu" && p.backend != "reference")
     throw UsageError("unknown backend '" + p.backend + "' for --backend (cpu, reference)");
@@ -341,8 +339,10 @@ int run(int argc, char** argv, bool bmm) {
                                  reinterpret_cast<double*>(ex.data.data()) + b * g.M * g.N);
     }
   }
-  io::write_npy(p.out, out);
-  if (p.exact) io::write_npy(*p.exact, ex);
+  io::OutputFiles files;  // both written, or neither
+  files.add_npy(p.out, out);
+  if (p.exact) files.add_npy(*p.exact, ex);
+  files.commit();
   return 0;
 }
 

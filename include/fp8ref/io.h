@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "fp8ref/format.h"
@@ -122,7 +123,27 @@ std::vector<uint8_t> encode_safetensors(const std::vector<Tensor>& tensors,
                                         const std::map<std::string, std::string>& metadata = {});
 
 // ---- helpers ---------------------------------------------------------------------------------
-// Writes `bytes` to `path` atomically (temp file in the same directory, fsync, rename, fsync dir).
+// Several output files written all together or not at all: add() writes each into a temporary file beside its path
+// (synced; the path itself untouched), commit() renames them all into place. A failure before commit — a missing
+// directory, a full disk, an error while the caller computes a later output — leaves every path as it was: the
+// destructor removes the temporaries. commit() refuses a path that is a directory before the first rename; should a
+// rename still fail, its InputError names the files already in place. Throws InputError naming the path.
+class OutputFiles {
+ public:
+  OutputFiles() = default;
+  OutputFiles(const OutputFiles&) = delete;
+  OutputFiles& operator=(const OutputFiles&) = delete;
+  ~OutputFiles();
+  void add(const std::string& path, const uint8_t* bytes, size_t size);
+  void add(const std::string& path, const std::vector<uint8_t>& bytes) { add(path, bytes.data(), bytes.size()); }
+  void add_npy(const std::string& path, const Tensor& t);
+  void commit();
+
+ private:
+  std::vector<std::pair<std::string, std::string>> staged_;  // (temporary, path)
+};
+
+// Writes `bytes` to `path` atomically (temp file in the same directory, fsync, rename, fsync dir): one OutputFiles.
 // Throws InputError naming `path` on failure; no temp file is left behind.
 void write_file_atomic(const std::string& path, const uint8_t* bytes, size_t size);
 inline void write_file_atomic(const std::string& path, const std::vector<uint8_t>& bytes) {

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -159,20 +160,24 @@ MappedFile::~MappedFile() {
 
 }  // namespace detail
 
-// ---- atomic write ----------------------------------------------------------------------------
+// ---- atomic writes ---------------------------------------------------------------------------
 
-void write_file_atomic(const std::string& path, const uint8_t* bytes, size_t size) {
-  std::string dir, base;
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) {
-    dir = ".";
-    base = path;
-  } else {
-    dir = slash == 0 ? "/" : path.substr(0, slash);
-    base = path.substr(slash + 1);
-  }
+namespace {
+
+// (directory, base name) of a path; InputError for a path that names no file
+std::pair<std::string, std::string> split_path(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
   if (base.empty() || base == "." || base == "..") throw InputError(path + ": not a file name");
+  return {dir, base};
+}
 
+// `bytes` into a new temporary file beside `path` (same directory: the rename stays on one file system), synced;
+// returns its name. InputError naming `path` on failure, with no temporary left behind.
+std::string write_temporary(const std::string& path, const uint8_t* bytes, size_t size) {
+  const auto [dir, base] = split_path(path);
+  const size_t slash = path.rfind('/');
   static std::atomic<uint64_t> counter{0};
   std::string tmp;
   int fd = -1;
@@ -190,7 +195,6 @@ void write_file_atomic(const std::string& path, const uint8_t* bytes, size_t siz
     ::unlink(tmp.c_str());
     throw InputError(path + ": " + step + " failed: " + errno_text(err));
   };
-
   size_t done = 0;
   while (done < size) {
     ssize_t n = ::write(fd, bytes + done, size - done);
@@ -205,14 +209,66 @@ void write_file_atomic(const std::string& path, const uint8_t* bytes, size_t siz
   int rc = ::close(fd);
   fd = -1;
   if (rc != 0) fail("close", errno);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename", errno);
+  return tmp;
+}
 
-  // Make the rename itself durable; best effort (some file systems refuse fsync on a directory).
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    (void)::fsync(dfd);
-    ::close(dfd);
+}  // namespace
+
+OutputFiles::~OutputFiles() {
+  for (const auto& s : staged_) ::unlink(s.first.c_str());
+}
+
+void OutputFiles::add(const std::string& path, const uint8_t* bytes, size_t size) {
+  for (const auto& s : staged_)
+    if (s.second == path) throw InputError(path + ": given twice as an output");
+  staged_.emplace_back(write_temporary(path, bytes, size), path);
+}
+
+void OutputFiles::add_npy(const std::string& path, const Tensor& t) {
+  std::vector<uint8_t> bytes;
+  try {
+    bytes = encode_npy(t);
+  } catch (const InputError& e) {
+    throw InputError(path + ": " + e.what());
   }
+  add(path, bytes);
+}
+
+void OutputFiles::commit() {
+  // what would make a rename fail is looked for before the first one: a directory where a file is to go
+  for (const auto& s : staged_) {
+    struct stat st;
+    if (::stat(s.second.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+      throw InputError(s.second + ": is a directory; nothing was written");
+  }
+  std::vector<std::string> dirs;
+  for (size_t i = 0; i < staged_.size(); ++i) {
+    if (::rename(staged_[i].first.c_str(), staged_[i].second.c_str()) != 0) {
+      const int err = errno;
+      std::string done;
+      for (size_t j = 0; j < i; ++j) done += (done.empty() ? "" : ", ") + staged_[j].second;
+      staged_.erase(staged_.begin(), staged_.begin() + static_cast<std::ptrdiff_t>(i));  // (the rest: removed)
+      throw InputError(staged_.front().second + ": rename failed: " + errno_text(err) +
+                       (done.empty() ? std::string("; nothing was written") : "; already written: " + done));
+    }
+    const std::string dir = split_path(staged_[i].second).first;
+    if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(dir);
+  }
+  staged_.clear();
+  // Make the renames themselves durable; best effort (some file systems refuse fsync on a directory).
+  for (const std::string& dir : dirs) {
+    int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      (void)::fsync(dfd);
+      ::close(dfd);
+    }
+  }
+}
+
+void write_file_atomic(const std::string& path, const uint8_t* bytes, size_t size) {
+  OutputFiles f;
+  f.add(path, bytes, size);
+  f.commit();
 }
 
 }  // namespace fp8ref::io

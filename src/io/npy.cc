@@ -360,13 +360,9 @@ Tensor read_npy(const std::string& path) {
 }
 
 void write_npy(const std::string& path, const Tensor& t) {
-  std::vector<uint8_t> bytes;
-  try {
-    bytes = encode_npy(t);
-  } catch (const InputError& e) {
-    throw InputError(path + ": " + e.what());
-  }
-  write_file_atomic(path, bytes);
+  OutputFiles f;
+  f.add_npy(path, t);
+  f.commit();
 }
 
 }  // namespace fp8ref::io
