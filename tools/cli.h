@@ -12,7 +12,9 @@
 #pragma once
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <initializer_list>
@@ -183,6 +185,17 @@ inline std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "(";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+// The value of an integer option: a whole decimal number in [lo, hi], else UsageError naming the flag.
+inline long long parse_integer(const std::string& flag, const std::string& v, long long lo, long long hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno == ERANGE || n < lo || n > hi)
+    throw UsageError(flag + " needs a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" +
+                     v + "'");
+  return n;
 }
 
 // Whether two paths name one file: the same inode where both exist, else the same canonical path (a file not

@@ -2,8 +2,10 @@
 //
 // Every file, shape, index and option is validated before anything is written; outputs are written atomically. On
 // bad input nothing is written and the exit code is 2.
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,7 +70,7 @@ const char* kAttnHelp =
     "  --out-dtype F        f32, bf16, f16 (default: --md)\n"
     "  --sm-scale X         softmax scale (default 1/sqrt(Dk))\n"
     "  --causal C           bottom-right (default), top-left, none\n"
-    "  --window-left N      sliding window: keys >= qpos - N\n"
+    "  --window-left N      sliding window: keys >= qpos - N (N >= 0; default none)\n"
     "  --softcap X          logit soft-cap cap·tanh(l / cap) (exact, vllm-triton-unified, fast)\n"
     "  --mla                V = K cache[..., :Dv] (give --head-dim-v, e.g. 512 of 576)\n"
     "  --head-dim-v N       Dv (default Dk)\n"
@@ -285,12 +287,19 @@ int attn_main(int argc, char** argv) {
     return x;
   };
   spec.sm_scale = num("--sm-scale", 0);
-  if (args.has("--sm-scale") && !(spec.sm_scale > 0)) throw InputError("--sm-scale must be positive");
-  spec.window_left = static_cast<int64_t>(num("--window-left", -1));
+  if (args.has("--sm-scale") && !(spec.sm_scale > 0 && std::isfinite(spec.sm_scale)))
+    throw InputError("--sm-scale must be positive and finite, not '" + *args.get("--sm-scale") + "'");
+  auto integer = [&](const char* flag, long long dflt, long long lo, long long hi) {
+    const auto v = args.get(flag);
+    return v ? parse_integer(flag, *v, lo, hi) : dflt;
+  };
+  spec.window_left = integer("--window-left", -1, 0, std::numeric_limits<int64_t>::max());
   spec.softcap = num("--softcap", 0);
-  spec.torch_lanes = static_cast<int>(num("--torch-lanes", 16));
+  if (!(spec.softcap >= 0 && std::isfinite(spec.softcap)))
+    throw InputError("--softcap must be >= 0 and finite (0: none), not '" + *args.get("--softcap") + "'");
+  spec.torch_lanes = static_cast<int>(integer("--torch-lanes", 16, 1, 64));
   spec.v_from_k = args.has("--mla");
-  spec.head_dim_v = static_cast<int64_t>(num("--head-dim-v", 0));
+  spec.head_dim_v = integer("--head-dim-v", 0, 1, std::numeric_limits<int32_t>::max());
   const std::string backend = backend_of(args);
   const bool csr = args.has("--kv-indptr");
   std::vector<std::string> paths = {args.require("--q"), args.require("--query-start-loc"), args.require("--k-cache"),

@@ -48,14 +48,6 @@ const char* kHelp =
     "\n"
     "Exit codes: 0 PASS or MISTRUSTED (printed as such), 1 FAIL, 2 bad usage or bad input (nothing written).\n";
 
-int parse_count(const std::string& flag, const std::string& v, long long lo, long long hi) {
-  char* end = nullptr;
-  const long long n = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || n < lo || n > hi)
-    throw UsageError(flag + " needs a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + v + "'");
-  return static_cast<int>(n);
-}
-
 int diff_main(int argc, char** argv) {
   Args args(argc, argv,
             {{"--tol"}, {"--json"}, {"--top"}, {"--quiet", Kind::flag}, {"--threads"}, {"--models"}});
@@ -69,8 +61,8 @@ int diff_main(int argc, char** argv) {
       throw UsageError(e.what());
     }
   }
-  if (auto k = args.get("--top")) opt.top_k = static_cast<size_t>(parse_count("--top", *k, 0, 100000));
-  if (auto n = args.get("--threads")) opt.threads = parse_count("--threads", *n, 1, 4096);
+  if (auto k = args.get("--top")) opt.top_k = static_cast<size_t>(parse_integer("--top", *k, 0, 100000));
+  if (auto n = args.get("--threads")) opt.threads = static_cast<int>(parse_integer("--threads", *n, 1, 4096));
   opt.expected_name = exp_path;
   opt.actual_name = act_path;
   // memory-mapped, zero-copy: the tensors are read in place

@@ -200,6 +200,23 @@ def test_paged_attention_torch_sdpa_math_live(fp8ref, tmp_path):
         row += L
 
 
+@pytest.mark.parametrize("option,value,needle", [
+    ("--window-left", "nan", "whole number"), ("--window-left", "1e30", "whole number"),
+    ("--window-left", "-5", "whole number"), ("--window-left", "1.5", "whole number"),
+    ("--window-left", "99999999999999999999", "whole number"), ("--head-dim-v", "16.9", "whole number"),
+    ("--head-dim-v", "0", "whole number"), ("--torch-lanes", "inf", "whole number"),
+    ("--softcap", "nan", "--softcap"), ("--softcap", "-1", "--softcap"), ("--sm-scale", "inf", "--sm-scale"),
+])
+def test_bad_numeric_options_exit_2(fp8ref, tmp_path, option, value, needle):
+    rng = np.random.default_rng(7)
+    attention_inputs(tmp_path, rng, [20, 5], [1, 1], 2, 4, 32, 8)
+    r = run_attention(fp8ref, tmp_path, "exact", extra=(option, value))
+    assert r.returncode == 2 and needle in r.stderr and value in r.stderr, r.stderr
+    assert not (tmp_path / "out.npy").exists()
+    ok = run_attention(fp8ref, tmp_path, "exact", extra=("--window-left", "4"))
+    assert ok.returncode == 0, ok.stderr
+
+
 def test_bad_input_exit_2_nothing_written(fp8ref, tmp_path):
     rng = np.random.default_rng(7)
     f = attention_inputs(tmp_path, rng, [20, 5], [1, 1], 2, 4, 32, 8)
