@@ -190,8 +190,8 @@ std::vector<float> read_scales(const std::string& path, const ScaledMmSpec& s, c
   for (const auto& sh : shapes) {
     if (t.shape == sh) return v;
     if (batch >= 0) {
-      std::vector<int64_t> b = {batch};
-      if (!(sh.size() == 1 && sh[0] == 1 && s.scaling == GemmScaling::tensor)) b.insert(b.end(), sh.begin(), sh.end());
+      std::vector<int64_t> b = {batch};  // [B] + an accepted shape: tensor scaling's [1] and () give [B, 1] and [B]
+      b.insert(b.end(), sh.begin(), sh.end());
       if (t.shape == b) {
         *batched = true;
         return v;

@@ -88,6 +88,10 @@ def test_scaled_bmm_per_batch_scales_and_shared_b(fp8ref, tmp_path):
         dot = af[b] @ bf.T  # exact
         want = (dot * np.float64(ks[b])).astype(np.float32)  # dot·ks exact in f64 (≤ 53 bits), one rounding
         assert np.array_equal(got[b], want), b
+    # the same per-sequence scales as [B, 1] (scaled-mm's [1] with the batch dimension in front)
+    proc = mm(fp8ref, {**p, **save(tmp_path, ks1=ks.reshape(B, 1))}, cmd="scaled-bmm", sa="ks1", sb="one", out="seq1")
+    assert proc.returncode == 0, proc.stderr
+    assert np.array_equal(np.load(tmp_path / "seq1.npy"), got)
 
 
 def test_exact_matches_f64_when_f64_is_exact(fp8ref, tmp_path):
