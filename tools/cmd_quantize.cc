@@ -33,8 +33,9 @@ const char* kQuantizeHelp =
     "row -> [..., M, 1]; col -> [1, ..., K]; tensor -> [1, ..., 1]; block:BmxBk -> [..., ceil(M/Bm), ceil(K/Bk)])\n"
     "and holds float32 values (bf16/f16/ue8m0 scales exactly widened), or uint8 E8M0 codes with\n"
     "--scale-dtype ue8m0 --scale-codes. --scale-layout stores them transformed: col-major [..., C, R] for logical\n"
-    "[..., R, C]; tma-aligned [..., C, Ra] with R padded to 16 bytes of the scale dtype (4 f32, 8 bf16/f16, 16\n"
-    "E8M0), pads 0; packed-ue8m0: an int32 array [..., ceil(C/4), align4(R)], byte j of word [p, r] = the E8M0 code\n"
+    "[..., R, C]; tma-aligned [..., C, Ra] with R padded to 16 bytes of the scales' storage in the stack (4 rows\n"
+    "for f32, and for ue8m0 held as f32: deepgemm, vllm-group, deepseek-act-quant, sglang-triton; 8 bf16/f16; 16\n"
+    "E8M0 bytes), pads 0 (either ue8m0 padding is read back); packed-ue8m0: an int32 array [..., ceil(C/4), align4(R)], byte j of word [p, r] = the E8M0 code\n"
     "of scale [r, 4p+j] (DeepGEMM/sglang). A --static file is read in the same layout.\n"
     "\n"
     "Conventions (the default granularity in brackets):\n"
@@ -158,10 +159,21 @@ std::vector<uint8_t> read_scales(const std::string& path, const QuantSpec& spec,
   }
   io::Tensor t = read_typed(path, codes ? io::DType::U8 : io::DType::F32,
                             codes ? "(E8M0 codes, --scale-codes)" : "(scale values)");
-  if (t.shape != stored.shape) throw shape_error(t);
+  size_t align_bytes = static_cast<size_t>(format_info(st).bits / 8);  // the storage whose 16 bytes pad tma-aligned
+  if (t.shape != stored.shape && spec.scale_layout == ScaleLayout::tma_aligned && ue8m0) {
+    // ue8m0 scales padded as E8M0 bytes (16 rows) or as the f32 the kernel held them in (4 rows: deepgemm,
+    // vllm-group, sglang-triton): either reads (the pad rows are ignored)
+    for (size_t alt : {size_t{1}, size_t{4}})
+      if (stored_scale_shape(spec.scale_layout, L.scale_shape, io::dtype_size(t.dtype), true, alt).shape == t.shape)
+        align_bytes = alt;
+    if (stored_scale_shape(spec.scale_layout, L.scale_shape, io::dtype_size(t.dtype), true, align_bytes).shape != t.shape)
+      throw shape_error(t);
+  } else if (t.shape != stored.shape) {
+    throw shape_error(t);
+  }
   if (spec.scale_layout != ScaleLayout::row_major) {  // to the logical order (the file may hold wider elements)
     t.data = from_scale_layout(spec.scale_layout, L.scale_shape, io::dtype_size(t.dtype), ue8m0, t.data.data(),
-                               static_cast<size_t>(format_info(st).bits / 8));
+                               align_bytes);
     t.shape = L.scale_shape;
   }
   const size_t n = static_cast<size_t>(t.numel());
@@ -200,7 +212,8 @@ std::vector<uint8_t> read_scales(const std::string& path, const QuantSpec& spec,
         int e = 0;
         const double m = std::frexp(v, &e);
         if (!(v > 0) || std::isinf(v) || m != 0.5 || e - 1 < -127 || e - 1 > 127)
-          throw bad("is not a power of two in [2^-127, 2^127]: not an E8M0 scale (use --scale-codes for codes)");
+          throw bad("is not a power of two in [2^-127, 2^127]: not an E8M0 scale (use --scale-codes for codes; "
+                    "ue8m0 scales held as f32, where 0 and +Inf occur, need --scale-store f32)");
         out[i] = static_cast<uint8_t>(e - 1 + 127);
       }
     } else {  // bf16 / f16: exactly representable

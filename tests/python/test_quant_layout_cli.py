@@ -1,6 +1,6 @@
 """`fp8ref quantize --scale-layout` / `dequantize --scale-layout` from the shell: each stored layout equals a numpy
 transform of the row-major scales (col-major = transpose; tma-aligned = transpose with the rows padded to 16 bytes of
-the scale dtype, pads 0; packed-ue8m0 = int32 words whose byte j is the E8M0 code of group 4p+j), static quantization
+the scales' storage in the stack, pads 0; packed-ue8m0 = int32 words whose byte j is the E8M0 code of group 4p+j), static quantization
 and dequantization read the layouts back, and bad scale files exit 2 writing nothing."""
 import numpy as np
 import pytest
@@ -49,6 +49,26 @@ def test_col_major_and_tma_aligned_are_transposes(fp8ref, tmp_path, convention, 
                "--scale-layout", "tma-aligned", "--static", tmp_path / "s_in.npy", tmp_path / "x.npy", tmp_path / "q2.npy")
     assert r.returncode == 0, r.stderr
     assert np.array_equal(np.load(tmp_path / "q2.npy"), q0)
+
+
+@pytest.mark.parametrize("convention,align", [("deepgemm", 4), ("vllm-group", 4), ("sgl-kernel", 16)])
+@pytest.mark.parametrize("codes", [False, True])
+def test_ue8m0_tma_aligned_pads_as_the_stack_stores_and_reads_back(fp8ref, tmp_path, convention, align, codes):
+    # ue8m0 scales pad to 16 bytes of their storage in the stack: f32-held (DeepGEMM, vLLM) 4 rows, E8M0 bytes 16;
+    # dequantize reads either padding without further flags, equal to the row-major round trip
+    x = rows(M=5, K=256)
+    flags = ("--convention", convention, "--scale-dtype", "ue8m0") + (("--scale-codes",) if codes else ())
+    q0, s0 = quantize(fp8ref, tmp_path, x, *flags, "--scale-layout", "row-major", out="s0.npy")
+    q1, s1 = quantize(fp8ref, tmp_path, x, *flags, "--scale-layout", "tma-aligned", out="s1.npy")
+    assert np.array_equal(q0, q1)
+    assert s1.shape == (2, -(-5 // align) * align) and s1.dtype == (np.uint8 if codes else np.float32)
+    assert np.array_equal(s1[:, :5], s0.T) and np.all(s1[:, 5:] == 0)
+    deq = ["dequantize", "--from", "e4m3fn", "--granularity", "group:128", "--scale-dtype", "ue8m0"]
+    deq += ["--scale-codes"] if codes else []
+    r0 = fp8ref(*deq, tmp_path / "q.npy", tmp_path / "s0.npy", tmp_path / "o0.npy")
+    r1 = fp8ref(*deq, "--scale-layout", "tma-aligned", tmp_path / "q.npy", tmp_path / "s1.npy", tmp_path / "o1.npy")
+    assert r0.returncode == 0 and r1.returncode == 0, r0.stderr + r1.stderr
+    assert np.array_equal(np.load(tmp_path / "o0.npy"), np.load(tmp_path / "o1.npy"))
 
 
 def test_bf16_scales_pad_to_8_rows(fp8ref, tmp_path):
