@@ -395,6 +395,24 @@ TEST_SUITE("quant") {
     CHECK(r.q[7] == 0x7E);
   }
 
+  TEST_CASE("vllm-per-tensor: scale amax/448 with no floor, x·RN(1/s), NaN -> +max; an all-zero tensor gives 0 and +max") {
+    const QuantSpec spec = spec_for("vllm-per-tensor", Format::e4m3fn);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const Result r = run(spec, {0.08886719f, 0.17089844f, nan, -7.0f * 448.0f}, {2, 2});
+    CHECK(r.layout.scale_shape == std::vector<int64_t>{1, 1});
+    const float s = 7.0f * 448.0f / 448.0f;
+    CHECK(scale_at(spec, r, 0) == s);
+    const ConversionSpec sat = *resolve_convention("cuda-satfinite", Format::f32, Format::e4m3fn, nullptr);
+    CHECK(r.q[0] == ref::encode_f32(0.08886719f * (1.0f / s), sat));  // x·(1/s): 7, where x/s gives 6
+    CHECK(r.q[0] == 7);
+    CHECK(r.q[1] == 13);
+    CHECK(r.q[2] == 0x7E);  // NaN -> +448
+    CHECK(r.q[3] == 0xFE);
+    const Result z = run(spec, {0.0f, -0.0f, 0.0f, 0.0f}, {4});
+    CHECK(scale_at(spec, z, 0) == 0.0f);  // no floor
+    for (int i = 0; i < 4; ++i) CHECK(z.q[static_cast<size_t>(i)] == 0x7E);  // 0 · (1/0) = NaN -> +448
+  }
+
   TEST_CASE("sglang-triton: x·(1 ⊘ s) with Triton's division, tl.clamp with runtime bounds turns NaN into -max (H200)") {
     const QuantSpec spec = spec_for("sglang-triton", Format::e4m3fn, std::nullopt, {{"granularity", "group:8"}});
     const float nan = std::numeric_limits<float>::quiet_NaN();

@@ -211,7 +211,7 @@ TEST_SUITE("quant_cpu") {
     std::mt19937_64 rng(77);
     std::vector<std::string> seen;
     size_t checked = 0;
-    for (const char* conv : {"vllm-group", "sglang-triton", "exact", "vllm-per-token"})
+    for (const char* conv : {"vllm-group", "sglang-triton", "exact", "vllm-per-token", "vllm-per-tensor"})
       for (Format to : {Format::e4m3fn, Format::e5m2})
         for (Format from : {Format::f16, Format::bf16, Format::f32}) {
           auto spec = try_spec(conv, to, std::nullopt, {{"granularity", "group:16"}, {"tail", "partial"}}, true);
@@ -285,6 +285,7 @@ TEST_SUITE("quant_cpu") {
         {"vllm-group", "group:128", {96, 1024}, Format::bf16},      {"deepseek-act-quant", "group:128", {64, 896}, Format::bf16},
         {"sglang-triton", "group:64", {3, 20, 512}, Format::f16},   {"vllm-per-token", "row", {4, 20011}, Format::f32},
         {"exact", "tensor", {3, 17001}, Format::bf16},              {"deepgemm", "block:128x128", {130, 300}, Format::bf16},
+        {"vllm-per-tensor", "tensor", {5, 12001}, Format::bf16},    {"vllm-per-tensor", "col", {33, 700}, Format::f16},
         {"exact", "col", {300, 131}, Format::f32},                  {"mx", "mx:32", {40, 1056}, Format::bf16},
         {"exact", "group:9000", {2, 18000}, Format::f32},           {"vllm-group", "group:128", {1, 65536}, Format::f32},
         // 32-element groups, an even number per chunk (two groups a step on AVX-512): two chunks a row with the
@@ -725,7 +726,7 @@ TEST_SUITE("quant_cpu") {
       return cpu::quant_path(*s, dynamic);
     };
     // vectorised: every named convention with its own scale dtypes, dynamic and static
-    for (const char* conv : {"vllm-group", "vllm-per-token", "deepseek-act-quant", "deepgemm", "sglang-triton"}) {
+    for (const char* conv : {"vllm-group", "vllm-per-token", "vllm-per-tensor", "deepseek-act-quant", "deepgemm", "sglang-triton"}) {
       CHECK_MESSAGE(path(conv, ScaleDtype::f32).rfind("vector", 0) == 0, conv, ": ", path(conv, ScaleDtype::f32));
       CHECK_MESSAGE(path(conv, ScaleDtype::f32, false).rfind("vector", 0) == 0, conv);
     }

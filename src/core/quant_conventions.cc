@@ -109,6 +109,9 @@ const std::vector<QuantConventionInfo> kQuantConventions = {
      "quant-conventions.md §3.5", "group:128", "e4m3fn e4m3fnuz"},
     {"vllm-per-token", "vLLM scaled_fp8_quant dynamic per-token (dynamic_per_token_scaled_fp8_quant)",
      "quant-conventions.md §4.1", "row", "e4m3fn e4m3fnuz"},
+    {"vllm-per-tensor", "vLLM scaled_fp8_quant per-tensor: dynamic_scaled_fp8_quant, or static_scaled_fp8_quant "
+                        "with --static",
+     "quant-conventions.md §4.1", "tensor", "e4m3fn e4m3fnuz"},
     {"deepseek-act-quant", "DeepSeek-V3 inference/kernel.py act_quant_kernel (Triton)",
      "quant-conventions.md §3.6", "group:128", "e4m3fn"},
     {"deepgemm", "DeepGEMM deep_gemm/utils/math.py per_token_cast_to_fp8 / per_block / per_channel (torch, CUDA)",
@@ -294,6 +297,29 @@ std::optional<QuantSpec> resolve_quant_convention(std::string_view name, Format 
     s.min_scale = 1.0f / (s.fp8_max * 512.0f);  // f32 arithmetic, as in the kernel
     s.scale_formula = ScaleFormula::div;
     s.formula = QuantFormula::div;
+    s.clamp = Clamp::nan_to_max;
+    s.cast_convention = is_fnuz(to) ? "torch-2.11" : "cuda-satfinite";
+    return s;
+  }
+  if (n == "vllm-per-tensor") {
+    // research §4.1; vllm csrc/quantization/w8a8/fp8/common.cu @096d3dc9 segmented_max_reduction,
+    // dynamic_scaled_fp8_quant_kernel_strided / static_scaled_fp8_quant_kernel_strided, common.cuh
+    // scaled_fp8_conversion<true>.
+    //   1. scale memset 0; per block max of fabsf(f32(x)) by fmaxf (NaN skipped);
+    //      atomicMaxFloat(scale, block_max / qmax)                             -> amax-nan=ignore, no guard,
+    //      (the largest quotient = the quotient of the largest: x -> x/qmax is monotone)   scale-formula=amax/max
+    //   2. inverted_scale = 1.0f / scale; r = fmaxf(-qmax, fminf(x * inverted_scale, qmax))
+    //                                                                          -> x*(1/s), clamp=nan-to-max
+    //      (an all-zero tensor: scale 0, 1/0 = +Inf, 0·Inf = NaN -> +qmax, the stored scale 0)
+    //   3. fp8::vec_conversion = __nv_cvt_float_to_fp8(r, __NV_SATFINITE, E4M3) -> cast=cuda-satfinite (ROCm FNUZ:
+    //      torch-2.11 here; identical after the clamp)
+    //   static (fp8ref quantize --static S): steps 2-3 with the given scale (a per-channel [d] scale: granularity col).
+    // qmax = 448; 224 for e4m3fnuz. Scale f32 [1, ..., 1].
+    if (dt != ScaleDtype::f32) return fail("vllm-per-tensor writes f32 scales, not " + std::string(to_string(dt)));
+    s.amax_nan = AmaxNan::ignore;
+    s.fp8_max = to == Format::e4m3fnuz ? 224.0f : finfo_max(to);
+    s.scale_formula = ScaleFormula::div;
+    s.formula = QuantFormula::mul_rcp;
     s.clamp = Clamp::nan_to_max;
     s.cast_convention = is_fnuz(to) ? "torch-2.11" : "cuda-satfinite";
     return s;

@@ -203,6 +203,16 @@ io::Tensor random_scales(const QuantSpec& spec, const std::vector<int64_t>& shap
   return t;
 }
 
+// "quant convention: exact, vllm-group, ..." — every preset of quant_conventions()
+const char* convention_help() {
+  static const std::string help = [] {
+    std::string h = "quant convention:";
+    for (const QuantConventionInfo& c : quant_conventions()) h += std::string(h.back() == ':' ? " " : ", ") + c.name;
+    return h;
+  }();
+  return help.c_str();
+}
+
 }  // namespace
 
 OpInfo quantize_op() {
@@ -214,8 +224,7 @@ OpInfo quantize_op() {
       {"to", "e4m3fn", "target: e4m3fn, e5m2, e4m3fnuz, e5m2fnuz"},
       {"shape", "64x512", "shape of input.x and output.q"},
       {"granularity", "-", "tensor, row, col, group:G, block:BmxBk, mx:32 (default: the convention's)"},
-      {"convention", "exact", "quant convention: exact, vllm-group, vllm-per-token, deepseek-act-quant, deepgemm, "
-                              "sglang-triton, sglang-triton-colmajor, sgl-kernel, sglang-jit, mx"},
+      {"convention", "exact", convention_help()},
       {"mode", "dynamic", "dynamic (scales from amax; output.scale) or static (input.scale given)"},
       {"scale-dtype", "-", "f32, bf16, f16, ue8m0 (default: the convention's)"},
       {"scale-round", "-", "override: rne, pow2-ceil, pow2-ceil-clamp, mx-floor"},
@@ -287,8 +296,9 @@ OpInfo quantize_op() {
   };
   op.convention = [](const Descriptor& d) { return d.get("convention"); };
   op.models = [](const Descriptor& d) {  // dynamic quantization: which stack's rounding a device output follows
-    return key_variants(d, "convention", {"exact", "vllm-group", "vllm-per-token", "deepseek-act-quant", "deepgemm",
-                                          "sglang-triton", "sglang-triton-colmajor", "sgl-kernel", "sglang-jit", "mx"});
+    std::vector<const char*> names;
+    for (const QuantConventionInfo& c : quant_conventions()) names.push_back(c.name);
+    return key_variants(d, "convention", names);
   };
   op.exact = [](const Descriptor& d, const Tensors& inputs) -> Tensors {
     const QuantCase c = parse_quant_case(d);

@@ -6,6 +6,7 @@ fp8ref's C++), run through the CLI and compared bit for bit — codes, and scale
   deepseek-act-quant  research §3.6  DeepSeek-V3 inference/kernel.py act_quant_kernel; its `/` is Triton's
                                      div.full.f32, modelled here from the sm_90 SASS (triton_div below) with the
                                      reciprocal table captured on the H200 (reference/data/triton_nv_rcp_sm90.zlib)
+  vllm-per-tensor     research §4.1  vllm csrc/quantization/w8a8/fp8/common.cu scaled_fp8_quant per tensor
   sgl-kernel          research §3.3  sgl-kernel per_token_group_quant_8bit (ue8m0: codes packed 4 per int32)
   sglang-jit          research §3.4  sglang JIT per_token_group_quant (ue8m0: the multiply in the 16-bit type)
   deepgemm            research §3.7  DeepGEMM deep_gemm/utils/math.py per_token_cast_to_fp8 (+ one correction:
@@ -228,6 +229,21 @@ def sglang_jit(x, ue8m0=False, scales=None):
     return cast_triton_sat(v).reshape(M, K), s
 
 
+def vllm_per_tensor(x, scale=None):
+    """research §4.1; vllm common.cu dynamic_scaled_fp8_quant_kernel / static_scaled_fp8_quant_kernel,
+    scaled_fp8_conversion<true> (max = 448)."""
+    y = x.astype(F32)
+    if scale is None:
+        amax = np.fmax.reduce(np.abs(y), axis=None, initial=F32(0))       # fmaxf block max (NaN skipped), memset 0
+        s = gpu(F32(amax) / F32(448))                                       # atomicMaxFloat(scale, block_max / qmax)
+    else:
+        s = F32(scale)
+    inv = gpu(F32(1) / s)                                                   # inverted_scale = 1.0f / scale
+    q = gpu(y * inv)                                                        # x * inverted_scale (0 * Inf = NaN)
+    q = np.fmax(F32(-448), np.fmin(q, F32(448)))                            # fmaxf(-qmax, fminf(., qmax)): NaN -> +448
+    return cast_c10(q), np.array(s, dtype=F32).reshape((1,) * x.ndim)      # __NV_SATFINITE: nothing left to saturate
+
+
 ORACLES = {"vllm-group": vllm_group, "deepseek-act-quant": deepseek_act_quant, "deepgemm": deepgemm,
            "sgl-kernel": sgl_kernel, "sglang-jit": sglang_jit}
 
@@ -325,6 +341,30 @@ def test_dynamic_bit_equal(fp8ref, tmp_path, convention, src, ue8m0):
     else:
         assert np.all(codes[0] == 0) and np.all(codes[1] == 0x80)
     assert np.all(codes[7, ::2] == 0x7E) and np.all(codes[7, 1::2] == 0xFE)
+
+
+@pytest.mark.parametrize("src", ["bf16", "f16", "f32"])
+@pytest.mark.parametrize("rows", ["finite", "adversarial"])
+def test_vllm_per_tensor_bit_equal(fp8ref, tmp_path, src, rows):
+    """vLLM scaled_fp8_quant per tensor: dynamic (scale = amax/448 with no floor, x·(1/s), NaN -> +448), static with a
+    given scale, and the all-zero tensor (scale 0, 1/0 = Inf, 0·Inf = NaN: every code +448)."""
+    rng = np.random.default_rng(zlib.crc32(f"per-tensor {src} {rows}".encode()))
+    x = adversarial(rng, 64, 512, src)
+    if rows == "finite":  # (the adversarial rows put an Inf in the tensor's amax: then every finite code is 0)
+        x = x[np.isfinite(x).all(axis=1)]
+    arr, xs = to_source(x, src)
+    got_q, got_s = run_cli(fp8ref, tmp_path, arr, src, "vllm-per-tensor")
+    want_q, want_s = vllm_per_tensor(xs)
+    assert got_s.shape == (1, 1)
+    assert_same(f"vllm-per-tensor {src}", got_q, want_q, got_s, want_s, xs)
+    for scale in (F32(7.0), F32(want_s[0, 0]) * F32(1.5), F32(2.0 ** -20)):  # static: x * RN(1/scale)
+        np.save(tmp_path / "st.npy", np.full((1, 1), scale, dtype=F32))
+        fp8ref("quantize", "--from", src, "--to", "e4m3fn", "--convention", "vllm-per-tensor", "--static",
+               tmp_path / "st.npy", tmp_path / "x.npy", tmp_path / "q.npy", check=True)
+        want_q, _ = vllm_per_tensor(xs, scale=scale)
+        assert_same(f"vllm-per-tensor static {scale}", np.load(tmp_path / "q.npy"), want_q, want_s, want_s, xs)
+    zq, zs = run_cli(fp8ref, tmp_path, np.zeros_like(arr), src, "vllm-per-tensor")
+    assert np.all(zq == 0x7E) and zs.view(np.uint32)[0, 0] == 0
 
 
 def test_the_special_cases_differ_between_conventions(fp8ref, tmp_path):
