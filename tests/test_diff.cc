@@ -156,6 +156,7 @@ TEST_CASE("one flipped element: wrong, located") {
   CHECK(mismatches(t) == 1);
   CHECK(count(t, Mismatch::wrong) == 1);
   CHECK(classified(t) == 1);
+  CHECK(t.summary.find("bitwise 99.99% (1 of 8192 differ)") != std::string::npos);
   REQUIRE(t.metrics.worst.size() == 1);
   CHECK(t.metrics.worst[0].index == std::vector<int64_t>{5, 17});
   CHECK(t.metrics.worst[0].expected_bits == before);
@@ -238,6 +239,69 @@ TEST_CASE("double rounding: f64 via f32 (torch-2.11) vs direct (cuda-nosat) on t
     CHECK(count(t, Mismatch::double_rounding) == mismatches(t));
     CHECK(t.metrics.max_ulp == 1);
   }
+}
+
+TEST_CASE("-0 for +0: signed_zero, and within ulp:0") {
+  const auto g = golden_of("convert from=f32 to=e4m3fn shape=64x128 convention=torch-2.11 fill=normal:amax=0.01 seed=2");
+  auto a = outputs_of(g);
+  uint64_t flipped = 0;
+  for (uint8_t& c : tensor(a, "output.y").data)
+    if ((c & 0x7F) == 0) c ^= 0x80, ++flipped;
+  REQUIRE(flipped > 20);
+  const TensorReport t = run(g, a).tensors[0];
+  CHECK(t.verdict == Verdict::fail);
+  CHECK(t.summary.find("no ULP distance") != std::string::npos);
+  CHECK(count(t, Mismatch::signed_zero) == flipped);
+  CHECK(mismatches(t) == flipped);
+  diff::DiffOptions o;
+  o.tol = diff::parse_tolerance("ulp:0");
+  const TensorReport u = run(g, a, o).tensors[0];
+  CHECK(u.verdict == Verdict::pass);
+  CHECK(count(u, Mismatch::wrong) == 0);
+}
+
+TEST_CASE("special inputs: NaN and Inf inputs flushed to 0 are nan_policy; e5m2 overflow as NaN for Inf is overflow") {
+  {
+    const auto g = golden_of("convert from=f32 to=e4m3fn shape=64x128 convention=torch-2.11 "
+                             "fill=normal:amax=100+special:rate=0.05 seed=3");
+    const io::Tensor* x = g.find("input.x");
+    REQUIRE(x);
+    auto a = outputs_of(g);
+    io::Tensor& y = tensor(a, "output.y");
+    uint64_t flushed = 0;
+    for (size_t i = 0; i < y.data.size(); ++i) {
+      float v;
+      std::memcpy(&v, &x->data[4 * i], 4);
+      if (!std::isfinite(v) && y.data[i] != 0) y.data[i] = 0, ++flushed;  // the device turned NaN and Inf into 0
+    }
+    REQUIRE(flushed > 50);
+    const TensorReport t = run(g, a).tensors[0];
+    CHECK(mismatches(t) == flushed);
+    CHECK(count(t, Mismatch::nan_policy) == flushed);
+  }
+  {  // e5m2, RNE without saturation: overflow gives +-Inf; a device that gives NaN instead
+    const auto g = golden_of("convert from=f32 to=e5m2 shape=64x128 convention=exact fill=near-max:format=e5m2 seed=4");
+    auto a = outputs_of(g);
+    uint64_t changed = 0;
+    for (uint8_t& c : tensor(a, "output.y").data)
+      if ((c & 0x7F) == 0x7C) c = 0x7F, ++changed;
+    REQUIRE(changed > 100);
+    const TensorReport t = run(g, a).tensors[0];
+    CHECK(mismatches(t) == changed);
+    CHECK(count(t, Mismatch::overflow) == changed);
+  }
+}
+
+TEST_CASE("a convert from f16 whose subnormals are flushed: subnormal_flush, never double_rounding") {
+  const auto g = golden_of("convert from=f16 to=e4m3fn shape=64x256 convention=torch-2.11 fill=normal:amax=0.02 seed=5");
+  auto a = outputs_of(g);
+  uint64_t flushed = 0;
+  for (uint8_t& c : tensor(a, "output.y").data)
+    if ((c & 0x78) == 0 && (c & 0x07) != 0) c &= 0x80, ++flushed;
+  REQUIRE(flushed > 1000);
+  const TensorReport t = run(g, a).tensors[0];
+  CHECK(mismatches(t) == flushed);
+  CHECK(count(t, Mismatch::subnormal_flush) == flushed);
 }
 
 TEST_CASE("a tie rounded the other way: rne vs rna") {
@@ -413,7 +477,7 @@ TEST_CASE("a data block off by one common factor (no scale tensor)") {
   CHECK(count(t, Mismatch::wrong) == 0);
   REQUIRE(t.classes.scale_block_examples.size() == 2);
   CHECK(t.classes.scale_block_examples[0].find("row 3, cols 128-255") != std::string::npos);
-  CHECK(t.classes.scale_block_examples[0].find("×0.5 (ue8m0 off by one)") != std::string::npos);
+  CHECK(t.classes.scale_block_examples[0].find("×0.5 (2^-1: exponent off by one)") != std::string::npos);
   CHECK(t.classes.scale_block_examples[1].find("row 7, cols 0-127") != std::string::npos);
   // a single flipped element is not a scale error
   auto a1 = outputs_of(g);
@@ -493,7 +557,7 @@ TEST_CASE("scales: one block's scale doubled") {
   CHECK(s.scale.listed[0].covers == std::vector<std::pair<int64_t, int64_t>>{{77, 78}, {128, 256}});
   CHECK(s.scale.listed[0].factor == 2.0);
   CHECK(count(s, Mismatch::scale) == 1);
-  CHECK(diff::render_text(r).find("×2 (ue8m0 off by one)") != std::string::npos);
+  CHECK(diff::render_text(r).find("×2 (2^1: exponent off by one)") != std::string::npos);
   const TensorReport& q = report_of(r, "output.q");
   CHECK(q.verdict == Verdict::fail);
   REQUIRE(mismatches(q) > 100);
@@ -508,6 +572,52 @@ TEST_CASE("scales: one block's scale doubled") {
   CHECK(r2.verdict == Verdict::fail);
   CHECK(report_of(r2, "output.s").verdict == Verdict::fail);
   CHECK(report_of(r2, "output.q").verdict == Verdict::pass);
+}
+
+TEST_CASE("scales: a block's scale 16x too small saturates its data: every mismatch there is scale") {
+  const Quant Q = make_quant();
+  std::vector<float> s2 = Q.s;
+  s2[40 * 2] /= 16;  // row 40, cols 0-127: |q| up to 64 becomes up to 1024, saturated at 448 (ocp-sat)
+  io::SafetensorsFile a = requantized(Q, s2);
+  uint64_t saturated = 0;
+  for (int c = 0; c < 128; ++c) saturated += (tensor(a, "output.q").data[40 * 256 + c] & 0x7F) == 0x7E;
+  REQUIRE(saturated > 10);
+  const auto r = run(Q.expected, a);
+  const TensorReport& q = report_of(r, "output.q");
+  CHECK(mismatches(q) > saturated);
+  CHECK(count(q, Mismatch::scale) == mismatches(q));
+}
+
+TEST_CASE("scales: a KV cache's dynamic per-head scale doubled explains that head's codes (a flat [H] scale tensor)") {
+  const auto g = golden_of("kv_cache_write convention=spyre model=bf16 cache=e4m3fn num-blocks=8 block-size=16 "
+                           "kv-heads=2 head-dim=64 tokens=20 seqs=2 scale-kind=head mode=dynamic seed=1");
+  auto a = outputs_of(g);
+  io::Tensor& ks = tensor(a, "output.k_scale");
+  float s1;
+  std::memcpy(&s1, &ks.data[4], 4);
+  s1 *= 2;
+  std::memcpy(&ks.data[4], &s1, 4);
+  std::string err;
+  const ConversionSpec sat = *resolve_convention("ocp-sat", Format::f64, Format::e4m3fn, &err);
+  io::Tensor& kc = tensor(a, "output.k_cache");  // [8, 16, 2, 64]: head 1's codes halved, as the device would write them
+  uint64_t changed = 0;
+  for (size_t i = 0; i < kc.data.size(); ++i) {
+    if ((i / 64) % 2 != 1 || classify_code(Format::e4m3fn, kc.data[i]) == CodeClass::nan) continue;
+    const uint8_t c = ref::encode_f64(ref::value_of(Format::e4m3fn, kc.data[i]) / 2, sat);
+    changed += c != kc.data[i];
+    kc.data[i] = c;
+  }
+  REQUIRE(changed > 100);
+  const auto r = run(g, a);
+  const TensorReport& s = report_of(r, "output.k_scale");
+  CHECK(s.scale.is_scale);
+  REQUIRE(s.scale.listed.size() == 1);
+  CHECK(s.scale.listed[0].index == std::vector<int64_t>{0, 0, 1, 0});
+  CHECK(s.scale.listed[0].covers == std::vector<std::pair<int64_t, int64_t>>{{0, 8}, {0, 16}, {1, 2}, {0, 64}});
+  const TensorReport& c = report_of(r, "output.k_cache");
+  CHECK(mismatches(c) == changed);
+  CHECK(count(c, Mismatch::scale) == changed);
+  CHECK(report_of(r, "output.v_cache").verdict == Verdict::pass);
 }
 
 TEST_CASE("scales: every 128x128 block after the first uses another block's scale") {

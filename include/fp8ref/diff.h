@@ -16,13 +16,20 @@
 //   5. structure: mismatches per row (the leading dimensions flattened), per 1x128 group, per 128x128 block,
 //      per named dimension (fp8ref.outputs "dims"), and a text heatmap;
 //   6. a mismatch class per differing element, first match wins:
-//        nan_policy      both NaN with different codes, or NaN vs +-max/+-Inf where the exact value is NaN
-//        overflow        one side +-max, the other +-Inf or NaN, and the exact value (when known) beyond max
+//        nan_policy      both NaN with different codes, or any difference where the exact value is NaN (a NaN
+//                        input: NaN vs +-max, NaN flushed to 0, ...), or where it is +-Inf (an Inf input) and
+//                        the two are not an overflow pair
+//        overflow        both among +-max, +-Inf and NaN, of different classes, signs agreeing (NaN has none),
+//                        and the exact value (when known) beyond max: saturation vs Inf vs NaN
 //        scale           (a) the element's block has a differing scale and the dequantized values agree to
-//                        within the rounding of both sides, or (b) post-pass: every nonzero element of the
-//                        block (the attached scale's block, else its 1x128 group) changed by one common factor
+//                        within the rounding of both sides, or ACTUAL is +-max / +-Inf / NaN where EXPECTED's
+//                        value under ACTUAL's scale lies beyond max (saturated or overflowed by the wrong scale),
+//                        or (b) post-pass: every nonzero element of the block (the attached scale's block, else
+//                        its 1x128 group) changed by one common factor
+//        signed_zero     +0 vs -0
 //        tie             the exact value is the midpoint of expected and actual, which are neighbours
-//        double_rounding {expected, actual} = {RNE(x), RNE(RNE_F(x))} for F in f32, f16, bf16 (exact needed)
+//        double_rounding {expected, actual} = {RNE(x), RNE(RNE_F(x))} for F in f32, f16, bf16 (exact needed;
+//                        a convert case from f32 tries f16 and bf16 only, one from f16 or bf16 none)
 //        subnormal_flush expected subnormal, actual +-0
 //        accumulation    |actual - expected| within the derived bound (a bound.<name> F64 tensor in EXPECTED)
 //        wrong           anything else
@@ -79,8 +86,10 @@ enum class ValueClass : uint8_t { nan, pos_inf, neg_inf, pos_zero, neg_zero, pos
 constexpr int kNumValueClasses = 8;
 const char* to_string(ValueClass c);  // "NaN", "+Inf", "-Inf", "+0", "-0", "+max", "-max", "finite"
 
-enum class Mismatch : uint8_t { nan_policy, overflow, scale, tie, double_rounding, subnormal_flush, accumulation, wrong };
-constexpr int kNumMismatchClasses = 8;
+enum class Mismatch : uint8_t {
+  nan_policy, overflow, scale, signed_zero, tie, double_rounding, subnormal_flush, accumulation, wrong
+};
+constexpr int kNumMismatchClasses = 9;
 const char* to_string(Mismatch m);  // "nan_policy", "overflow", "scale", "tie", "double_rounding", ...
 
 enum class Verdict : uint8_t { pass, mistrusted, fail };

@@ -43,7 +43,7 @@ const char* to_string(ValueClass c) {
   return n[static_cast<int>(c)];
 }
 const char* to_string(Mismatch m) {
-  static const char* const n[] = {"nan_policy", "overflow",        "scale",        "tie",
+  static const char* const n[] = {"nan_policy", "overflow",        "scale",           "signed_zero", "tie",
                                   "double_rounding", "subnormal_flush", "accumulation", "wrong"};
   return n[static_cast<int>(m)];
 }
@@ -152,15 +152,15 @@ std::string round_up_2(double v) {
   return num(v);
 }
 
-std::string factor_string(double f) {
+std::string factor_string(double f, bool ue8m0) {
   if (std::isnan(f)) return "×? (undefined)";
   if (std::isinf(f)) return f > 0 ? "×inf" : "×-inf";
   int e = 0;
   const double m = std::frexp(f, &e);
   if (m == 0.5 && e - 1 != 0) {
     const int k = e - 1;
-    return "×" + num(f) + " (ue8m0 off by " + (k == 1 || k == -1 ? std::string("one") : std::to_string(std::abs(k))) +
-           ")";
+    const std::string by = k == 1 || k == -1 ? std::string("one") : std::to_string(std::abs(k));
+    return "×" + num(f) + (ue8m0 ? " (ue8m0 off by " + by + ")" : " (2^" + std::to_string(k) + ": exponent off by " + by + ")");
   }
   char buf[32];
   std::snprintf(buf, sizeof buf, "×%.6g", f);
@@ -339,6 +339,13 @@ struct Rounder {
       via = {Format::f32};
     }
   }
+  // A conversion from `source` (fp8ref convert's from=): only intermediates a device would round a value of that
+  // format to before the target — none from a 16-bit source (its f16 <-> bf16 roundings only match by chance, e.g.
+  // next to the smallest subnormal), f16 and bf16 from an f32 one.
+  void restrict_to_source(Format source) {
+    if (source == Format::f16 || source == Format::bf16) via.clear();
+    if (source == Format::f32) via.erase(std::remove(via.begin(), via.end(), Format::f32), via.end());
+  }
   uint64_t direct(uint64_t xbits) const {
     return fp8 ? ref::encode(Format::f64, xbits, spec) : ref::narrow(Format::f64, xbits, target);
   }
@@ -508,6 +515,13 @@ class ZeroCounts {
   std::vector<uint32_t> small_;
 };
 
+// The grid of blocks over a data shape: ceil(shape[d] / block[d]) per dimension.
+std::vector<int64_t> block_grid(const std::vector<int64_t>& shape, const std::vector<int64_t>& block) {
+  std::vector<int64_t> g(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) g[d] = (shape[d] + block[d] - 1) / block[d];
+  return g;
+}
+
 struct AttachedScale {
   const io::TensorView* e = nullptr;
   const io::TensorView* a = nullptr;
@@ -598,37 +612,43 @@ struct Analyzer {
   Mismatch classify(uint64_t flat, uint64_t eb, uint64_t ab, ValueClass ce, ValueClass ca, int64_t sb) const {
     const bool ex = has_exact();
     const double x = ex ? load_f64(*X, flat) : 0.0;
-    // NaN policy
+    // NaN policy: NaN codes, or anything done to a NaN input
     if (ce == ValueClass::nan && ca == ValueClass::nan) return Mismatch::nan_policy;
-    if (ex && std::isnan(x) && (ce == ValueClass::nan || ca == ValueClass::nan)) {
-      const ValueClass o = ce == ValueClass::nan ? ca : ce;
-      if (max_class(o) || inf_class(o)) return Mismatch::nan_policy;
+    if (ex && std::isnan(x)) return Mismatch::nan_policy;
+    // overflow / saturation policy: +-max, +-Inf, NaN against one another (signs agreeing), beyond max
+    auto special = [](ValueClass c) { return max_class(c) || inf_class(c) || c == ValueClass::nan; };
+    auto negative = [](ValueClass c) { return c == ValueClass::neg_max || c == ValueClass::neg_inf; };
+    if (special(ce) && special(ca)) {
+      const bool signs_agree = ce == ValueClass::nan || ca == ValueClass::nan || negative(ce) == negative(ca);
+      const bool exact_ok = !ex || std::isinf(x) || std::fabs(x) > fmt.max_value;
+      if (signs_agree && exact_ok) return Mismatch::overflow;
     }
-    // overflow / saturation policy
-    {
-      const bool em = max_class(ce), am = max_class(ca);
-      if (em != am) {
-        const ValueClass m = em ? ce : ca, o = em ? ca : ce;
-        const bool neg = m == ValueClass::neg_max;
-        const bool other_ok = o == ValueClass::nan || (neg ? o == ValueClass::neg_inf : o == ValueClass::pos_inf);
-        const bool exact_ok = !ex || (!std::isnan(x) && (std::isinf(x) || std::fabs(x) > fmt.max_value));
-        if (other_ok && exact_ok) return Mismatch::overflow;
-      }
-    }
+    if (ex && std::isinf(x)) return Mismatch::nan_policy;  // an Inf input, handled otherwise (flushed, ...)
     if (is_scale_tensor) return Mismatch::scale;
     const bool fe = finite_class(ce), fa = finite_class(ca);
     const double ve = fmt.value(eb), va = fmt.value(ab);
-    // the block's scale differs and the dequantized values agree within the rounding of both sides
-    if (sc && sb >= 0 && sc->differs[sb] && fe && fa) {
+    // the block's scale differs and the dequantized values agree within the rounding of both sides, or ACTUAL
+    // saturated / overflowed where EXPECTED's value under ACTUAL's scale lies beyond max
+    if (sc && sb >= 0 && sc->differs[sb] && fe) {
       const double se = sc->fmt->value(load(*sc->e, sb, sc->fmt->size));
       const double sa = sc->fmt->value(load(*sc->a, sb, sc->fmt->size));
       if (std::isfinite(se) && std::isfinite(sa) && se != 0 && sa != 0) {
         const double he = fmt.spacing(eb) / 2, ha = fmt.spacing(ab) / 2;
-        const bool mul = std::fabs(va * sa - ve * se) <= ha * std::fabs(sa) + he * std::fabs(se);
-        const bool div = std::fabs(va / sa - ve / se) <= ha / std::fabs(sa) + he / std::fabs(se);
-        if (mul || div) return Mismatch::scale;
+        if (fa) {
+          const bool mul = std::fabs(va * sa - ve * se) <= ha * std::fabs(sa) + he * std::fabs(se);
+          const bool div = std::fabs(va / sa - ve / se) <= ha / std::fabs(sa) + he / std::fabs(se);
+          if (mul || div) return Mismatch::scale;
+        }
+        if (special(ca)) {  // EXPECTED's value re-expressed under ACTUAL's scale (x = q·s, or x = q/s)
+          const double tm = ve * se / sa, td = ve / se * sa;
+          auto beyond = [&](double t) {
+            return std::fabs(t) > fmt.max_value && (ca == ValueClass::nan || negative(ca) == (t < 0));
+          };
+          if (beyond(tm) || beyond(td)) return Mismatch::scale;
+        }
       }
     }
+    if (zero_class(ce) && zero_class(ca)) return Mismatch::signed_zero;
     if (ex && fe && fa && std::isfinite(x)) {
       // rounding tie: neighbours, the exact value their midpoint
       if (fmt.kind == Fmt::Kind::fp && fmt.format != Format::f64 &&
@@ -1734,7 +1754,7 @@ struct Analyzer {
                    std::to_string(std::min(shape[d], (bi[d] + 1) * factor_block_shape[d]));
         where += "])";
       }
-      cl.scale_block_examples.push_back(where + ": " + detail::factor_string(bf.factor));
+      cl.scale_block_examples.push_back(where + ": " + detail::factor_string(bf.factor, false));
     }
     if (!factor_blocks.empty())
       s.notes.push_back(std::to_string(factor_blocks.size()) + " " + factor_unit +
@@ -1801,6 +1821,8 @@ void fill_scale_section(TensorReport& rep, const io::TensorView& se, const io::T
   const Fmt f(se.dtype);
   const uint64_t n = static_cast<uint64_t>(se.numel());
   s.blocks = n;
+  // a block's index in the grid of blocks over the data (a flat scale tensor's elements are the grid's, in order)
+  const std::vector<int64_t> grid = data_shape ? block_grid(*data_shape, block) : se.shape;
   std::unordered_map<uint64_t, uint64_t> first_of;  // expected bits -> first block carrying them
   first_of.reserve(static_cast<size_t>(std::min<uint64_t>(n, 1 << 20)));
   for (uint64_t i = 0; i < n; ++i) first_of.emplace(load(se, i, f.size), i);
@@ -1815,13 +1837,13 @@ void fill_scale_section(TensorReport& rep, const io::TensorView& se, const io::T
     if (std::isnan(factor)) nan_factors++;
     else factors[factor]++;
     std::optional<uint64_t> other;
-    auto it = first_of.find(ab);
-    if (it != first_of.end() && it->second != i) other = it->second;
+    auto it = first_of.find(ab);  // (a NaN or Inf is no block's scale in particular)
+    if (it != first_of.end() && it->second != i && std::isfinite(va)) other = it->second;
     if (other) s.from_other_block++;
     if (s.listed.size() < 16) {
       ScaleBlockDiff d;
       d.flat = i;
-      d.index = unravel(i, se.shape);
+      d.index = unravel(i, grid);
       if (data_shape && data_shape->size() == block.size())
         for (size_t k = 0; k < block.size(); ++k)
           d.covers.push_back({d.index[k] * block[k], std::min((*data_shape)[k], (d.index[k] + 1) * block[k])});
@@ -1831,7 +1853,7 @@ void fill_scale_section(TensorReport& rep, const io::TensorView& se, const io::T
       d.actual = va;
       d.factor = factor;
       d.other_block = other;
-      if (other) d.other_index = unravel(*other, se.shape);
+      if (other) d.other_index = unravel(*other, grid);
       s.listed.push_back(std::move(d));
     }
   }
@@ -1857,13 +1879,21 @@ void summarize(TensorReport& r, const DiffOptions& o) {
   }
   const MetricsSection& m = r.metrics;
   const uint64_t diff = m.numel - m.bitwise_equal;
-  std::snprintf(buf, sizeof buf, "%s %s  bitwise %.4g%% (%llu of %llu differ)", r.format.c_str(),
-                detail::shape_string(r.expected_shape).c_str(),
-                m.numel ? 100.0 * static_cast<double>(m.bitwise_equal) / static_cast<double>(m.numel) : 100.0,
-                static_cast<unsigned long long>(diff), static_cast<unsigned long long>(m.numel));
+  // the bit-equal share to 4 significant digits, or as many more as it takes not to read 100% while any differs
+  char pct[32] = "100";
+  if (m.numel) {
+    const double p = 100.0 * static_cast<double>(m.bitwise_equal) / static_cast<double>(m.numel);
+    for (int digits = 4; digits <= 17; ++digits) {
+      std::snprintf(pct, sizeof pct, "%.*g", digits, p);
+      if (diff == 0 || std::strtod(pct, nullptr) < 100.0) break;
+    }
+  }
+  std::snprintf(buf, sizeof buf, "%s %s  bitwise %s%% (%llu of %llu differ)", r.format.c_str(),
+                detail::shape_string(r.expected_shape).c_str(), pct, static_cast<unsigned long long>(diff),
+                static_cast<unsigned long long>(m.numel));
   s += buf;
   if (diff) {
-    s += "  max " + std::to_string(m.max_ulp) + " ULP";
+    s += m.max_ulp ? "  max " + std::to_string(m.max_ulp) + " ULP" : std::string("  no ULP distance (NaN codes, ±0, class changes)");
     std::string cls;
     for (int i = 0; i < kNumMismatchClasses; ++i)
       if (r.classes.counts[i]) cls += (cls.empty() ? "" : ", ") + std::string(to_string(static_cast<Mismatch>(i))) + " " + std::to_string(r.classes.counts[i]);
@@ -1909,6 +1939,16 @@ DiffReport diff_views(const FileView& expected, const FileView& actual, const Di
       rep.repro = golden::repro_command(golden::parse_descriptor(rep.descriptor));
     } catch (const InputError&) {
       rep.repro = "fp8ref golden --case '" + rep.descriptor + "' --out DIR";
+    }
+  }
+  // a convert case's source format (the double roundings a device could do depend on it)
+  std::optional<Format> convert_source;
+  if (!rep.descriptor.empty()) {
+    try {
+      const golden::Descriptor d = golden::parse_descriptor(rep.descriptor);
+      Format f;
+      if (d.op == "convert" && d.has("from") && parse_format(d.get("from"), &f)) convert_source = f;
+    } catch (const InputError&) {
     }
   }
   const std::map<std::string, OutputInfo> infos = parse_outputs(expected.metadata, opt.expected_name);
@@ -1959,13 +1999,19 @@ DiffReport diff_views(const FileView& expected, const FileView& actual, const Di
     if (o.role == "scale") {
       const io::TensorView* data = expected.find(o.of);
       if (!data) throw InputError(opt.expected_name + ": scale tensor '" + t->name + "' is 'of' '" + o.of + "', which is not in the file");
-      if (o.block.size() != data->shape.size() || t->shape.size() != data->shape.size())
+      // one scale per block of the data: the scale tensor has the shape of the block grid, or as many elements
+      // in row-major order (a KV cache's per-head scales [H] of blocks [P, S, 1, D])
+      bool fits = o.block.size() == data->shape.size();
+      for (size_t d = 0; fits && d < o.block.size(); ++d) fits = o.block[d] > 0;
+      if (fits) {
+        const std::vector<int64_t> grid = block_grid(data->shape, o.block);
+        int64_t n = 1;
+        for (int64_t g : grid) n *= g;
+        fits = t->shape == grid || t->numel() == n;
+      }
+      if (!fits)
         throw InputError(opt.expected_name + ": scale tensor '" + t->name + "' " + detail::shape_string(t->shape) + " with block " +
                          detail::shape_string(o.block) + " does not fit data '" + o.of + "' " + detail::shape_string(data->shape));
-      for (size_t d = 0; d < o.block.size(); ++d)
-        if (t->shape[d] != (data->shape[d] + o.block[d] - 1) / o.block[d])
-          throw InputError(opt.expected_name + ": scale tensor '" + t->name + "' " + detail::shape_string(t->shape) + " with block " +
-                           detail::shape_string(o.block) + " does not fit data '" + o.of + "' " + detail::shape_string(data->shape));
     }
   }
 
@@ -2023,9 +2069,9 @@ DiffReport diff_views(const FileView& expected, const FileView& actual, const Di
         as.a = a;
         as.fmt.emplace(t->dtype);
         as.block = o.block;
-        as.sshape = t->shape;
-        as.sstride.assign(t->shape.size(), 1);
-        for (int d = static_cast<int>(t->shape.size()) - 2; d >= 0; --d) as.sstride[d] = as.sstride[d + 1] * t->shape[d + 1];
+        as.sshape = data ? block_grid(data->shape, o.block) : t->shape;
+        as.sstride.assign(as.sshape.size(), 1);
+        for (int d = static_cast<int>(as.sshape.size()) - 2; d >= 0; --d) as.sstride[d] = as.sstride[d + 1] * as.sshape[d + 1];
         const uint64_t n = static_cast<uint64_t>(t->numel());
         as.differs.assign(n, 0);
         for (uint64_t i = 0; i < n; ++i)
@@ -2059,6 +2105,7 @@ DiffReport diff_views(const FileView& expected, const FileView& actual, const Di
       }
       Tolerance tol = opt.tol ? *opt.tol : (o.contract == "bound" ? Tolerance{Tolerance::Kind::bound} : Tolerance{});
       Analyzer an(*t, *a, aux(*t, "exact."), aux(*t, "bound."), opt, tol, o.role == "scale", sc);
+      if (convert_source) an.rounder.restrict_to_source(*convert_source);
       an.run(r);
     } else {
       r.tol = opt.tol ? *opt.tol : (o.contract == "bound" ? Tolerance{Tolerance::Kind::bound} : Tolerance{});

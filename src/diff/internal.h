@@ -9,8 +9,8 @@
 
 namespace fp8ref::diff::detail {
 
-// "x2 (ue8m0 off by one)", "x0.25 (ue8m0 off by 2)", "x1.37" (with the multiplication sign).
-std::string factor_string(double f);
+// "×2 (ue8m0 off by one)" for a ue8m0 scale, "×2 (2^1: exponent off by one)" otherwise, "×1.5" ...
+std::string factor_string(double f, bool ue8m0);
 // %.17g-free number formatting: the shortest of %.6g/%.9g/%.17g that reads back the same double.
 std::string num(double v);
 // The smallest number >= v with at most 2 significant digits (for "would have passed" thresholds).

@@ -102,7 +102,7 @@ void render_tensor(std::string& out, const TensorReport& r, const DiffReport& re
         cov += (k ? ", " : "") + std::to_string(d.covers[k].first) + ":" + std::to_string(d.covers[k].second);
       std::string t = "block " + index_string(d.index) + (cov.empty() ? "" : " (" + s.tensor + "[" + cov + "])") + ": " +
                       num(d.expected) + " (" + hex_bits(d.expected_bits, bytes) + ") -> " + num(d.actual) + " (" +
-                      hex_bits(d.actual_bits, bytes) + ")  " + detail::factor_string(d.factor);
+                      hex_bits(d.actual_bits, bytes) + ")  " + detail::factor_string(d.factor, r.format == "ue8m0");
       int e2 = 0;
       const bool pow2 = std::isfinite(d.factor) && std::frexp(d.factor, &e2) == 0.5;
       if (d.other_block && !pow2) t += "  = expected scale of block " + index_string(d.other_index);
@@ -112,7 +112,7 @@ void render_tensor(std::string& out, const TensorReport& r, const DiffReport& re
       out += kIndent + "  ... " + std::to_string(s.blocks_differing - s.listed.size()) + " more\n";
     if (!s.factors.empty()) {
       std::string f;
-      for (const auto& [fac, n] : s.factors) f += (f.empty() ? "" : ", ") + detail::factor_string(fac) + ": " + std::to_string(n);
+      for (const auto& [fac, n] : s.factors) f += (f.empty() ? "" : ", ") + detail::factor_string(fac, r.format == "ue8m0") + ": " + std::to_string(n);
       out += kIndent + "factors: " + f + "\n";
     }
     if (s.from_other_block >= 2 && 2 * s.from_other_block >= s.blocks_differing)
@@ -366,7 +366,7 @@ std::string render_json(const DiffReport& rep) {
       for (const ScaleBlockDiff& d : s.listed) {
         json dj = {{"flat", d.flat}, {"other_index", d.other_index}, {"index", d.index}, {"expected_bits", hex_bits(d.expected_bits, bytes)},
                    {"actual_bits", hex_bits(d.actual_bits, bytes)}, {"expected", jnum(d.expected)},
-                   {"actual", jnum(d.actual)}, {"factor", jnum(d.factor)}, {"factor_text", detail::factor_string(d.factor)}};
+                   {"actual", jnum(d.actual)}, {"factor", jnum(d.factor)}, {"factor_text", detail::factor_string(d.factor, r.format == "ue8m0")}};
         json cov = json::array();
         for (const auto& c : d.covers) cov.push_back({c.first, c.second});
         dj["covers"] = cov;
@@ -374,7 +374,7 @@ std::string render_json(const DiffReport& rep) {
         sj["listed"].push_back(dj);
       }
       sj["factors"] = json::array();
-      for (const auto& [f, n] : s.factors) sj["factors"].push_back({{"factor", jnum(f)}, {"text", detail::factor_string(f)}, {"blocks", n}});
+      for (const auto& [f, n] : s.factors) sj["factors"].push_back({{"factor", jnum(f)}, {"text", detail::factor_string(f, r.format == "ue8m0")}, {"blocks", n}});
       t["scale"] = sj;
 
       const SpecialsSection& sp = r.specials;

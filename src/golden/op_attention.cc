@@ -414,9 +414,26 @@ OpInfo kv_cache_write_op() {
     const std::string f = format_name(c.spec.cache.format);
     std::string j = R"({"output.k_cache": {"role": "data", "format": ")" + f + R"(", "contract": "exact", "dims": )" + dims +
                     R"(}, "output.v_cache": {"role": "data", "format": ")" + f + R"(", "contract": "exact", "dims": )" + dims + "}";
-    if (c.spec.dynamic)
-      j += R"(, "output.k_scale": {"role": "data", "format": "f32", "contract": "exact", "dims": ["scale"]})"
-           R"(, "output.v_scale": {"role": "data", "format": "f32", "contract": "exact", "dims": ["scale"]})";
+    if (c.spec.dynamic) {
+      // per tensor / per head: scale tensors of their cache, one per block [P, S, H, D] / [P, S, 1, D] (NHD; HND
+      // alike), so the diff ties a wrong scale to the cache codes it explains; per sequence (slots, not a block of
+      // the cache): data, one per sequence
+      const attn::CacheShape& k = c.spec.cache;
+      const bool nhd = k.layout == attn::KvLayout::nhd;
+      const int64_t H = c.spec.scale_kind == attn::KvScaleKind::head ? 1 : k.num_kv_heads;
+      const std::vector<int64_t> block = nhd ? std::vector<int64_t>{k.num_blocks, k.block_size, H, k.head_dim}
+                                             : std::vector<int64_t>{k.num_blocks, H, k.block_size, k.head_dim};
+      std::string b;
+      for (int64_t x : block) b += (b.empty() ? "" : ", ") + std::to_string(x);
+      for (const char* kv : {"k", "v"}) {
+        const std::string name = std::string("output.") + kv + "_scale";
+        if (c.spec.scale_kind == attn::KvScaleKind::seq)
+          j += ", \"" + name + R"(": {"role": "data", "format": "f32", "contract": "exact", "dims": ["seq"]})";
+        else
+          j += ", \"" + name + R"(": {"role": "scale", "format": "f32", "of": "output.)" + kv + R"(_cache", "block": [)" +
+               b + "]}";
+      }
+    }
     return j + "}";
   };
   op.convention = [](const Descriptor& d) { return d.get("convention"); };
