@@ -288,6 +288,19 @@ TEST_CASE("fast scaled_mm: tiny scale products (f32 subnormal) and the cuBLAS sc
   for (auto& s : c.sa) s = std::ldexp(s, -66);
   for (auto& s : c.sb) s = std::ldexp(s, -70);
   CHECK(check_case(c, "group e5m2 x e4m3fn, scale products ~2^-136") <= 1.0);
+  // Scale products ~2^-124 (normal) times partials of subnormal codes (one product k·2^-18 per block): each scaled
+  // partial P·w ~2^-142 is an f32 subnormal, rounded absolutely, 16 blocks of it (the audit of session 31)
+  Case u = make_case(rng, GemmScaling::blockwise, Format::e4m3fn, Format::e4m3fn, Format::f32, BiasMode::none, 8, 128,
+                     2048);
+  std::fill(u.a.begin(), u.a.end(), 0);
+  std::fill(u.bt.begin(), u.bt.end(), 0);
+  for (int64_t kb = 0; kb < 16; ++kb) {
+    for (int64_t m = 0; m < 8; ++m) u.a[static_cast<size_t>(m * 2048 + kb * 128 + 5)] = static_cast<uint8_t>(1 + rng() % 3);
+    for (int64_t n = 0; n < 128; ++n) u.bt[static_cast<size_t>(n * 2048 + kb * 128 + 5)] = static_cast<uint8_t>(1 + rng() % 3);
+  }
+  for (auto& s : u.sa) s = std::ldexp(1.0f + static_cast<float>(rng() % 1024) / 1024, -62);
+  for (auto& s : u.sb) s = std::ldexp(1.0f + static_cast<float>(rng() % 1024) / 1024, -62);
+  CHECK(check_case(u, "blockwise, subnormal scaled partials (codes 1-3, scale products ~2^-124)") <= 1.0);
   // Blockwise with cublas_sb_stride: block (nb, kb) read at nb·roundup(KB, 4) + kb. The same values laid out densely
   // must give bit-identical results.
   Case d = make_case(rng, GemmScaling::blockwise, Format::e4m3fn, Format::e4m3fn, Format::bf16, BiasMode::none, 9, 300, 640);

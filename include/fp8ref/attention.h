@@ -136,7 +136,9 @@
 //   range_d = (max_j v_jd − min_j v_jd)·sv and V_d = max_j |v_jd| (codes), per output element d:
 //     E_ratio = range_d·(θ·(1 + 2nη')/(1 − θ) + 2nη'),  η' = 2^-125     (a ratio of sums with perturbed weights)
 //     E_acc   = sv·(2γ'_n·V_d + 2·(3 + 2V_d)·n·η)/(1 − γ'_n − 8nη)      (N and L in f32, any order, flushes)
-//     A_d = |o_d| + E_ratio + E_acc;  E_fin = (2u + u²)·A_d + 2^-148 + u_out·A_d·(1 + 3u) + η_out
+//     A_d = |o_d| + E_ratio + E_acc;  E_fin = (2u + u²)·A_d + 2^-148 + n·V_d·2^-149 + u_out·A_d·(1 + 3u) + η_out
+//       (n·V_d·2^-149: the factor RN32(sv / L) below f32's normal range — a tiny sv — is off by up to 2^-150
+//       absolutely, times N <= n·V_d)
 //     |fast − o_d| <= E_ratio + E_acc + E_fin;  against exact's f64 result add bound_exact_f64 (times 1 + 2^-40)
 //   (u_out = 2^-8 bf16, 2^-11 f16, 2^-24 f32; η_out = 2^-126 bf16 (room for a conversion that treats f32
 //   subnormals as 0; every path now rounds them as RN_bf16 does, tested bit for bit against its own f32 output),

@@ -2059,7 +2059,9 @@ void paged_attention_fast_bound(const AttnSpec& spec, const AttnArgs& args, doub
         // N̂ and D̂ (f32, any order, flushes), then their ratio (D >= 1/2)
         const double e_acc = sv * (2 * acc_g * V + (3 + 2 * V) * dn * eta * 2) / (1 - acc_g - 8 * dn * eta);
         const double A = od + e_ratio + e_acc;
-        const double e_fin = (2 * u + u * u) * A + std::ldexp(1.0, -148) + u_out * A * (1 + 3 * u) + eta_out;
+        // (+ n·V_d·2^-149: RN32(sv / L) below f32's normal range is off by up to 2^-150 absolutely, times N <= n·V_d)
+        const double e_fin = (2 * u + u * u) * A + std::ldexp(1.0, -148) + dn * V * std::ldexp(1.0, -149) +
+                             u_out * A * (1 + 3 * u) + eta_out;
         double bd = (e_ratio + e_acc + e_fin + bex) * (1 + std::ldexp(1.0, -40));
         if (A * (1 + 4 * u_out) >= max_out) bd = inf;
         out[d] = bd;

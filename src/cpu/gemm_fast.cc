@@ -1226,7 +1226,7 @@ void scaled_mm_fast_bound(const ScaledMmSpec& spec, const GemmShape& g, const ui
   std::vector<float> t(static_cast<size_t>(M * N));
   scaled_mm_fast(s2, g, aa.data(), ba.data(), saa.data(), sba.data(), nullptr, t.data());
   const double c = fast_accumulation_constant(spec, K);
-  // Scale products below the f32 normal range lose relative accuracy: then add 2^-148·(Σ|a·b| + KB) (absolute).
+  // Scale products below the f32 normal range lose relative accuracy: then also add 2^-148·(Σ|a·b| + KB) (absolute).
   std::vector<float> s0;
   const int64_t KB = K == 0 ? 0 : cdiv(K, k_group(spec, K));
   if (static_cast<double>(min_sa) * static_cast<double>(min_sb) < std::ldexp(1.0, -125)) {
@@ -1250,8 +1250,12 @@ void scaled_mm_fast_bound(const ScaledMmSpec& spec, const GemmShape& g, const ui
       bound[i] = inf;
       continue;
     }
-    const double T = that / (1 - c);
-    double E = c * T;
+    // Roundings below f32's normal range are absolute, not relative: each of the KB scaled partials P̂·ŵ (and its
+    // accumulation) may be off by up to 2^-150 more, and T̂ (fast itself on the magnitudes) may fall short of T by
+    // as much.
+    const double under = std::ldexp(1.0, -149) * static_cast<double>(KB);
+    const double T = (that + under) / (1 - c);
+    double E = c * T + under;
     if (!s0.empty()) E += std::ldexp(1.0, -148) * (static_cast<double>(s0[static_cast<size_t>(i)]) / (1 - c) + KB);
     const double A = T + E, bb = bias ? std::fabs(static_cast<double>(bias[i % N])) : 0.0;
     double B;
