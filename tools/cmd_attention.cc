@@ -235,7 +235,14 @@ int write_main(int argc, char** argv) {
   a.v_scale = vs.data();
   a.k_cache = kc.data.data();
   a.v_cache = vc.data.data();
-  attn::check_kv_cache_write(spec, a);
+  try {  // (the checks of the arguments together: name the files they came from)
+    attn::check_kv_cache_write(spec, a);
+  } catch (const InputError& e) {
+    std::string files;
+    for (size_t i = 0; i < paths.size(); ++i)
+      if (i < 5 || (i > 6 && !(spec.dynamic && i <= 8))) files += (files.empty() ? "" : ", ") + paths[i];  // not outputs
+    throw InputError(std::string(e.what()) + " (inputs " + files + ")");
+  }
   if (backend == "cpu") attn::cpu::kv_cache_write(spec, a);
   else attn::ref::kv_cache_write(spec, a);
   io::OutputFiles files;  // all written, or none
@@ -333,6 +340,11 @@ int attn_main(int argc, char** argv) {
     throw InputError(args.require("--q") + ": Q has shape " + shape_text(q.shape) + ", expected (T, Hq, " +
                      std::to_string(spec.cache.head_dim) + ")");
   spec.num_q_heads = q.shape[1];
+  if (spec.num_q_heads < 1 || spec.num_q_heads % spec.cache.num_kv_heads != 0)
+    throw InputError(args.require("--q") + ": Q has " + std::to_string(spec.num_q_heads) + " query head" +
+                     (spec.num_q_heads == 1 ? "" : "s") + ", not a multiple of the " +
+                     std::to_string(spec.cache.num_kv_heads) + " KV head" + (spec.cache.num_kv_heads == 1 ? "" : "s") +
+                     " of the K cache " + args.require("--k-cache"));
   const int64_t T = q.shape[0];
   std::vector<int64_t> sh;
   const std::vector<int32_t> qsl = read_ints<int32_t>(args.require("--query-start-loc"), 1, "query_start_loc", &sh);
@@ -361,22 +373,22 @@ int attn_main(int argc, char** argv) {
   if (csr) {
     indptr = read_ints<int32_t>(args.require("--kv-indptr"), 1, "kv_indptr", &sh);
     if (static_cast<int64_t>(indptr.size()) != B + 1)
-      throw InputError(args.require("--kv-indptr") + ": kv_indptr has " + std::to_string(indptr.size()) + " entries, expected B+1 = " + std::to_string(B + 1));
+      throw InputError(args.require("--kv-indptr") + ": kv_indptr has " + std::to_string(indptr.size()) + " entries, expected B+1 = " + std::to_string(B + 1) + " (B from " + args.require("--query-start-loc") + ")");
     indices = read_ints<int32_t>(args.require("--kv-indices"), 1, "kv_indices", &sh);
     last = read_ints<int32_t>(args.require("--kv-last-page-len"), 1, "kv_last_page_len", &sh);
     if (static_cast<int64_t>(last.size()) != B)
-      throw InputError(args.require("--kv-last-page-len") + ": kv_last_page_len has " + std::to_string(last.size()) + " entries, expected B = " + std::to_string(B));
+      throw InputError(args.require("--kv-last-page-len") + ": kv_last_page_len has " + std::to_string(last.size()) + " entries, expected B = " + std::to_string(B) + " (B from " + args.require("--query-start-loc") + ")");
     a.table.indptr = indptr.data();
     a.table.indices = indices.data();
     a.table.num_indices = static_cast<int64_t>(indices.size());
     a.table.last_page_len = last.data();
   } else {
     bt = read_ints<int32_t>(args.require("--block-table"), 2, "block_table", &sh);
-    if (sh[0] != B) throw InputError(args.require("--block-table") + ": block_table has " + std::to_string(sh[0]) + " rows, expected B = " + std::to_string(B));
+    if (sh[0] != B) throw InputError(args.require("--block-table") + ": block_table has " + std::to_string(sh[0]) + " rows, expected B = " + std::to_string(B) + " (B from " + args.require("--query-start-loc") + ")");
     a.table.max_blocks = sh[1];
     sl = read_ints<int32_t>(args.require("--seq-lens"), 1, "seq_lens", &sh);
     if (static_cast<int64_t>(sl.size()) != B)
-      throw InputError(args.require("--seq-lens") + ": seq_lens has " + std::to_string(sl.size()) + " entries, expected B = " + std::to_string(B));
+      throw InputError(args.require("--seq-lens") + ": seq_lens has " + std::to_string(sl.size()) + " entries, expected B = " + std::to_string(B) + " (B from " + args.require("--query-start-loc") + ")");
     a.table.block_table = bt.data();
     a.table.seq_lens = sl.data();
   }
@@ -397,7 +409,14 @@ int attn_main(int argc, char** argv) {
   a.v_cache = spec.v_from_k ? nullptr : vc.data.data();
   a.k_scale = ks.data();
   a.v_scale = spec.v_from_k ? nullptr : vs.data();
-  attn::check_paged_attention(spec, a);
+  try {  // (the checks of the arguments together: name the files they came from)
+    attn::check_paged_attention(spec, a);
+  } catch (const InputError& e) {
+    std::string files;
+    for (const std::string& f : paths)
+      if (f != args.require("--out")) files += (files.empty() ? "" : ", ") + f;
+    throw InputError(std::string(e.what()) + " (inputs " + files + ")");
+  }
   io::Tensor out = io::make_tensor("", md_dtype(spec.out_format), {T, spec.num_q_heads, spec.dv()});
   a.out = out.data.data();
   if (backend == "cpu") attn::cpu::paged_attention(spec, a);

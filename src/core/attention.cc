@@ -131,8 +131,8 @@ void check_paged_attention(const AttnSpec& spec, const AttnArgs& a) {
   if (!is_md(spec.out_format))
     throw InputError(std::string(what) + ": out dtype must be f32, bf16 or f16, not " + format_name(spec.out_format));
   if (spec.num_q_heads < 1 || spec.num_q_heads % c.num_kv_heads != 0)
-    throw InputError(std::string(what) + ": " + num(spec.num_q_heads) + " query heads is not a multiple of " +
-                     num(c.num_kv_heads) + " KV heads");
+    throw InputError(std::string(what) + ": " + num(spec.num_q_heads) + (spec.num_q_heads == 1 ? " query head" : " query heads") +
+                     ", not a multiple of " + num(c.num_kv_heads) + (c.num_kv_heads == 1 ? " KV head" : " KV heads"));
   if (spec.head_dim_v < 0 || (spec.v_from_k && spec.dv() > c.head_dim))
     throw InputError(std::string(what) + ": head_dim_v " + num(spec.dv()) + " must be <= the K head dim " +
                      num(c.head_dim) + " when V is read from the K cache (MLA)");
@@ -181,8 +181,10 @@ void check_paged_attention(const AttnSpec& spec, const AttnArgs& a) {
                        " blocks of " + num(c.block_size) + " but the table covers " + num(s.num_pages));
     for (int64_t p = 0; p < need; ++p)
       if (s.pages[p] < 0 || s.pages[p] >= c.num_blocks)
-        throw InputError(std::string(what) + ": block table entry " + num(p) + " of sequence " + num(b) + " = " +
-                         num(s.pages[p]) + " is outside the cache's " + num(c.num_blocks) + " blocks");
+        throw InputError(std::string(what) + ": " +
+                         (t.indptr ? "kv_indices[" + num(t.indptr[b] + p) + "] (page " + num(p) + " of sequence " + num(b) + ")"
+                                   : "block_table[" + num(b) + ", " + num(p) + "]") +
+                         " = " + num(s.pages[p]) + " is outside the cache's " + num(c.num_blocks) + " blocks");
     if (s.q_len > s.seq_len)
       throw InputError(std::string(what) + ": sequence " + num(b) + " has " + num(s.q_len) +
                        " query tokens but seq_len " + num(s.seq_len) + " (q_len <= seq_len)");

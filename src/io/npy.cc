@@ -279,8 +279,14 @@ Tensor decode_npy(const uint8_t* bytes, size_t size, const std::string& what) {
   bool big_endian = false;
   if (!parse_descr(descr->str, &t.dtype, &big_endian)) {
     std::string hint;
-    if (!descr->str.empty() && descr->str.find('V') != std::string::npos)
-      hint = " (raw void bytes: ml_dtypes arrays lose their type in .npy; save x.view(np.uint8) instead)";
+    const size_t v = descr->str.find('V');
+    if (v != std::string::npos) {  // ml_dtypes arrays (float8_*, bfloat16) are saved as raw void bytes
+      const std::string width = descr->str.substr(v + 1);
+      hint = width == "2"   ? " (raw void bytes: an ml_dtypes bfloat16 array? save x.view(np.uint16), its bit patterns)"
+             : width == "1" ? " (raw void bytes: an ml_dtypes float8 array? save x.view(np.uint8), its codes)"
+                            : " (raw void bytes: ml_dtypes arrays lose their type in .npy; save their bits as an "
+                              "unsigned integer array: x.view(np.uint8) for FP8, x.view(np.uint16) for bf16)";
+    }
     throw InputError(what + ": unsupported dtype '" + descr->str + "'" + hint);
   }
   uint64_t nbytes = dtype_size(t.dtype);

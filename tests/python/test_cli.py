@@ -333,6 +333,8 @@ def files(tmp_path):
     f["empty"].write_bytes(b"")
     f["bin"] = tmp_path / "raw.bin"
     f["bin"].write_bytes(np.ones(10, np.float32).tobytes())
+    f["void2"] = tmp_path / "bf16.npy"  # what np.save writes for an ml_dtypes bfloat16 array: '|V2'
+    np.save(f["void2"], np.zeros(8, dtype="V2"))
     return f
 
 
@@ -398,6 +400,8 @@ BAD_CASES = [
     ("decode-unknown-convention", ["--decode", "--from", "e5m2", "--convention", "nope", "@u8"],
      ["unknown convention 'nope'"], False),
     ("output-dir-missing", ENC[:] + ["@f32", "OUT:nodir/out.npy"], ["nodir"], False),
+    ("ml-dtypes-bf16-void", ["--from", "bf16", "--to", "e4m3fn", "--convention", "ml_dtypes", "@void2"],
+     ["'|V2'", "x.view(np.uint16)"], True),
 ]
 
 
