@@ -390,6 +390,18 @@ TEST_CASE("a transposed output") {
   CHECK(st.structure.notes[0].find("transposed") != std::string::npos);
 }
 
+TEST_CASE("EXPECTED and ACTUAL swapped (a result file as EXPECTED, the golden file as ACTUAL): exit 2, said so") {
+  const auto g = golden_of(kBase);
+  diff::DiffOptions o;
+  o.expected_name = "result.safetensors";
+  o.actual_name = "golden.safetensors";
+  CHECK_THROWS_WITH_AS(diff::diff_files(outputs_of(g), g, o),
+                       doctest::Contains("golden.safetensors is a golden file (a descriptor and input.* / exact.* tensors) "
+                                         "and result.safetensors a result file: the two are given the wrong way round"),
+                       InputError);
+  CHECK(diff::diff_files(outputs_of(g), outputs_of(g), o).verdict == Verdict::pass);  // two result files: fine
+}
+
 TEST_CASE("presence: missing, extra, dtype") {
   const auto g = golden_of(kBase);
   io::SafetensorsFile none;

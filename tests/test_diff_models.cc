@@ -98,11 +98,26 @@ TEST_CASE("diff --models: a corrupted output matches no model; ops without model
   CHECK(skipped);
   CHECK(rows.back().skipped.size() > 0);
 
-  const std::string cdesc = "convert from=f32 to=e4m3fn shape=64";
-  Files c(golden::make_golden(golden::parse_descriptor(cdesc)), result_of(cdesc), "conv");
+  const std::string ddesc = "dequantize from=e4m3fn shape=64x512 granularity=group:128";
+  Files c(golden::make_golden(golden::parse_descriptor(ddesc)), result_of(ddesc), "deq");
   const io::MappedSafetensors ce(c.expected), ca(c.actual);
   CHECK(golden::model_distances(ce, ca, &note).empty());
   CHECK(note.find("no alternative models") != std::string::npos);
+}
+
+TEST_CASE("diff --models: a conversion that truncates is found as the convention under rounding=rz") {
+  const std::string base = "convert from=f32 to=e4m3fn shape=64x128 convention=torch-2.11 seed=3";
+  Files f(golden::make_golden(golden::parse_descriptor(base)), result_of(base + " rounding=rz"), "rz");
+  const io::MappedSafetensors em(f.expected), am(f.actual);
+  std::string note;
+  const auto rows = golden::model_distances(em, am, &note);
+  REQUIRE(rows.size() > 5);
+  CHECK(rows[0].name == "torch-2.11 rounding=rz");
+  CHECK(rows[0].equal == rows[0].elements);
+  CHECK(rows[1].equal < rows[1].elements);  // nothing else reproduces it
+  bool golden_listed = false;
+  for (const auto& m : rows) golden_listed = golden_listed || (m.is_reference && m.name == "torch-2.11");
+  CHECK(golden_listed);
 }
 
 TEST_CASE("diff --models: paged attention and cache-write outputs are matched to their convention") {

@@ -15,7 +15,7 @@ namespace fp8ref::cli {
 namespace {
 
 const char* kHelp =
-    "Usage: fp8ref diff EXPECTED ACTUAL [--tol T] [--json FILE] [--top K] [--quiet] [--threads N]\n"
+    "Usage: fp8ref diff EXPECTED ACTUAL [--tol T] [--json FILE] [--top K] [--quiet] [--threads N] [--models WHEN]\n"
     "\n"
     "Compares every output.* tensor of ACTUAL (a result file) with EXPECTED (a golden file), in this order:\n"
     "  1. presence, dtype and shape (a reversed shape is named 'transposed');\n"
@@ -46,7 +46,9 @@ const char* kHelp =
     "                   device output of unknown model, which stack's arithmetic it follows\n"
     "  -h, --help       this help\n"
     "\n"
-    "Exit codes: 0 PASS or MISTRUSTED (printed as such), 1 FAIL, 2 bad usage or bad input (nothing written).\n";
+    "Exit codes: 0 PASS or MISTRUSTED (printed as such), 1 FAIL (a device output missing, extra, of the wrong dtype\n"
+    "or shape is a FAIL too: it is the device's result), 2 bad usage or bad input: an unreadable or malformed file, a\n"
+    "golden file whose tensors no longer match their recorded SHA-256, the two files swapped (nothing written).\n";
 
 int diff_main(int argc, char** argv) {
   Args args(argc, argv,
@@ -72,8 +74,12 @@ int diff_main(int argc, char** argv) {
   if (models != "auto" && models != "always" && models != "never")
     throw UsageError("--models is auto, always or never, not '" + models + "'");
   diff::DiffReport rep = diff::diff_files(expected, actual, opt);
-  if (models == "always" || (models == "auto" && rep.verdict == diff::Verdict::fail))
-    rep.models = golden::model_distances(expected, actual, &rep.models_note);
+  bool structure_ok = true;  // (a model's distance means nothing to an output of the wrong shape or dtype)
+  for (const diff::TensorReport& t : rep.tensors) structure_ok = structure_ok && t.presence == diff::TensorReport::Presence::ok;
+  if (models == "always" || (models == "auto" && rep.verdict == diff::Verdict::fail)) {
+    if (structure_ok) rep.models = golden::model_distances(expected, actual, &rep.models_note);
+    else rep.models_note = "not run: ACTUAL's outputs differ from EXPECTED's in name, dtype or shape (fix those first)";
+  }
   const auto json_path = args.get("--json");
   if (json_path && *json_path == "-") {
     std::fputs(diff::render_json(rep).c_str(), stdout);

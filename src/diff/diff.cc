@@ -1932,6 +1932,15 @@ DiffReport diff_views(const FileView& expected, const FileView& actual, const Di
     return it == f.metadata.end() ? std::string() : it->second;
   };
   rep.descriptor = md(expected, "fp8ref.descriptor");
+  // a result file as EXPECTED and a golden file as ACTUAL: the two given the wrong way round
+  auto has_inputs = [](const FileView& f) {
+    for (const io::TensorView& t : f.tensors)
+      if (t.name.rfind("input.", 0) == 0 || t.name.rfind("exact.", 0) == 0) return true;
+    return false;
+  };
+  if (rep.descriptor.empty() && !has_inputs(expected) && !md(actual, "fp8ref.descriptor").empty() && has_inputs(actual))
+    throw InputError(opt.actual_name + " is a golden file (a descriptor and input.* / exact.* tensors) and " +
+                     opt.expected_name + " a result file: the two are given the wrong way round (fp8ref diff EXPECTED ACTUAL)");
   rep.expected_backend = md(expected, "fp8ref.backend");
   rep.actual_backend = md(actual, "fp8ref.backend");
   if (!rep.descriptor.empty()) {

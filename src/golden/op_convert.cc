@@ -149,6 +149,27 @@ OpInfo convert_op() {
            R"(", "contract": "exact", "dims": )" + dims_json(c.shape.size()) + "}}";
   };
   op.convention = [](const Descriptor& d) { return d.get("convention"); };
+  op.models = [](const Descriptor& d) {  // which conversion a device output follows (encoding only)
+    std::vector<std::pair<std::string, Descriptor>> out;
+    if (parse_case(d).decode) return out;
+    // every convention defined for the target, then this case's under each other rounding mode (a kernel that
+    // truncates, or rounds ties away) — the descriptor's other overrides kept
+    const ConvertCase c = parse_case(d);
+    const bool ue8m0 = c.to == Format::ue8m0;
+    for (const ConventionInfo& ci : conventions())
+      if (ue8m0 ? ci.for_ue8m0 : ci.for_fp8) {
+        Descriptor x = d;
+        x.set("convention", ci.name);
+        out.emplace_back(ci.name, x);
+      }
+    for (const char* r : {"rz", "rd", "ru", "rna"}) {
+      Descriptor x = d;
+      x.set("rounding", r);
+      if (x == d) continue;
+      out.emplace_back(d.get("convention") + " rounding=" + r, x);
+    }
+    return out;
+  };
   op.exact = [](const Descriptor& d, const Tensors& inputs) -> Tensors {
     // The exact value being rounded: the source widened to f64 (encode), or the code's value (decode).
     const ConvertCase c = parse_case(d);

@@ -141,3 +141,21 @@ def test_bad_input_exit_2_no_output(fp8ref, case, tmp_path, kind):
     assert p.stdout == ""
     assert len(p.stderr.strip().splitlines()) == 1 and "fp8ref diff: error:" in p.stderr
     assert not js.exists()
+
+
+def test_models_wait_for_the_right_shape_and_a_truncating_device_is_named(fp8ref, case, tmp_path):
+    out = outputs(case)
+    (dt, shape, data) = out["output.y"]
+    # a device output of the wrong shape: FAIL, and no model is run against it
+    bad = tmp_path / "bad.safetensors"
+    write_st(bad, {"output.y": (dt, [shape[1], shape[0] // 2], bytes(data[: len(data) // 2]))})
+    p = fp8ref("diff", "--models", "always", case, bad)
+    assert p.returncode == 1 and "models: not run: ACTUAL's outputs differ" in p.stdout, p.stdout
+    # a device that truncates: the models table names the convention under rounding=rz
+    trunc = tmp_path / "trunc"
+    fp8ref("golden", "--case", CASE + " rounding=rz", "--out", trunc, check=True)
+    rz = tmp_path / "rz.safetensors"
+    write_st(rz, {k: (d, s, bytes(b)) for k, (d, s, b) in outputs(next(trunc.glob("*.safetensors"))).items()})
+    p = fp8ref("diff", case, rz)
+    assert p.returncode == 1
+    assert "=> bit-exact under torch-2.11 rounding=rz" in p.stdout, p.stdout
