@@ -184,7 +184,7 @@ std::vector<uint8_t> read_scales(const std::string& path, const QuantSpec& spec,
       std::memcpy(&b, &t.data[4 * i], 4);
       char buf[64];
       std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(f32_of(b)));
-      return InputError(path + ": scale " + std::to_string(i) + " (" + buf + ") " + why);
+      return InputError(path + ": scale [" + std::to_string(i) + "] (flat index) = " + buf + " " + why);
     };
     if (codes) {
       const uint8_t c = t.data[i];
@@ -269,6 +269,19 @@ io::Tensor stored_scales_file(const QuantSpec& spec, bool codes, const std::vect
   return out;
 }
 
+// The layout of a tensor read from `path`; its shape errors name the file and the command.
+QuantLayout layout_of(const QuantSpec& spec, const io::Tensor& t, const std::string& path, const char* command) {
+  try {
+    QuantLayout L = quant_layout(spec, t.shape);
+    (void)stored_scales(spec, L);  // (the scale layout's own shape requirements)
+    return L;
+  } catch (const InputError& e) {
+    std::string m = e.what();
+    if (m.rfind("quantize: ", 0) == 0) m = m.substr(10);
+    throw InputError(path + ": " + command + ": " + m);
+  }
+}
+
 std::string backend_of(const Args& args) {
   const std::string b = args.get("--backend").value_or("cpu");
   if (b != "cpu" && b != "reference") throw UsageError("unknown backend '" + b + "' for --backend (cpu, reference)");
@@ -326,7 +339,7 @@ int quantize_main(int argc, char** argv) {
 
   const io::Tensor in = read_typed(in_path, source_dtype(from),
                                    "for --from " + from_name + (from == Format::bf16 ? " (bf16 bit patterns)" : ""));
-  const QuantLayout L = quant_layout(*spec, in.shape);
+  const QuantLayout L = layout_of(*spec, in, in_path, "quantize");
   const size_t scale_bytes = static_cast<size_t>(L.n_scales) * static_cast<size_t>(format_info(scale_storage(*spec)).bits / 8);
   std::vector<uint8_t> storage(scale_bytes);
   if (!dynamic) storage = read_scales(scales_path, *spec, codes, L);
@@ -388,7 +401,7 @@ int dequantize_main(int argc, char** argv) {
     throw InputError("granularity mx:32 has ue8m0 scales: pass --scale-dtype ue8m0");
 
   const io::Tensor q = read_typed(q_path, io::DType::U8, std::string("(") + format_name(spec.to) + " codes)");
-  const QuantLayout L = quant_layout(spec, q.shape);
+  const QuantLayout L = layout_of(spec, q, q_path, "dequantize");
   const std::vector<uint8_t> storage = read_scales(s_path, spec, codes, L);
   io::Tensor out = io::make_tensor("", out_format == Format::bf16 ? io::DType::U16 : io::format_dtype(out_format), q.shape);
   if (cpu_backend) cpu::dequantize(spec, q.data.data(), q.shape, storage.data(), out_format, out.data.data());
