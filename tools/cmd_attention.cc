@@ -134,6 +134,10 @@ std::vector<float> read_scales(const std::string& path, int64_t n, const char* w
                      attn::to_string(kind) + " needs (" + std::to_string(n) + ",)");
   std::vector<float> v(static_cast<size_t>(n));
   std::memcpy(v.data(), t.data.data(), t.data.size());
+  for (size_t i = 0; i < v.size(); ++i)  // (a scale of 0, or NaN, turns the whole cache into ±max or NaN)
+    if (!(v[i] > 0) || !std::isfinite(v[i]))
+      throw InputError(path + ": " + what + "[" + std::to_string(i) + "] = " + std::to_string(v[i]) +
+                       ": a scale must be positive and finite");
   return v;
 }
 

@@ -234,6 +234,10 @@ def test_bad_input_exit_2_nothing_written(fp8ref, tmp_path):
     np.save(tmp_path / "ks.npy", np.array([1.0, 1.0], dtype=np.float32))  # wrong scale shape
     r = run_attention(fp8ref, tmp_path, "vllm-triton-unified")
     assert r.returncode == 2 and "k_scale" in r.stderr, r.stderr
+    for bad in (0.0, -1.0, np.nan, np.inf):  # a scale that is not positive and finite
+        np.save(tmp_path / "ks.npy", np.full_like(f["ks"], bad))
+        r = run_attention(fp8ref, tmp_path, "exact")
+        assert r.returncode == 2 and "k_scale[0]" in r.stderr and "positive and finite" in r.stderr, r.stderr
     np.save(tmp_path / "ks.npy", f["ks"])
     np.save(tmp_path / "q.npy", bf16_bits(rng.standard_normal((2, 3, 32))))  # Hq 3 not a multiple of Hkv 2
     r = run_attention(fp8ref, tmp_path, "vllm-triton-unified")
