@@ -390,6 +390,22 @@ TEST_CASE("a transposed output") {
   CHECK(st.structure.notes[0].find("transposed") != std::string::npos);
 }
 
+TEST_CASE("paged attention: mismatching token rows are broken down by sequence (query_start_loc)") {
+  // q-lens 1, 1, 0, 5: tokens 0 | 1 | - | 2..6; tokens 3 and 4 wrong -> sequence 3 only
+  const auto g = golden_of("paged_attention convention=vllm-triton-unified md=bf16 out=bf16 cache=e4m3fn block-size=16 "
+                           "kv-heads=2 q-heads=8 head-dim=64 seq-lens=37,1,0,100 q-lens=1,1,0,5 table=dense seed=1");
+  auto a = outputs_of(g);
+  io::Tensor& y = tensor(a, "output.out");  // [7, 8, 64] bf16
+  for (size_t i = 3 * 8 * 64 * 2; i < 5 * 8 * 64 * 2; ++i) y.data[i] = 0;
+  const TensorReport t = run(g, a).tensors[0];
+  const diff::Breakdown& b = breakdown(t, "sequence (query_start_loc)");
+  CHECK(b.units == 4);
+  CHECK(b.units_with_mismatch == 1);
+  REQUIRE(b.top.size() == 1);
+  CHECK(b.top[0].first == 3);
+  CHECK(b.top[0].second == mismatches(t));
+}
+
 TEST_CASE("EXPECTED and ACTUAL swapped (a result file as EXPECTED, the golden file as ACTUAL): exit 2, said so") {
   const auto g = golden_of(kBase);
   diff::DiffOptions o;

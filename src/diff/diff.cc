@@ -599,6 +599,10 @@ struct Analyzer {
     }
   }
 
+  // optional: dimension 0 cut into segments [b_q, b_q+1) (a breakdown per segment, named segment_name)
+  const std::vector<int64_t>* segments = nullptr;
+  std::string segment_name;
+
   bool has_exact() const { return X != nullptr; }
 
   int64_t scale_block_of(const std::vector<int64_t>& idx) const {
@@ -1699,6 +1703,14 @@ struct Analyzer {
           tmp[i] = static_cast<uint32_t>(std::min<uint64_t>(UINT32_MAX, t.dims.empty() ? 0 : t.dims[dim_off[d] + i]));
         Breakdown b = breakdown("dim " + name, tmp.data(), tmp.size(), numel / std::max<int64_t>(1, shape[d]));
         s.breakdowns.push_back(std::move(b));
+        if (d == 0 && segments && !segments->empty() && segments->back() == shape[0]) {
+          // dimension 0 in segments (a paged attention output's tokens by sequence: query_start_loc)
+          std::vector<uint32_t> seg(segments->size() - 1, 0);
+          for (size_t q = 0; q + 1 < segments->size(); ++q)
+            for (int64_t i = (*segments)[q]; i < (*segments)[q + 1]; ++i)
+              seg[q] = static_cast<uint32_t>(std::min<uint64_t>(UINT32_MAX, uint64_t{seg[q]} + tmp[static_cast<size_t>(i)]));
+          s.breakdowns.push_back(breakdown(segment_name, seg.data(), seg.size(), 0));
+        }
       }
       // heatmap
       s.heat_rows = H;
@@ -1960,6 +1972,17 @@ DiffReport diff_views(const FileView& expected, const FileView& actual, const Di
     } catch (const InputError&) {
     }
   }
+  // a paged attention case's sequences (input.query_start_loc): its token rows broken down by sequence
+  std::vector<int64_t> sequences;
+  for (const io::TensorView& t : expected.tensors)
+    if (t.name == "input.query_start_loc" && t.dtype == io::DType::I32 && t.shape.size() == 1 && t.numel() >= 2) {
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        int32_t v;
+        std::memcpy(&v, t.bytes + 4 * i, 4);
+        sequences.push_back(v);
+      }
+      if (sequences.front() != 0 || !std::is_sorted(sequences.begin(), sequences.end())) sequences.clear();  // not offsets
+    }
   const std::map<std::string, OutputInfo> infos = parse_outputs(expected.metadata, opt.expected_name);
   auto is_output = [](const std::string& n) { return n.rfind("output.", 0) == 0; };
   auto info_of = [&](const io::TensorView& t) {
@@ -2115,6 +2138,10 @@ DiffReport diff_views(const FileView& expected, const FileView& actual, const Di
       Tolerance tol = opt.tol ? *opt.tol : (o.contract == "bound" ? Tolerance{Tolerance::Kind::bound} : Tolerance{});
       Analyzer an(*t, *a, aux(*t, "exact."), aux(*t, "bound."), opt, tol, o.role == "scale", sc);
       if (convert_source) an.rounder.restrict_to_source(*convert_source);
+      if (!sequences.empty() && !o.dims.empty() && o.dims[0] == "token") {
+        an.segments = &sequences;
+        an.segment_name = "sequence (query_start_loc)";
+      }
       an.run(r);
     } else {
       r.tol = opt.tol ? *opt.tol : (o.contract == "bound" ? Tolerance{Tolerance::Kind::bound} : Tolerance{});
