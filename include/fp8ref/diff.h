@@ -14,7 +14,8 @@
 //      format (-max ... -0 = +0 ... +max; NaN and Inf are classes, never a distance), with its histogram;
 //      max/mean absolute and relative error (relative error only where EXPECTED != 0); the worst-K elements;
 //   5. structure: mismatches per row (the leading dimensions flattened), per 1x128 group, per 128x128 block,
-//      per named dimension (fp8ref.outputs "dims"), and a text heatmap;
+//      per named dimension (fp8ref.outputs "dims"), per sequence for token rows of a case with
+//      input.query_start_loc (paged attention), and a text heatmap;
 //   6. a mismatch class per differing element, first match wins:
 //        nan_policy      both NaN with different codes, or any difference where the exact value is NaN (a NaN
 //                        input: NaN vs +-max, NaN flushed to 0, ...), or where it is +-Inf (an Inf input) and
