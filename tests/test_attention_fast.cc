@@ -1,5 +1,5 @@
 // The `fast` paged-attention convention (src/cpu/attention_fast.{h,cc}; contract in include/fp8ref/attention.h):
-// both paths (AMX where the CPU has it, portable C++) against the exact convention's f64 result, elementwise within
+// every path (automatic: AMX where the CPU has it; AVX-512 BF16; AVX2; portable C++) against the exact convention's f64 result, elementwise within
 // the derived bound, on random and adversarial problems (GQA, MLA, windows, block sizes 1/16/64, shuffled and CSR
 // tables, HND, empty sequences, kv_len % block_size != 0, NaN in every unused cache slot, large logit spreads,
 // near-ties, logit soft-caps); the bound is not vacuous (< 1 % of max|v̂| on random data with bf16 queries); its exp2
@@ -160,7 +160,7 @@ double check_against_exact(PagedProblem& p, attn::cpu::FastPath path, int* bad, 
 }  // namespace
 
 TEST_SUITE("attention-fast") {
-  TEST_CASE("fast: |fast − exact_f64| <= the derived bound, elementwise, both paths; the bound is not vacuous") {
+  TEST_CASE("fast: |fast − exact_f64| <= the derived bound, elementwise, every path; the bound is not vacuous") {
     uint64_t seed = 100;
     MESSAGE("AMX path available: " << attn::cpu::fast_attention_has_amx()
                                     << ", AVX-512 BF16 path available: " << attn::cpu::fast_attention_has_avx512bf16()
@@ -322,7 +322,7 @@ TEST_SUITE("attention-fast") {
     CHECK(std::string(attn::to_string(attn::AttnConvention::fast)) == "fast");
   }
 
-  TEST_CASE("fast: the soft-cap's tanh is within kFastTanhErr of tanh, both paths; odd; NaN stays NaN") {
+  TEST_CASE("fast: the soft-cap's tanh is within kFastTanhErr of tanh, every path; odd; NaN stays NaN") {
     // every 61st positive f32 up to 64 (tanh = 1 in f32 from ~9; exp2's argument passes −126 at ~43.7) and
     // hand-picked values around the branch and the cancellation region
     std::vector<float> u;

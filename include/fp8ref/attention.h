@@ -217,8 +217,9 @@ struct KvWriteArgs {
   uint8_t* v_cache = nullptr;
 };
 
-// Throws InputError naming the problem: formats, slot out of range, query_start_loc not covering [0, T), NaN or
-// non-positive static scales are allowed (they propagate) — only shapes and indices are checked here.
+// Throws InputError naming the problem: formats, slot out of range, query_start_loc not covering [0, T). NaN or
+// non-positive static scales are allowed here (they propagate); the CLI refuses them (a scale must be positive and
+// finite) — only shapes and indices are checked here.
 void check_kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& args);
 
 // ---- paged_attention -------------------------------------------------------------------------------------------

@@ -194,7 +194,7 @@ AttnCase parse_attn(const Descriptor& d) {
   AttnCase c;
   attn::AttnSpec& s = c.spec;
   s.convention = enum_key(d, "convention", attn::parse_attn_convention,
-                          "exact, vllm-paged-v1, vllm-triton-unified, flashinfer, torch-sdpa-math, spyre");
+                          "exact, vllm-paged-v1, vllm-triton-unified, flashinfer, torch-sdpa-math, spyre, fast");
   s.q_format = format_key(d, "md");
   s.out_format = format_key(d, "out");
   s.cache.format = format_key(d, "cache");

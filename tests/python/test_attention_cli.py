@@ -3,7 +3,7 @@ the step lists of include/fp8ref/attention.h and ../shared/research/paged-attent
 
   kv-cache-write vllm-cuda  codes = RNE(clip(f32(x) / s, +-448)) (satfinite), via ml_dtypes — bit for bit
   kv-cache-write sglang     codes = ml_dtypes cast of bf16(f32(x) / s) (NaN past 464) — bit for bit
-  paged-attention exact     dense softmax attention in float64 over the gathered cache — within 2 ulp of bf16
+  paged-attention exact     dense softmax attention in float64 over the gathered cache — within 0.5 bf16 ulp
   paged-attention torch-sdpa-math against torch's CPU math SDPA, live, when `import torch` works — bit for bit
   paged-attention fast       NaN exactly in the rows where exact has NaN (a NaN query, a NaN code a row sees)
 Bad input: out-of-range slots and block tables, wrong scale shapes: exit 2 and no output file.
