@@ -350,7 +350,7 @@ std::vector<Val> decode_all(Format f, const uint8_t* codes, size_t n) {
 
 void scaled_mm(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, const uint8_t* bt, const float* sa,
                const float* sb, const float* bias, void* out) {
-  check_scaled_mm(spec, g);
+  check_scaled_mm_operands(spec, g, a, bt, sa, sb, bias, out);
   if (spec.model == GemmModel::fast || spec.model == GemmModel::mma_sync_sm90)
     throw InputError(std::string("the reference has no ") + to_string(spec.model) +
                      " model (exact, f32-kblock, hopper-tc); use the cpu backend");
@@ -378,7 +378,7 @@ void scaled_mm(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, c
 
 void scaled_mm_exact_f64(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, const uint8_t* bt,
                          const float* sa, const float* sb, const float* bias, double* out) {
-  check_scaled_mm(spec, g);
+  check_scaled_mm_operands(spec, g, a, bt, sa, sb, bias, out);
   const std::vector<Val> A = decode_all(spec.fa, a, static_cast<size_t>(g.M * g.K));
   const std::vector<Val> B = decode_all(spec.fb, bt, static_cast<size_t>(g.N * g.K));
   const Scales sc(spec, g, sa, sb);

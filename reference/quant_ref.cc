@@ -384,6 +384,7 @@ float scale_value(const QuantSpec& spec, const void* scales, size_t i) { return 
 
 void quantize(const QuantSpec& spec, Format from, const void* x, const std::vector<int64_t>& shape, uint8_t* q,
               void* scales, double* exact_q) {
+  require_finalized(spec, "quantize");
   check_from(from);
   const QuantLayout L = quant_layout(spec, shape);
   const Groups G = groups_of(spec, L);
@@ -411,6 +412,7 @@ void quantize(const QuantSpec& spec, Format from, const void* x, const std::vect
 
 void quantize_static(const QuantSpec& spec, Format from, const void* x, const std::vector<int64_t>& shape,
                      const void* scales, uint8_t* q, double* exact_q) {
+  require_finalized(spec, "quantize");
   check_from(from);
   if (spec.formula == QuantFormula::max_div_amax || spec.formula == QuantFormula::max_mul_rcp_amax)
     throw InputError(std::string("formula ") + to_string(spec.formula) + " needs dynamic scales");

@@ -245,6 +245,7 @@ float mean_square_cub(const float* z, int64_t n, int threads) {
 }  // namespace
 
 void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
+  require_finalized(spec.quant, "rmsnorm_quant");
   const RmsNormLayout L = rmsnorm_layout(spec, a.from, a.shape, a.weight_shape,
                                          a.residual ? &a.shape : nullptr);
   const int64_t M = L.M, K = L.K;

@@ -264,6 +264,32 @@ TEST_CASE("scaled_mm: spec checks and names") {
   CHECK(gemm_sa_shape(s, GemmShape{4, 384, 650}) == std::vector<int64_t>{4, 6});
 }
 
+TEST_CASE("scaled_mm: every entry point refuses a NaN scale, a missing bias and null operands (no wrong value, no crash)") {
+  const GemmShape g{2, 3, 64};
+  std::vector<uint8_t> a(2 * 64, 0x38), bt(3 * 64, 0x38);
+  std::vector<float> out(6), bias(3, 1.0f);
+  const float one = 1.0f, nan = NAN;
+  for (GemmModel m : {GemmModel::exact, GemmModel::f32_kblock, GemmModel::hopper_tc, GemmModel::fast}) {
+    ScaledMmSpec s;
+    s.model = m;
+    s.out = Format::f32;
+    CAPTURE(to_string(m));
+    CHECK_THROWS_WITH_AS(cpu::scaled_mm(s, g, a.data(), bt.data(), &nan, &one, nullptr, out.data()),
+                         doctest::Contains("sa: scale 0 is NaN"), InputError);
+    CHECK_THROWS_WITH_AS(cpu::scaled_mm(s, g, a.data(), bt.data(), &one, &nan, nullptr, out.data()),
+                         doctest::Contains("sb: scale 0 is NaN"), InputError);
+    if (m != GemmModel::fast)
+      CHECK_THROWS_WITH_AS(ref::scaled_mm(s, g, a.data(), bt.data(), &nan, &one, nullptr, out.data()),
+                           doctest::Contains("is NaN"), InputError);
+    CHECK_THROWS_AS(cpu::scaled_mm(s, g, a.data(), bt.data(), nullptr, &one, nullptr, out.data()), InputError);
+    s.bias = BiasMode::f32;
+    CHECK_THROWS_WITH_AS(cpu::scaled_mm(s, g, a.data(), bt.data(), &one, &one, nullptr, out.data()),
+                         doctest::Contains("needs a bias"), InputError);
+    CHECK_NOTHROW(cpu::scaled_mm(s, g, a.data(), bt.data(), &one, &one, bias.data(), out.data()));
+    CHECK(out[0] == 65.0f);  // 64 · 1 · 1 + 1
+  }
+}
+
 TEST_CASE("scaled_mm: exact on ties and near-ties (the cpu fast path's fallback) equals the reference") {
   // Small integers with unit scales: many sums are odd integers above 256, exact bf16 midpoints; a tiny subnormal
   // product on some k makes near-ties; K = 2^17 + 5 > 2^17 also takes the integer path.

@@ -317,9 +317,9 @@ TEST_CASE("fast scaled_mm: tiny scale products (f32 subnormal) and the cuBLAS sc
   CHECK(o1 == o2);
 }
 
-// NaN propagation: a NaN code in A (row m) or B (column n), or a NaN A scale, makes exactly that output row / column
-// (a per-tensor scale: everything) NaN, as the exact model's IEEE arithmetic does; nothing else becomes NaN.
-TEST_CASE("fast scaled_mm: a NaN code or scale gives NaN in its output row / column and nowhere else") {
+// NaN propagation: a NaN code in A (row m) or B (column n) makes exactly that output row / column NaN, as the exact
+// model's IEEE arithmetic does; nothing else becomes NaN. A NaN scale is refused (InputError), as gemm.h says.
+TEST_CASE("fast scaled_mm: a NaN code gives NaN in its output row / column and nowhere else; a NaN scale is refused") {
   std::mt19937_64 rng(11);
   const GemmScaling scalings[] = {GemmScaling::tensor, GemmScaling::rowwise, GemmScaling::blockwise, GemmScaling::group,
                                   GemmScaling::mx};
@@ -335,6 +335,15 @@ TEST_CASE("fast scaled_mm: a NaN code or scale gives NaN in its output row / col
         else if (where == 1) c.bt[static_cast<size_t>(131 * 300 + 3)] = nan;  // B column 131, k 3
         else c.sa[per_row ? 2 * per_row + per_row - 1 : 0] = std::numeric_limits<float>::quiet_NaN();  // row 2's last
         const cpu::FastGemmB packed(c.spec, c.g, c.bt.data());
+        if (where == 2) {  // a NaN scale is refused (gemm.h), by both entry points
+          std::vector<uint8_t> out(static_cast<size_t>(9 * 140 * 2));
+          CHECK_THROWS_WITH_AS(cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), c.bt.data(), c.sa.data(), c.sb.data(), nullptr,
+                                                   out.data()),
+                               doctest::Contains("is NaN"), InputError);
+          CHECK_THROWS_WITH_AS(cpu::scaled_mm_fast(c.spec, c.g, c.a.data(), packed, c.sa.data(), c.sb.data(), nullptr, out.data()),
+                               doctest::Contains("is NaN"), InputError);
+          continue;
+        }
         for (int variant = 0; variant < 4; ++variant) {  // B's codes, a packed B; both on vdpbf16ps (AMX CPUs)
           const bool use_packed = variant % 2 == 1;
           if (variant >= 2 && !attn::cpu::fast_attention_has_amx()) continue;

@@ -395,6 +395,29 @@ TEST_SUITE("quant") {
     CHECK(r.q[7] == 0x7E);
   }
 
+  TEST_CASE("an op refuses a spec that was not finalized (or was overridden since), on both backends") {
+    std::string err;
+    QuantSpec s = *resolve_quant_convention("vllm-group", Format::e4m3fnuz, std::nullopt, &err);
+    const std::vector<float> x(256, 1.5f);
+    std::vector<uint8_t> q(256);
+    std::vector<float> sc(2);
+    auto both = [&](const QuantSpec& spec) {
+      CHECK_THROWS_WITH_AS(ref::quantize(spec, Format::f32, x.data(), {2, 128}, q.data(), sc.data()),
+                           doctest::Contains("not finalized"), InputError);
+      CHECK_THROWS_WITH_AS(cpu::quantize(spec, Format::f32, x.data(), {2, 128}, q.data(), sc.data()),
+                           doctest::Contains("not finalized"), InputError);
+      CHECK_THROWS_WITH_AS(cpu::quantize_static(spec, Format::f32, x.data(), {2, 128}, sc.data(), q.data()),
+                           doctest::Contains("not finalized"), InputError);
+    };
+    both(s);  // (its default cast is e4m3fn's: every e4m3fnuz code would come out wrong)
+    finalize_quant_spec(&s, true);
+    CHECK_NOTHROW(cpu::quantize(s, Format::f32, x.data(), {2, 128}, q.data(), sc.data()));
+    REQUIRE(apply_quant_override("cast", "torch-2.11", &s, &err));
+    both(s);
+    finalize_quant_spec(&s, true);
+    CHECK_NOTHROW(ref::quantize(s, Format::f32, x.data(), {2, 128}, q.data(), sc.data()));
+  }
+
   TEST_CASE("vllm-per-tensor: scale amax/448 with no floor, x·RN(1/s), NaN -> +max; an all-zero tensor gives 0 and +max") {
     const QuantSpec spec = spec_for("vllm-per-tensor", Format::e4m3fn);
     const float nan = std::numeric_limits<float>::quiet_NaN();

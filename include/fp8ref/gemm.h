@@ -165,6 +165,11 @@ void check_scaled_mm(const ScaledMmSpec& s, const GemmShape& g);
 // Throws InputError (naming `what` and the index) if any scale is NaN, or, for mx, not 0, +Inf or a positive power
 // of two.
 void check_gemm_scales(const ScaledMmSpec& s, const float* scales, size_t n, const std::string& what);
+// What every scaled_mm entry point checks first: check_scaled_mm, then the operands — a, bt, sa, sb and out not
+// null (where there is work), bias given iff spec.bias != none, and check_gemm_scales on sa and sb (their logical
+// sizes). Throws InputError.
+void check_scaled_mm_operands(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, const uint8_t* bt,
+                              const float* sa, const float* sb, const float* bias, const void* out);
 
 // out: M·N elements of spec.out: f32 values, or bf16/f16 bit patterns (uint16_t). bias: N f32 values or nullptr
 // (required iff spec.bias != none). sa/sb: the logical shapes above. a: M·K codes, bt: N·K codes.

@@ -160,6 +160,10 @@ struct QuantSpec {
   ScaleLayout scale_layout = ScaleLayout::row_major;   // how the scales are written and read (not computed)
   std::string cast_convention = "exact";  // a convert convention (convert.h); resolved into `cast` by finalize
   ConversionSpec cast;
+  // Set by finalize_quant_spec, cleared by apply_quant_override: the ops refuse a spec that is not finalized
+  // (InputError), since `cast` would not match the fields. (Change fields through apply_quant_override, or call
+  // finalize_quant_spec again after editing them directly.)
+  bool finalized = false;
 
   // One line naming every field, e.g. "to=e4m3fn granularity=group:128 tail=error amax-nan=ignore
   // guard=amax-floor:1e-10 scale-formula=amax/max scale-dtype=f32 ... cast=torch-2.11".
@@ -189,6 +193,9 @@ bool apply_quant_override(std::string_view field, std::string_view value, QuantS
 // InputError with the reason: scale-round not matching the dtype, mx:32 without mx-floor, amax formulas with
 // non-f32 scales or static scales, a cast convention that does not define the target, a non-positive fp8-max.
 void finalize_quant_spec(QuantSpec* spec, bool dynamic);
+// What every quantize op checks first: InputError naming `op` unless the spec is finalized and its cast is for
+// spec.to.
+void require_finalized(const QuantSpec& spec, const char* op);
 
 // ---- Shapes ---------------------------------------------------------------------------------------------------
 struct QuantLayout {

@@ -181,6 +181,23 @@ void check_gemm_scales(const ScaledMmSpec& s, const float* scales, size_t n, con
   }
 }
 
+void check_scaled_mm_operands(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, const uint8_t* bt,
+                              const float* sa, const float* sb, const float* bias, const void* out) {
+  check_scaled_mm(s, g);
+  if (g.M == 0 || g.N == 0) return;
+  if ((g.K > 0 && (!a || !bt)) || !sa || !sb || !out) throw InputError("scaled_mm: a null operand (a, bt, sa, sb or out)");
+  if ((s.bias != BiasMode::none) != (bias != nullptr))
+    throw InputError(s.bias != BiasMode::none ? "scaled_mm: bias mode " + std::string(to_string(s.bias)) + " needs a bias"
+                                              : std::string("scaled_mm: a bias given with bias mode none"));
+  auto count = [](const std::vector<int64_t>& shape) {
+    size_t n = 1;
+    for (int64_t d : shape) n *= static_cast<size_t>(d);
+    return n;
+  };
+  check_gemm_scales(s, sa, count(gemm_sa_shape(s, g)), "scaled_mm sa");
+  check_gemm_scales(s, sb, count(gemm_sb_shape(s, g)), "scaled_mm sb");
+}
+
 std::vector<GemmVariant> gemm_model_variants(const ScaledMmSpec& base) {
   std::vector<GemmVariant> v;
   ScaledMmSpec s = base;

@@ -506,6 +506,7 @@ bool apply_quant_override(std::string_view field, std::string_view value, QuantS
     if (error) *error = why;
     return false;
   };
+  spec->finalized = false;  // (finalize_quant_spec again: `cast` may no longer match)
   const std::string f(field), v(value);
   if (f == "granularity") return parse_granularity(v, &spec->granularity, error);
   if (f == "tail") {
@@ -629,6 +630,14 @@ void finalize_quant_spec(QuantSpec* spec, bool dynamic) {
   if (c->rounding == Rounding::stochastic) fail("a stochastic cast is not supported by quantize");
   if (pre_cast == Format::f64) c->f64_path = F64Path::direct;  // the exact quotient is rounded once
   s.cast = *c;
+  s.finalized = true;
+}
+
+void require_finalized(const QuantSpec& spec, const char* op) {
+  if (!spec.finalized || spec.cast.to != spec.to)
+    throw InputError(std::string(op) + " (" + spec.convention +
+                     "): the spec is not finalized — call finalize_quant_spec(&spec, dynamic) after "
+                     "resolve_quant_convention and the overrides (finalize_rmsnorm_quant_spec for rmsnorm_quant)");
 }
 
 Format scale_storage(const QuantSpec& spec) {

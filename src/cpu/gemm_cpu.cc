@@ -1078,7 +1078,7 @@ void fix_specials(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, c
 
 void scaled_mm(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, const uint8_t* bt, const float* sa,
                const float* sb, const float* bias, void* out) {
-  check_scaled_mm(spec, g);
+  check_scaled_mm_operands(spec, g, a, bt, sa, sb, bias, out);
   if (g.M == 0 || g.N == 0) return;
   switch (spec.model) {
     case GemmModel::exact:

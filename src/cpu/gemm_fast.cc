@@ -1166,7 +1166,7 @@ void run_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, co
 
 void scaled_mm_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, const uint8_t* bt,
                     const float* sa, const float* sb, const float* bias, void* out) {
-  check_scaled_mm(spec, g);
+  check_scaled_mm_operands(spec, g, a, bt, sa, sb, bias, out);
   // B converted tile by tile inside the loop when there are enough n-tiles to keep every thread busy (or read as codes
   // on the small-M path); else packed once up front (parallel over all output tiles).
   if (cdiv(g.N, tile_n_for(g.N)) >= omp_get_max_threads() || gemv_usable(spec, g, rows_max_m(k_group(spec, g.K)))) {
@@ -1179,7 +1179,7 @@ void scaled_mm_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t*
 
 void scaled_mm_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, const FastGemmB& b,
                     const float* sa, const float* sb, const float* bias, void* out) {
-  check_scaled_mm(spec, g);
+  check_scaled_mm_operands(spec, g, a, reinterpret_cast<const uint8_t*>(&b), sa, sb, bias, out);
   if (b.N() != g.N || b.K() != g.K || b.group() != k_group(spec, g.K) || b.tile_n() != tile_n_for(g.N))
     throw InputError("fast scaled_mm: the packed B was made for another N, K or scaling");
   run_fast(spec, g, a, b.data(), nullptr, sa, sb, bias, out, b.codes16());

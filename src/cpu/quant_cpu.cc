@@ -1890,6 +1890,7 @@ std::string quant_path(const QuantSpec& spec, bool dynamic, bool exact_out) {
 
 void quantize(const QuantSpec& spec, Format from, const void* x, const std::vector<int64_t>& shape, uint8_t* q,
               void* scales, double* exact_q) {
+  require_finalized(spec, "quantize");
   if (exact_q || (from != Format::f32 && from != Format::bf16 && from != Format::f16) ||
       !reference_reason(spec, true, false).empty())
     return ref::quantize(spec, from, x, shape, q, scales, exact_q);
@@ -1900,6 +1901,7 @@ void quantize(const QuantSpec& spec, Format from, const void* x, const std::vect
 
 void quantize_static(const QuantSpec& spec, Format from, const void* x, const std::vector<int64_t>& shape,
                      const void* scales, uint8_t* q, double* exact_q) {
+  require_finalized(spec, "quantize");
   if (exact_q || (from != Format::f32 && from != Format::bf16 && from != Format::f16) ||
       spec.formula == QuantFormula::max_div_amax || spec.formula == QuantFormula::max_mul_rcp_amax ||
       !reference_reason(spec, false, false).empty())

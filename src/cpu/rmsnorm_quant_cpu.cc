@@ -1569,6 +1569,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a) {
 }
 
 void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsNormPath path) {
+  require_finalized(spec.quant, "rmsnorm_quant");
   const RmsNormLayout L = rmsnorm_layout(spec, a.from, a.shape, a.weight_shape, a.residual ? &a.shape : nullptr);
   const int64_t M = L.M, K = L.K;
   const QuantSpec& qs = spec.quant;

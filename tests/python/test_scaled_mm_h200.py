@@ -170,7 +170,9 @@ def test_diff_names_the_model_of_a_device_output(fp8ref, test_data, tmp_path):
     header, data = read_st(expected)
     assert header["output.out"]["dtype"] == "F32"
     b, e = header["output.out"]["data_offsets"]
-    alone = fp8ref("diff", expected, case, "--models", "always", "--quiet")  # a result file has no inputs
+    device = tmp_path / "device.safetensors"
+    write_st(device, {"output.out": ("F32", [M, N], d[f"{name}_out"].tobytes())}, {"fp8ref.backend": "h200"})
+    alone = fp8ref("diff", expected, device, "--models", "always", "--quiet")  # a result file has no inputs
     assert "EXPECTED carries no input.* tensors" in alone.stdout, alone.stdout
     # the golden file of the captured case: its inputs and the reference's output
     write_st(expected, {"input.a": ("F8_E4M3", [M, K], d["c0_a"].tobytes()),
@@ -178,8 +180,6 @@ def test_diff_names_the_model_of_a_device_output(fp8ref, test_data, tmp_path):
                         "input.sa": ("F32", [1], d[f"{name}_sa"].tobytes()),
                         "input.sb": ("F32", [1], d[f"{name}_sb"].tobytes()),
                         "output.out": ("F32", [M, N], data[b:e])}, header["__metadata__"])
-    device = tmp_path / "device.safetensors"
-    write_st(device, {"output.out": ("F32", [M, N], d[f"{name}_out"].tobytes())}, {"fp8ref.backend": "h200"})
     p = fp8ref("diff", expected, device, "--quiet")
     assert p.returncode == 1, p.stdout + p.stderr
     assert "=> bit-exact under hopper-tc --promote never --split-k 1" in p.stdout, p.stdout
