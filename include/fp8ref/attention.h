@@ -316,6 +316,11 @@ namespace cpu {
 // vector row maxima; rows copied to their slots in token order.
 void kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& args);
 void paged_attention(const AttnSpec& spec, const AttnArgs& args);
+// Convention fast's bound (above), per output element [Tq, Hq, Dv]: |fast − exact_f64| <= bound, exact_f64 =
+// ref::paged_attention's exact_out (the exact convention before its output rounding); +Inf where no claim is made (a
+// non-finite code in a (sequence, KV head)'s [0, seq_len), a non-finite query, an overflowing output). Scalar f64:
+// check a fast result, or write a golden file's bound.
+void paged_attention_fast_bound(const AttnSpec& spec, const AttnArgs& args, double* bound);
 // The SIMD twin of ref::exp_sleef / exp2_sleef over an array (for the tests).
 void exp_sleef(const float* x, float* y, size_t n);
 void exp2_sleef(const float* x, float* y, size_t n);

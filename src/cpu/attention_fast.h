@@ -27,10 +27,7 @@ bool fast_attention_has_avx2();
 // Whether the CPU has the AVX-512 BF16 path's instructions (automatic takes it where there is no AMX).
 bool fast_attention_has_avx512bf16();
 
-// Per output element [Tq, Hq, Dv]: |fast − exact_f64| <= bound, exact_f64 = ref::paged_attention's exact_out (the
-// exact convention before its output rounding); +Inf where no claim is made (a non-finite code in a (sequence,
-// KV head)'s [0, seq_len), a non-finite query, an overflowing output). Scalar f64, for goldens and tests.
-void paged_attention_fast_bound(const AttnSpec& spec, const AttnArgs& args, double* bound);
+// paged_attention_fast_bound: the public API, include/fp8ref/attention.h.
 
 // The exp2 the given path evaluates for z in [-126, 0] (the AMX path's AVX-512 twin of ref::exp2_sleef, the AVX2
 // path's, or that), n values; for the tests of its accuracy (the bound assumes relative error <= 2^-22).

@@ -51,37 +51,7 @@
 
 namespace fp8ref::cpu {
 
-// B converted to bf16 and packed for `fast` (N, K and the scaling's K group fixed). Reusable across calls with any
-// M, A, scales, bias and output type (a weight converted once).
-class FastGemmB {
- public:
-  FastGemmB(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* bt);
-  int64_t N() const { return N_; }
-  int64_t K() const { return K_; }
-  int64_t group() const { return G_; }  // K group: 128, 32 or K
-  int64_t tile_n() const { return Nt_; }
-  const uint16_t* data() const { return data_.data(); }  // [ceil(N/Nt)][KB][Nt][G] bf16 bits
-  // the codes in the small-M path's column blocks of 16 (src/cpu/gemm_fast.cc pack_b16); null on CPUs without AVX-512
-  // BF16 (and for K = 0)
-  const uint8_t* codes16() const { return codes16_.empty() ? nullptr : codes16_.data(); }
-
- private:
-  int64_t N_, K_, G_, Nt_;
-  std::vector<uint16_t> data_;
-  std::vector<uint8_t> codes16_;
-};
-
-// out: M·N of spec.out (f32 values or bf16/f16 bits); scales and bias as in include/fp8ref/gemm.h. spec.model is
-// not consulted. Throws InputError for shapes/specs check_scaled_mm refuses.
-void scaled_mm_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, const uint8_t* bt,
-                    const float* sa, const float* sb, const float* bias, void* out);
-void scaled_mm_fast(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, const FastGemmB& b,
-                    const float* sa, const float* sb, const float* bias, void* out);
-
-// The per-element bound above: |fast(m,n) − v(m,n)| ≤ bound[m·N + n], v = the exact real result (bias included,
-// before any output rounding). +Inf where no claim is made.
-void scaled_mm_fast_bound(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, const uint8_t* bt,
-                          const float* sa, const float* sb, const float* bias, double* bound);
+// FastGemmB, scaled_mm_fast and scaled_mm_fast_bound: the public API, include/fp8ref/gemm.h.
 
 // FP8 codes (e4m3fn or e5m2) -> bf16 bit patterns, exactly (NaN -> 0x7FC0 with the code's sign). The conversion
 // `fast` packs its operands with.
