@@ -1,7 +1,8 @@
 // fp8ref — the numerical diff: judges a result file (ACTUAL) against a golden file (EXPECTED).
 //
-// First, EXPECTED's tensors against the SHA-256 its metadata records (fp8ref.sha256.*): a golden file damaged or
-// edited since `fp8ref golden` wrote it is bad input (InputError), not a device error.
+// Before a verdict other than PASS: EXPECTED's tensors against the SHA-256 its metadata records (fp8ref.sha256.*):
+// a golden file damaged or edited since `fp8ref golden` wrote it is bad input (InputError), not a device error. (A
+// passing diff does not hash: a device output cannot match a damaged value by chance in practice.)
 // Per output tensor (output.*), in this order (docs/golden-format.md is the file schema):
 //   1. presence, dtype, shape (missing / extra / dtype / shape mismatch; a 2-D output with its shape reversed is
 //      named "transposed", and checked against the transpose of EXPECTED);
