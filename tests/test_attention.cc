@@ -409,6 +409,13 @@ TEST_SUITE("attention") {
       q.bt[0] = static_cast<int32_t>(q.spec.cache.num_blocks);
       expect(q, "block table past the cache");
     }
+    for (int which = 0; which < 3; ++which) {  // a null pointer is an error, not a crash
+      attn::AttnArgs a = p.args();
+      if (which == 0) a.k_scale = nullptr;
+      if (which == 1) a.v_cache = nullptr;
+      if (which == 2) a.q = nullptr;
+      CHECK_THROWS_WITH_AS(attn::cpu::paged_attention(p.spec, a), doctest::Contains("a null argument"), InputError);
+    }
     {
       PagedProblem q = p;
       q.sl[1] = 1000;

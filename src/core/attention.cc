@@ -91,6 +91,8 @@ void check_kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& a) {
     throw InputError(std::string(what) + ": K/V dtype must be f32, bf16 or f16, not " + format_name(spec.model));
   check_cache_shape(spec.cache, what);
   if (a.num_tokens < 0) throw InputError(std::string(what) + ": negative token count");
+  if (a.num_tokens > 0 && (!a.k || !a.v || !a.slot_mapping || !a.k_scale || !a.v_scale || !a.k_cache || !a.v_cache))
+    throw InputError(std::string(what) + ": a null argument (k, v, slot_mapping, k_scale, v_scale, k_cache or v_cache)");
   const int64_t slots = spec.cache.num_blocks * spec.cache.block_size;
   for (int64_t t = 0; t < a.num_tokens; ++t) {
     const int64_t s = a.slot_mapping[t];
@@ -101,6 +103,8 @@ void check_kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& a) {
   }
   if (spec.scale_kind == KvScaleKind::seq) {
     if (a.num_seqs < 1) throw InputError(std::string(what) + ": per-sequence scales need num_seqs >= 1");
+    check_qsl(a.query_start_loc, a.num_seqs, a.num_tokens, what);
+  } else if (a.query_start_loc) {  // (not needed, but given: it must still describe the tokens)
     check_qsl(a.query_start_loc, a.num_seqs, a.num_tokens, what);
   }
 }
@@ -153,6 +157,8 @@ void check_paged_attention(const AttnSpec& spec, const AttnArgs& a) {
   if (spec.torch_lanes != 8 && spec.torch_lanes != 16)
     throw InputError(std::string(what) + ": torch lanes must be 8 (AVX2) or 16 (AVX512), not " + num(spec.torch_lanes));
   if (a.num_seqs < 0 || a.num_tokens < 0) throw InputError(std::string(what) + ": negative sequence or token count");
+  if (!a.k_cache || !a.k_scale || (!spec.v_from_k && (!a.v_cache || !a.v_scale)) || (a.num_tokens > 0 && !a.q))
+    throw InputError(std::string(what) + ": a null argument (q, k_cache, v_cache, k_scale or v_scale)");
   check_qsl(a.query_start_loc, a.num_seqs, a.num_tokens, what);
   const PageTable& t = a.table;
   if (t.indptr) {

@@ -252,3 +252,12 @@ def test_bad_input_exit_2_nothing_written(fp8ref, tmp_path):
                "--out-k-cache", tmp_path / "ok.npy", "--out-v-cache", tmp_path / "ov.npy")
     assert r.returncode == 2 and "past the cache" in r.stderr, r.stderr
     assert not (tmp_path / "ok.npy").exists() and not (tmp_path / "ov.npy").exists()
+    # a --query-start-loc that does not cover the tokens, even where the scales are not per sequence
+    np.save(tmp_path / "slots.npy", np.array([0, 1], dtype=np.int64))
+    np.save(tmp_path / "qsl.npy", np.array([0, 1], dtype=np.int32))
+    r = fp8ref("kv-cache-write", "--convention", "vllm-cuda", "--model", "bf16", "--k", tmp_path / "k.npy",
+               "--v", tmp_path / "k.npy", "--slot-mapping", tmp_path / "slots.npy", "--k-cache", tmp_path / "kc.npy",
+               "--v-cache", tmp_path / "vc.npy", "--k-scale", tmp_path / "ks.npy", "--v-scale", tmp_path / "vs.npy",
+               "--query-start-loc", tmp_path / "qsl.npy", "--out-k-cache", tmp_path / "ok.npy", "--out-v-cache", tmp_path / "ov.npy")
+    assert r.returncode == 2 and "query_start_loc" in r.stderr, r.stderr
+    assert not (tmp_path / "ok.npy").exists()
