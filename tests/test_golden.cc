@@ -101,6 +101,19 @@ TEST_SUITE("golden") {
     CHECK(infs > 200);
     CHECK_THROWS_WITH_AS(fill_values("gaussian", 1, Format::f32, 1, 0), doctest::Contains("unknown fill"), InputError);
     CHECK_THROWS_AS(fill_values("normal:amax=abc", 1, Format::f32, 1, 0), InputError);
+    // options checked: a typo, a repeat, a value out of range, trailing garbage — never a silent default
+    for (const char* bad : {"normal:amx=4", "uniform:amax=4,foo=1", "normal:amax=4,amax=8", "codes:format=e4m3fn,amax=3",
+                            "normal:amax=nan", "normal:amax=inf", "normal:amax=-5", "ints:max=-3", "ints:max=1e300",
+                            "normal:amax=4+special:rate=0.1abc"}) {
+      CAPTURE(bad);
+      CHECK_THROWS_AS(fill_values(bad, 4, Format::f32, 1, 0), InputError);
+    }
+    // a seed has one spelling per value
+    for (const char* bad : {"seed=abc", "seed=0x10", "seed=1e3", "seed=-1", "seed=01", "seed=18446744073709551616"}) {
+      CAPTURE(bad);
+      CHECK_THROWS_WITH_AS(parse_descriptor(std::string("convert shape=2x4 ") + bad), doctest::Contains("seed"), InputError);
+    }
+    CHECK(parse_descriptor("convert seed=18446744073709551615").get("seed") == "18446744073709551615");
   }
 
   TEST_CASE("every registered kernel reproduces the golden file of every suite case bit for bit") {

@@ -2,13 +2,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <new>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "cli.h"
 #include "fp8ref/error.h"
 #include "fp8ref/golden.h"
+#include "fp8ref/io.h"
 
 namespace fp8ref::cli {
 namespace {
@@ -50,21 +55,46 @@ int run(int argc, char** argv) {
   args.expect_positionals({});
   const std::string out = args.require("--out");
   std::vector<golden::Descriptor> cases;
-  if (auto suite = args.get("--suite")) cases = golden::load_suite(*suite);
-  for (const std::string& c : args.all("--case")) cases.push_back(golden::parse_descriptor(c));
+  std::vector<std::string> origin;  // where each case came from, for its errors
+  if (auto suite = args.get("--suite")) {
+    cases = golden::load_suite(*suite);
+    for (size_t i = 0; i < cases.size(); ++i) origin.push_back("suite " + *suite + ", case " + std::to_string(i));
+    if (cases.empty()) throw InputError("suite " + *suite + " has no cases");
+  }
+  for (const std::string& c : args.all("--case")) {
+    cases.push_back(golden::parse_descriptor(c));
+    origin.push_back("--case '" + c + "'");  // (as typed: no canonical form repeated after it)
+  }
   if (cases.empty()) throw UsageError("give --suite NAME or --case \"<descriptor>\"");
   auto [shard, shards] = args.get("--shard") ? parse_shard(*args.get("--shard")) : std::pair<int, int>{0, 1};
-  if (mkdir(out.c_str(), 0777) != 0 && errno != EEXIST) throw InputError(out + ": cannot create directory");
+  const bool created = mkdir(out.c_str(), 0777) == 0;
+  if (!created && errno != EEXIST) throw InputError(out + ": cannot create directory: " + std::strerror(errno));
   struct stat st;
   if (stat(out.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) throw InputError(out + ": not a directory");
   const bool tty = isatty(fileno(stderr)) && !args.has("--quiet");
-  size_t written = 0, total = 0;
+  // this shard's cases, each file once (a descriptor given twice is one case)
+  std::vector<size_t> mine;
+  std::set<std::string> names;
   for (size_t i = 0; i < cases.size(); ++i)
-    if (static_cast<int>(i % shards) == shard) ++total;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    if (static_cast<int>(i % shards) != shard) continue;
-    const io::SafetensorsFile f = golden::make_golden(cases[i]);
-    io::write_safetensors(out + "/" + golden::case_file_name(cases[i]), f.tensors, f.metadata);
+    if (static_cast<int>(i % shards) == shard && names.insert(golden::case_file_name(cases[i])).second) mine.push_back(i);
+  const size_t total = mine.size();
+  size_t written = 0;
+  // All the case files or none: each is written to a temporary file beside its name as it is made, and all are
+  // renamed into place once every case has been made; a case that fails names itself and leaves nothing behind.
+  io::OutputFiles files;
+  for (size_t i : mine) {
+    try {
+      const io::SafetensorsFile f = golden::make_golden(cases[i]);
+      files.add(out + "/" + golden::case_file_name(cases[i]), io::encode_safetensors(f.tensors, f.metadata));
+    } catch (const std::exception& e) {  // (InputError, and std::bad_alloc for a case too large for this machine)
+      if (tty) std::fprintf(stderr, "\n");
+      files.discard();
+      if (created) rmdir(out.c_str());  // (only if still empty)
+      const std::string why = dynamic_cast<const std::bad_alloc*>(&e) ? "out of memory" : e.what();
+      const bool typed = origin[i].rfind("--case", 0) == 0;
+      throw InputError(origin[i] + (typed ? "" : " ('" + golden::to_string(cases[i]) + "')") + ": " + why +
+                       "; no case file written");
+    }
     ++written;
     if (tty) {
       const int width = 40, done = static_cast<int>(width * written / total);
@@ -74,6 +104,7 @@ int run(int argc, char** argv) {
     }
   }
   if (tty) std::fprintf(stderr, "\n");
+  files.commit();
   if (!args.has("--quiet")) std::printf("wrote %zu case file%s to %s\n", written, written == 1 ? "" : "s", out.c_str());
   return 0;
 }

@@ -138,6 +138,7 @@ class OutputFiles {
   void add(const std::string& path, const std::vector<uint8_t>& bytes) { add(path, bytes.data(), bytes.size()); }
   void add_npy(const std::string& path, const Tensor& t);
   void commit();
+  void discard();  // removes the temporaries now (the destructor's job, for a caller that tidies up after them)
 
  private:
   std::vector<std::pair<std::string, std::string>> staged_;  // (temporary, path)

@@ -65,6 +65,11 @@ Descriptor parse_descriptor(std::string_view line) {
       throw InputError(quoted + ": op '" + raw.op + "' has no key '" + key + "' (keys: " + keys + ")");
     }
     if (raw.has(key)) throw InputError(quoted + ": key '" + key + "' given twice");
+    // the seed names the case: one spelling per value (decimal, no sign or leading zeros), within 64 bits
+    if (key == "seed" && (value.find_first_not_of("0123456789") != std::string::npos || value.size() > 20 ||
+                          (value.size() > 1 && value[0] == '0') ||
+                          (value.size() == 20 && value > "18446744073709551615")))
+      throw InputError(quoted + ": seed '" + value + "' is not a decimal integer in [0, 2^64)");
     raw.fields.emplace_back(key, value);
   }
   Descriptor d;

@@ -3,6 +3,8 @@
 // Fill grammar (docs/golden-format.md): kind[:k=v[,k=v]...][+special:rate=R]. Values are generated as doubles
 // and rounded once (RNE, integer code: ref::narrow) to the tensor's dtype; FP8-typed tensors get codes.
 #include <cmath>
+#include <limits>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
@@ -40,7 +42,10 @@ FillSpec parse_fill(std::string_view text) {
     const std::string prefix = "special:rate=";
     if (extra.rfind(prefix, 0) != 0) throw InputError("fill '" + std::string(text) + "': after '+' expected special:rate=R");
     try {
-      f.special_rate = std::stod(extra.substr(prefix.size()));
+      size_t pos = 0;
+      const std::string r = extra.substr(prefix.size());
+      f.special_rate = std::stod(r, &pos);
+      if (pos != r.size()) throw 1;
     } catch (...) {
       throw InputError("fill '" + std::string(text) + "': bad special rate");
     }
@@ -56,24 +61,35 @@ FillSpec parse_fill(std::string_view text) {
       const std::string kv = rest.substr(i, comma == std::string::npos ? std::string::npos : comma - i);
       const size_t eq = kv.find('=');
       if (eq == std::string::npos) throw InputError("fill '" + std::string(text) + "': option '" + kv + "' is not k=v");
-      f.opts[kv.substr(0, eq)] = kv.substr(eq + 1);
+      if (!f.opts.emplace(kv.substr(0, eq), kv.substr(eq + 1)).second)
+        throw InputError("fill '" + std::string(text) + "': option '" + kv.substr(0, eq) + "' given twice");
       if (comma == std::string::npos) break;
       i = comma + 1;
     }
   }
+  // each kind's options (a typo would otherwise fall back to the default without a word)
+  const std::string allowed = f.kind == "normal" || f.kind == "uniform" ? "amax" : f.kind == "ints" ? "max" : "format";
+  for (const auto& kv : f.opts)
+    if (kv.first != allowed)
+      throw InputError("fill '" + std::string(text) + "': " + f.kind + " has no option '" + kv.first + "' (its option: " +
+                       allowed + ")");
   return f;
 }
 
-double opt_double(const FillSpec& f, const char* key, double def, std::string_view text) {
+double opt_double(const FillSpec& f, const char* key, double def, std::string_view text,
+                  double hi = std::numeric_limits<double>::max()) {
   auto it = f.opts.find(key);
   if (it == f.opts.end()) return def;
   try {
     size_t pos;
     const double v = std::stod(it->second, &pos);
-    if (pos != it->second.size()) throw 1;
+    if (pos != it->second.size() || !(v >= 0 && v <= hi)) throw 1;
     return v;
   } catch (...) {
-    throw InputError("fill '" + std::string(text) + "': bad value for " + key);
+    char h[32];
+    std::snprintf(h, sizeof h, "%g", hi);
+    throw InputError("fill '" + std::string(text) + "': " + key + " must be a number in [0, " + h + "], not '" +
+                     it->second + "'");
   }
 }
 
@@ -171,7 +187,7 @@ std::vector<double> fill_values(std::string_view text, size_t n, Format source, 
     }
     for (auto& x : out) x = sign() * min_normal * std::ldexp(rng.uniform(), -static_cast<int>(rng.next() % 4));
   } else if (f.kind == "ints") {
-    const double mx = opt_double(f, "max", 4, text);
+    const double mx = std::floor(opt_double(f, "max", 4, text, 0x1p52));
     const uint64_t span = static_cast<uint64_t>(2 * mx + 1);
     for (auto& x : out) x = static_cast<double>(rng.next() % span) - mx;
   } else {

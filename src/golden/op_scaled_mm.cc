@@ -55,11 +55,10 @@ MmCase parse_case(const Descriptor& d, bool bmm) {
   const std::string& pr = d.get("promote");
   if (pr != "128" && pr != "never") throw InputError(where(d) + "promote is 128 or never");
   s.promote_never = pr == "never";
-  try {
-    s.split_k = std::stoi(d.get("split-k"));
-  } catch (...) {
-    throw InputError(where(d) + "split-k is an integer");
-  }
+  const std::string& sk = d.get("split-k");
+  if (sk.empty() || sk.size() > 4 || sk.find_first_not_of("0123456789") != std::string::npos)
+    throw InputError(where(d) + "split-k '" + sk + "' is not a whole number in [1, 1024]");
+  s.split_k = std::stoi(sk);
   if (!parse_promote_arith(d.get("promote-arith"), &s.promote_arith))
     throw InputError(where(d) + "promote-arith is mul-mul-add or fma");
   const std::string& st = d.get("sb-stride");

@@ -40,7 +40,11 @@ const OpInfo& op_info(std::string_view name) {
 const Kernel& find_kernel(std::string_view op, std::string_view backend) {
   for (const Kernel& k : kernels())
     if (op == k.op && backend == k.backend) return k;
-  throw InputError("no kernel for op '" + std::string(op) + "' on backend '" + std::string(backend) + "'");
+  std::string names;
+  for (const Kernel& k : kernels())
+    if (op == k.op) names += std::string(names.empty() ? "" : ", ") + k.backend;
+  throw InputError("no kernel for op '" + std::string(op) + "' on backend '" + std::string(backend) + "' (backends: " +
+                   names + ")");
 }
 
 std::vector<std::string> backends() {

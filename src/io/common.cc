@@ -214,8 +214,11 @@ std::string write_temporary(const std::string& path, const uint8_t* bytes, size_
 
 }  // namespace
 
-OutputFiles::~OutputFiles() {
+OutputFiles::~OutputFiles() { discard(); }
+
+void OutputFiles::discard() {
   for (const auto& s : staged_) ::unlink(s.first.c_str());
+  staged_.clear();
 }
 
 void OutputFiles::add(const std::string& path, const uint8_t* bytes, size_t size) {

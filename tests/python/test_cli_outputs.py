@@ -94,3 +94,33 @@ def test_output_over_an_input_is_refused(fp8ref, inputs):
     r = run(fp8ref, inputs, "convert --from f32 --to e4m3fn --convention ml_dtypes x.npy {o1}", o1="../{}/x.npy".format(inputs.name))
     assert r.returncode == 2 and "also given as an input" in r.stderr, r.stderr
     assert (inputs / "x.npy").read_bytes() == x
+
+
+def test_golden_suite_is_all_or_nothing_and_names_the_bad_case(fp8ref, tmp_path):
+    suite = tmp_path / "late.json"
+    suite.write_text('{"name": "late", "cases": ["convert shape=2x4 seed=1", "quantize shape=2x128 seed=2", '
+                     '"paged_attention kv-heads=2 q-heads=3 seed=3"]}')
+    out = tmp_path / "cases"
+    r = fp8ref("golden", "--suite", suite, "--out", out)
+    assert r.returncode == 2, r.stderr
+    assert f"suite {suite}, case 2 ('paged_attention q-heads=3 seed=3')" in r.stderr, r.stderr
+    assert "no case file written" in r.stderr
+    assert not out.exists()  # (created by this call, left empty: removed)
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    r = fp8ref("golden", "--case", "convert shape=2x2", "--case", "convert shape=2x2 fill=normal:amx=4", "--out", out)
+    assert r.returncode == 2 and "--case 'convert shape=2x2 fill=normal:amx=4'" in r.stderr, r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    r = fp8ref("golden", "--case", "convert shape=2x2", "--case", "convert shape=2x2", "--out", out)
+    assert r.returncode == 0 and "wrote 1 case file" in r.stdout, r.stdout + r.stderr
+
+
+def test_diff_refuses_a_run_result_as_expected_with_the_golden_as_actual(fp8ref, tmp_path):
+    out = tmp_path / "g"
+    fp8ref("golden", "--case", "convert shape=4x8", "--out", out, check=True)
+    g = next(out.glob("*.safetensors"))
+    res = tmp_path / "r.safetensors"
+    fp8ref("run", g, "-o", res, check=True)
+    assert fp8ref("diff", g, res).returncode == 0
+    r = fp8ref("diff", res, g)
+    assert r.returncode == 2 and "wrong way round" in r.stderr, r.stderr
