@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -86,6 +87,10 @@ struct OpInfo {
   // Optional: the deterministic models (conventions, accumulation models) of the op as variants of a case — the
   // same inputs, other model keys. `fp8ref diff --models` runs the case under each and ranks them against ACTUAL.
   std::function<std::vector<std::pair<std::string, Descriptor>>(const Descriptor&)> models;
+  // Optional: where exact.* holds an input value as it is (a conversion), its format — the diff then tries double
+  // roundings only through formats that value could have been rounded to first (none from a 16-bit source).
+  // Unset: exact.* is a computed value (a quotient, a sum) of any precision.
+  std::function<std::optional<Format>(const Descriptor&)> exact_source;
 };
 
 struct Kernel {

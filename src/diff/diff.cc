@@ -339,8 +339,8 @@ struct Rounder {
       via = {Format::f32};
     }
   }
-  // A conversion from `source` (fp8ref convert's from=): only intermediates a device would round a value of that
-  // format to before the target — none from a 16-bit source (its f16 <-> bf16 roundings only match by chance, e.g.
+  // exact.* an input value of format `source` (OpInfo::exact_source: a conversion): only intermediates a device
+  // would round a value of that format to before the target — none from a 16-bit source (its f16 <-> bf16 roundings only match by chance, e.g.
   // next to the smallest subnormal), f16 and bf16 from an f32 one.
   void restrict_to_source(Format source) {
     if (source == Format::f16 || source == Format::bf16) via.clear();
@@ -1955,21 +1955,17 @@ DiffReport diff_views(const FileView& expected, const FileView& actual, const Di
                      opt.expected_name + " a result file: the two are given the wrong way round (fp8ref diff EXPECTED ACTUAL)");
   rep.expected_backend = md(expected, "fp8ref.backend");
   rep.actual_backend = md(actual, "fp8ref.backend");
-  if (!rep.descriptor.empty()) {
-    try {
-      rep.repro = golden::repro_command(golden::parse_descriptor(rep.descriptor));
-    } catch (const InputError&) {
-      rep.repro = "fp8ref golden --case '" + rep.descriptor + "' --out DIR";
-    }
-  }
-  // a convert case's source format (the double roundings a device could do depend on it)
-  std::optional<Format> convert_source;
+  // the case's repro line, and the format of its exact values where they are an input as it is (the double
+  // roundings a device could do depend on it: OpInfo::exact_source)
+  std::optional<Format> exact_source;
   if (!rep.descriptor.empty()) {
     try {
       const golden::Descriptor d = golden::parse_descriptor(rep.descriptor);
-      Format f;
-      if (d.op == "convert" && d.has("from") && parse_format(d.get("from"), &f)) convert_source = f;
+      rep.repro = golden::repro_command(d);
+      const golden::OpInfo& op = golden::op_info(d.op);
+      if (op.exact_source) exact_source = op.exact_source(d);
     } catch (const InputError&) {
+      rep.repro = "fp8ref golden --case '" + rep.descriptor + "' --out DIR";
     }
   }
   // a paged attention case's sequences (input.query_start_loc): its token rows broken down by sequence
@@ -2137,7 +2133,7 @@ DiffReport diff_views(const FileView& expected, const FileView& actual, const Di
       }
       Tolerance tol = opt.tol ? *opt.tol : (o.contract == "bound" ? Tolerance{Tolerance::Kind::bound} : Tolerance{});
       Analyzer an(*t, *a, aux(*t, "exact."), aux(*t, "bound."), opt, tol, o.role == "scale", sc);
-      if (convert_source) an.rounder.restrict_to_source(*convert_source);
+      if (exact_source) an.rounder.restrict_to_source(*exact_source);
       if (!sequences.empty() && !o.dims.empty() && o.dims[0] == "token") {
         an.segments = &sequences;
         an.segment_name = "sequence (query_start_loc)";

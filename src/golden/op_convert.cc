@@ -149,12 +149,17 @@ OpInfo convert_op() {
            R"(", "contract": "exact", "dims": )" + dims_json(c.shape.size()) + "}}";
   };
   op.convention = [](const Descriptor& d) { return d.get("convention"); };
+  op.exact_source = [](const Descriptor& d) -> std::optional<Format> {
+    const ConvertCase c = parse_case(d);
+    if (c.decode) return std::nullopt;  // (exact.y: the code's value, no rounding to model)
+    return c.from;
+  };
   op.models = [](const Descriptor& d) {  // which conversion a device output follows (encoding only)
     std::vector<std::pair<std::string, Descriptor>> out;
-    if (parse_case(d).decode) return out;
+    const ConvertCase c = parse_case(d);
+    if (c.decode) return out;
     // every convention defined for the target, then this case's under each other rounding mode (a kernel that
     // truncates, or rounds ties away) — the descriptor's other overrides kept
-    const ConvertCase c = parse_case(d);
     const bool ue8m0 = c.to == Format::ue8m0;
     for (const ConventionInfo& ci : conventions())
       if (ue8m0 ? ci.for_ue8m0 : ci.for_fp8) {
