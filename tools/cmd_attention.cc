@@ -2,6 +2,7 @@
 //
 // Every file, shape, index and option is validated before anything is written; outputs are written atomically. On
 // bad input nothing is written and the exit code is 2.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -161,6 +162,20 @@ std::string backend_of(const Args& args) {
   return b;
 }
 
+// A library check of the arguments together (attn::check_*): its InputError names the input files they came from
+// (every path but the outputs, their indices in check_paths).
+template <class Check>
+void check_naming_inputs(Check check, const std::vector<std::string>& paths, const std::vector<size_t>& outputs) {
+  try {
+    check();
+  } catch (const InputError& e) {
+    std::string files;
+    for (size_t i = 0; i < paths.size(); ++i)
+      if (std::find(outputs.begin(), outputs.end(), i) == outputs.end()) files += (files.empty() ? "" : ", ") + paths[i];
+    throw InputError(std::string(e.what()) + " (inputs " + files + ")");
+  }
+}
+
 int write_main(int argc, char** argv) {
   Args args(argc, argv,
             {{"--convention"}, {"--model"}, {"--k"}, {"--v"}, {"--slot-mapping"}, {"--k-cache"}, {"--v-cache"},
@@ -194,8 +209,8 @@ int write_main(int argc, char** argv) {
     paths.push_back(args.require("--v-scale"));
   }
   if (auto q = args.get("--query-start-loc")) paths.push_back(*q);
-  if (spec.dynamic) check_paths(paths, {5, 6, 7, 8});
-  else check_paths(paths, {5, 6});
+  const std::vector<size_t> outputs = spec.dynamic ? std::vector<size_t>{5, 6, 7, 8} : std::vector<size_t>{5, 6};
+  check_paths(paths, outputs);
 
   const io::Tensor k = read_dtype(paths[0], md_dtype(spec.model), "K");
   const io::Tensor v = read_dtype(paths[1], md_dtype(spec.model), "V");
@@ -239,14 +254,7 @@ int write_main(int argc, char** argv) {
   a.v_scale = vs.data();
   a.k_cache = kc.data.data();
   a.v_cache = vc.data.data();
-  try {  // (the checks of the arguments together: name the files they came from)
-    attn::check_kv_cache_write(spec, a);
-  } catch (const InputError& e) {
-    std::string files;
-    for (size_t i = 0; i < paths.size(); ++i)
-      if (i < 5 || (i > 6 && !(spec.dynamic && i <= 8))) files += (files.empty() ? "" : ", ") + paths[i];  // not outputs
-    throw InputError(std::string(e.what()) + " (inputs " + files + ")");
-  }
+  check_naming_inputs([&] { attn::check_kv_cache_write(spec, a); }, paths, outputs);
   if (backend == "cpu") attn::cpu::kv_cache_write(spec, a);
   else attn::ref::kv_cache_write(spec, a);
   io::OutputFiles files;  // all written, or none
@@ -413,14 +421,7 @@ int attn_main(int argc, char** argv) {
   a.v_cache = spec.v_from_k ? nullptr : vc.data.data();
   a.k_scale = ks.data();
   a.v_scale = spec.v_from_k ? nullptr : vs.data();
-  try {  // (the checks of the arguments together: name the files they came from)
-    attn::check_paged_attention(spec, a);
-  } catch (const InputError& e) {
-    std::string files;
-    for (const std::string& f : paths)
-      if (f != args.require("--out")) files += (files.empty() ? "" : ", ") + f;
-    throw InputError(std::string(e.what()) + " (inputs " + files + ")");
-  }
+  check_naming_inputs([&] { attn::check_paged_attention(spec, a); }, paths, {4});
   io::Tensor out = io::make_tensor("", md_dtype(spec.out_format), {T, spec.num_q_heads, spec.dv()});
   a.out = out.data.data();
   if (backend == "cpu") attn::cpu::paged_attention(spec, a);
