@@ -207,8 +207,9 @@ inline bool same_file(const std::string& a, const std::string& b) {
   const fs::path ca = fs::weakly_canonical(fs::absolute(a, ea), ea), cb = fs::weakly_canonical(fs::absolute(b, eb), eb);
   return !ea && !eb ? ca == cb : a == b;
 }
-// The files of a command: every path ends in one of `exts` (none: any name); each output (its index in `outputs`) is a file apart
-// from every other path given — another output, or an input it would overwrite. Inputs may repeat (SA = SB).
+// The files of a command: every path ends in one of `exts` (none: any name); each output (its index in
+// `outputs`) is a file apart from every other path given — another output, or an input it would overwrite. Inputs
+// may repeat (SA = SB).
 // UsageError otherwise.
 inline void check_paths(const std::vector<std::string>& paths, const std::vector<size_t>& outputs,
                         std::initializer_list<const char*> exts = {".npy"}) {

@@ -382,25 +382,28 @@ int attn_main(int argc, char** argv) {
   attn::AttnArgs a;
   a.num_seqs = B;
   a.num_tokens = T;
+  // a table's length against B (from query_start_loc): an error names both files
+  auto expect_len = [&](const char* flag, const char* what, int64_t got, int64_t want, const char* unit, const char* b) {
+    if (got != want)
+      throw InputError(args.require(flag) + ": " + what + " has " + std::to_string(got) + " " + unit + ", expected " + b +
+                       " = " + std::to_string(want) + " (B from " + args.require("--query-start-loc") + ")");
+  };
   if (csr) {
     indptr = read_ints<int32_t>(args.require("--kv-indptr"), 1, "kv_indptr", &sh);
-    if (static_cast<int64_t>(indptr.size()) != B + 1)
-      throw InputError(args.require("--kv-indptr") + ": kv_indptr has " + std::to_string(indptr.size()) + " entries, expected B+1 = " + std::to_string(B + 1) + " (B from " + args.require("--query-start-loc") + ")");
+    expect_len("--kv-indptr", "kv_indptr", static_cast<int64_t>(indptr.size()), B + 1, "entries", "B+1");
     indices = read_ints<int32_t>(args.require("--kv-indices"), 1, "kv_indices", &sh);
     last = read_ints<int32_t>(args.require("--kv-last-page-len"), 1, "kv_last_page_len", &sh);
-    if (static_cast<int64_t>(last.size()) != B)
-      throw InputError(args.require("--kv-last-page-len") + ": kv_last_page_len has " + std::to_string(last.size()) + " entries, expected B = " + std::to_string(B) + " (B from " + args.require("--query-start-loc") + ")");
+    expect_len("--kv-last-page-len", "kv_last_page_len", static_cast<int64_t>(last.size()), B, "entries", "B");
     a.table.indptr = indptr.data();
     a.table.indices = indices.data();
     a.table.num_indices = static_cast<int64_t>(indices.size());
     a.table.last_page_len = last.data();
   } else {
     bt = read_ints<int32_t>(args.require("--block-table"), 2, "block_table", &sh);
-    if (sh[0] != B) throw InputError(args.require("--block-table") + ": block_table has " + std::to_string(sh[0]) + " rows, expected B = " + std::to_string(B) + " (B from " + args.require("--query-start-loc") + ")");
+    expect_len("--block-table", "block_table", sh[0], B, "rows", "B");
     a.table.max_blocks = sh[1];
     sl = read_ints<int32_t>(args.require("--seq-lens"), 1, "seq_lens", &sh);
-    if (static_cast<int64_t>(sl.size()) != B)
-      throw InputError(args.require("--seq-lens") + ": seq_lens has " + std::to_string(sl.size()) + " entries, expected B = " + std::to_string(B) + " (B from " + args.require("--query-start-loc") + ")");
+    expect_len("--seq-lens", "seq_lens", static_cast<int64_t>(sl.size()), B, "entries", "B");
     a.table.block_table = bt.data();
     a.table.seq_lens = sl.data();
   }

@@ -230,6 +230,9 @@ def test_bad_input_exit_2_nothing_written(fp8ref, tmp_path):
     np.save(tmp_path / "sl.npy", np.array([2000, 5], dtype=np.int32))  # longer than the table covers
     r = run_attention(fp8ref, tmp_path, "vllm-triton-unified")
     assert r.returncode == 2 and "table covers" in r.stderr, r.stderr
+    np.save(tmp_path / "sl.npy", f["sl"][:1])  # one entry for two sequences: both files named
+    r = run_attention(fp8ref, tmp_path, "vllm-triton-unified")
+    assert r.returncode == 2 and "seq_lens has 1 entries, expected B = 2 (B from" in r.stderr and "qsl.npy" in r.stderr, r.stderr
     np.save(tmp_path / "sl.npy", f["sl"])
     np.save(tmp_path / "ks.npy", np.array([1.0, 1.0], dtype=np.float32))  # wrong scale shape
     r = run_attention(fp8ref, tmp_path, "vllm-triton-unified")
