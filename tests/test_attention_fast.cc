@@ -289,6 +289,30 @@ TEST_SUITE("attention-fast") {
       AttnSpec s32 = spec_of(16, 2, 8, 128);
       s32.out_format = Format::f32;
       PagedProblem p32 = test::random_problem(s32, {300, 77}, {1, 3}, 4);
+      {  // The second sequence's dot products cancel: q·k = 2^24 (d 0) + k_1 (d 1, in [1/8, 1]) − 2^24 (d 8), so a
+         // sum in d order loses k_1 (2^24 + k_1 rounds back to 2^24) and every logit is 0, while sums in lanes (d mod
+         // 8 together) keep it. Random data alone cannot tell the AVX2 and portable paths apart: they differ only in
+         // the dot order, which rarely survives P̃'s bf16 rounding.
+        std::mt19937_64 rng(5);
+        ConversionSpec e4;
+        e4.to = Format::e4m3fn;
+        const int64_t H = s32.cache.num_kv_heads, D = s32.cache.head_dim;
+        for (int64_t j = 0; j < 77; ++j)
+          for (int64_t h = 0; h < H; ++h) {
+            uint8_t* k = &p32.kd[1][static_cast<size_t>((j * H + h) * D)];
+            k[0] = k[8] = ref::encode_f64(256.0, e4);
+            k[1] = ref::encode_f64(std::ldexp(1.0 + static_cast<double>(rng() % 8) / 8, -1 - static_cast<int>(rng() % 3)), e4);
+          }
+        for (int64_t r = p32.qsl[1]; r < p32.qsl[2]; ++r)
+          for (int64_t h = 0; h < s32.num_q_heads; ++h) {
+            uint16_t* q = reinterpret_cast<uint16_t*>(&p32.q[static_cast<size_t>((r * s32.num_q_heads + h) * D) * 2]);
+            std::fill(q, q + D, uint16_t{0});
+            q[0] = 0x4780;  // 2^16 (bf16)
+            q[1] = 0x3F80;  // 1
+            q[8] = 0xC780;  // −2^16
+          }
+        test::place_pages(p32, rng);
+      }
       attn::AttnArgs a32 = p32.args();
       const attn::cpu::FastPath want = attn::cpu::fast_attention_has_amx()            ? attn::cpu::FastPath::amx
                                        : attn::cpu::fast_attention_has_avx512bf16() ? attn::cpu::FastPath::avx512bf16
