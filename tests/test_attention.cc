@@ -1,6 +1,7 @@
 // Paged attention over an FP8 KV cache (include/fp8ref/attention.h): the exact convention against an independent
-// dense attention in long double over the gathered, dequantized cache (within the derived bound); vllm-paged-v1
-// against an independent dense re-implementation of its steps (bitwise); every convention's output independent of
+// dense attention in long double over the gathered, dequantized cache (within the derived bound); vllm-paged-v1,
+// vllm-triton-unified and flashinfer against independent dense re-implementations of their steps (bitwise), written
+// from the kernels' steps over the gathered cache (per row: its visible keys, 16-key tiles); every convention's output independent of
 // the paging (block sizes 1/16/64, shuffled tables, CSR, HND); cpu == reference bit for bit per convention; the exp
 // models' SIMD twins; kv_cache_write per convention against a brute-force nearest-code search; bad input.
 // Every cache byte outside the valid slots is a NaN code, so a read outside [0, seq_len) shows as NaN.
@@ -130,59 +131,182 @@ void check_exact(PagedProblem& p) {
   CHECK(bad == 0);
 }
 
-// vllm-paged-v1, re-implemented densely from the steps in attention.h (gather first, then the formula).
-void check_paged_v1(PagedProblem& p) {
+// RN_t(x) for an f32 x (t = f32: x itself).
+float round_to(Format t, float x) {
+  if (t == Format::f32) return x;
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  b = static_cast<uint32_t>(ref::narrow(t, ref::narrow(Format::f32, b, t), Format::f32));
+  std::memcpy(&x, &b, 4);
+  return x;
+}
+
+// Compares output element (row, h, d) of p with RN_out(want); counts and reports a difference.
+void expect_out(const PagedProblem& p, int64_t row, int64_t h, int64_t d, float want, int* bad) {
   const AttnSpec& s = p.spec;
-  const int64_t H = s.cache.num_kv_heads, Dk = s.cache.head_dim, Dv = s.dv(), G = s.num_q_heads / H;
-  auto md = [&](float x, bool quirk) {
-    const Format t = (s.q_format == Format::f32 && quirk) ? Format::f16 : s.q_format;
-    if (t == Format::f32) return x;
-    uint32_t b;
-    std::memcpy(&b, &x, 4);
-    b = static_cast<uint32_t>(ref::narrow(t, ref::narrow(Format::f32, b, t), Format::f32));
-    std::memcpy(&x, &b, 4);
-    return x;
-  };
-  int bad = 0;
+  uint8_t buf[8] = {};
+  uint32_t wb;
+  std::memcpy(&wb, &want, 4);
+  const uint64_t o = ref::narrow(Format::f32, wb, s.out_format);
+  std::memcpy(buf, &o, sizeof buf);
+  const size_t e = p.out_elem();
+  const uint8_t* got = &p.out[static_cast<size_t>((row * s.num_q_heads + h) * s.dv()) * e + static_cast<size_t>(d) * e];
+  if (std::memcmp(got, buf, e) != 0 && (*bad)++ < 5)
+    MESSAGE("row " << row << " h " << h << " d " << d << ": " << test::out_value(s.out_format, got) << " vs "
+                   << test::out_value(s.out_format, buf));
+}
+
+// The visible keys of every query row, for the dense re-implementations below: fn(b, row, h, kvh, scale index, js).
+template <class Fn>
+void for_each_row(const PagedProblem& p, Fn fn) {
+  const AttnSpec& s = p.spec;
+  const int64_t G = s.num_q_heads / s.cache.num_kv_heads;
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t i = 0; i < p.q_lens[b]; ++i)
       for (int64_t h = 0; h < s.num_q_heads; ++h) {
-        const int64_t kvh = h / G, row = p.qsl[b] + i, si = kv_scale_index(s, b, kvh);
-        std::vector<float> l;
         std::vector<int64_t> js;
-        for (int64_t j = 0; j < p.seq_lens[b]; ++j) {
-          if (!visible(s, p.seq_lens[b], p.q_lens[b], i, j)) continue;
-          float acc = 0;
-          for (int64_t d = 0; d < Dk; ++d)
-            acc = std::fma(static_cast<float>(md_value(s.q_format, p.q, static_cast<size_t>((row * s.num_q_heads + h) * Dk + d))),
-                           md(static_cast<float>(fp8_value(s.cache.format, p.kd[b][(j * H + kvh) * Dk + d])) * p.ks[si], true), acc);
-          l.push_back(static_cast<float>(s.scale()) * acc);
-          js.push_back(j);
-        }
-        float m = -INFINITY, S = 0;
-        for (float x : l) m = std::max(m, x);
-        for (float& x : l) {
-          x = attn::ref::exp_sleef(x - m);
-          S += x;
-        }
-        const float inv = 1.0f / (S + 1e-6f);
-        for (int64_t d = 0; d < Dv; ++d) {
-          float acc = 0;
-          for (size_t n = 0; n < l.size(); ++n)
-            acc = std::fma(md(l[n] * inv, false),
-                           md(static_cast<float>(fp8_value(s.cache.format, p.vd[b][(js[n] * H + kvh) * Dv + d])) * p.vs[si], true), acc);
-          const double got = test::out_value(s.out_format, &p.out[static_cast<size_t>((row * s.num_q_heads + h) * Dv + d) * p.out_elem()]);
-          const double want = test::out_value(s.out_format, [&] {
-            static uint8_t buf[4];
-            uint32_t bb;
-            std::memcpy(&bb, &acc, 4);
-            const uint64_t o = ref::narrow(Format::f32, bb, s.out_format);
-            std::memcpy(buf, &o, 4);
-            return buf;
-          }());
-          if (std::memcmp(&got, &want, 8) != 0 && bad++ < 5) MESSAGE("b " << b << " i " << i << " h " << h << " d " << d << ": " << got << " vs " << want);
-        }
+        for (int64_t j = 0; j < p.seq_lens[b]; ++j)
+          if (visible(s, p.seq_lens[b], p.q_lens[b], i, j)) js.push_back(j);
+        fn(b, p.qsl[b] + i, h, h / G, kv_scale_index(s, b, h / G), js);
       }
+}
+
+// f32 values of query row (row, h) and of cache codes.
+float q_val(const PagedProblem& p, int64_t row, int64_t h, int64_t d) {
+  return static_cast<float>(md_value(p.spec.q_format, p.q, static_cast<size_t>((row * p.spec.num_q_heads + h) * p.spec.cache.head_dim + d)));
+}
+float k_code(const PagedProblem& p, int64_t b, int64_t j, int64_t kvh, int64_t d) {
+  return static_cast<float>(fp8_value(p.spec.cache.format, p.kd[b][static_cast<size_t>((j * p.spec.cache.num_kv_heads + kvh) * p.spec.cache.head_dim + d)]));
+}
+float v_code(const PagedProblem& p, int64_t b, int64_t j, int64_t kvh, int64_t d) {
+  if (p.spec.v_from_k) return k_code(p, b, j, kvh, d);  // MLA: V is the first Dv dims of K
+  return static_cast<float>(fp8_value(p.spec.cache.format, p.vd[b][static_cast<size_t>((j * p.spec.cache.num_kv_heads + kvh) * p.spec.dv() + d)]));
+}
+float v_scale(const PagedProblem& p, int64_t si) { return p.spec.v_from_k ? p.ks[static_cast<size_t>(si)] : p.vs[static_cast<size_t>(si)]; }
+
+// vllm-paged-v1, re-implemented densely from the steps in attention.h (gather first, then the formula).
+void check_paged_v1(PagedProblem& p) {
+  const AttnSpec& s = p.spec;
+  const int64_t Dk = s.cache.head_dim, Dv = s.dv();
+  // deq_md; for md f32 through f16 (the scaled_convert quirk)
+  const Format dq = s.q_format == Format::f32 ? Format::f16 : s.q_format;
+  int bad = 0;
+  for_each_row(p, [&](int64_t b, int64_t row, int64_t h, int64_t kvh, int64_t si, const std::vector<int64_t>& js) {
+    std::vector<float> l;
+    for (int64_t j : js) {
+      float acc = 0;
+      for (int64_t d = 0; d < Dk; ++d) acc = std::fma(q_val(p, row, h, d), round_to(dq, k_code(p, b, j, kvh, d) * p.ks[si]), acc);
+      l.push_back(static_cast<float>(s.scale()) * acc);
+    }
+    float m = -INFINITY, S = 0;
+    for (float x : l) m = std::max(m, x);
+    for (float& x : l) {
+      x = attn::ref::exp_sleef(x - m);
+      S += x;
+    }
+    const float inv = 1.0f / (S + 1e-6f);
+    for (int64_t d = 0; d < Dv; ++d) {
+      float acc = 0;
+      for (size_t n = 0; n < l.size(); ++n)
+        acc = std::fma(round_to(s.q_format, l[n] * inv), round_to(dq, v_code(p, b, js[n], kvh, d) * p.vs[si]), acc);
+      expect_out(p, row, h, d, acc, &bad);
+    }
+  });
+  CHECK(bad == 0);
+}
+
+// The 16-key tiles [16t, 16t + 16) of a sequence that hold a visible key, each as its visible keys in order.
+std::vector<std::vector<int64_t>> tiles_of(const std::vector<int64_t>& js) {
+  std::vector<std::vector<int64_t>> t;
+  for (int64_t j : js) {
+    if (t.empty() || t.back().front() / 16 != j / 16) t.emplace_back();
+    t.back().push_back(j);
+  }
+  return t;
+}
+
+// vllm-triton-unified, re-implemented densely from vLLM's kernel_unified_attention_2d as attention.h states it
+// (pac b.3): deq_md K/V, S = RN32(sm)·dot, Triton's soft-cap formula, online softmax over 16-key tiles from M = −inf,
+// L = 1, acc = 0; unnormalized P rounded to md before P·V; acc / L at the end.
+void check_triton_unified(PagedProblem& p) {
+  const AttnSpec& s = p.spec;
+  const int64_t Dk = s.cache.head_dim, Dv = s.dv();
+  const float sm = static_cast<float>(s.scale()), cap = static_cast<float>(s.softcap);
+  int bad = 0;
+  for_each_row(p, [&](int64_t b, int64_t row, int64_t h, int64_t kvh, int64_t si, const std::vector<int64_t>& js) {
+    float M = -INFINITY, L = 1.0f;
+    std::vector<float> acc(static_cast<size_t>(Dv), 0.0f);
+    for (const std::vector<int64_t>& tile : tiles_of(js)) {
+      std::vector<float> S;
+      for (int64_t j : tile) {
+        float dot = 0;
+        for (int64_t d = 0; d < Dk; ++d) dot = std::fma(q_val(p, row, h, d), round_to(s.q_format, k_code(p, b, j, kvh, d) * p.ks[si]), dot);
+        float x = sm * dot;
+        if (cap > 0) {  // apply_softcap: x·(p1 − p2)/(p1 + p2), p1 = exp(x/cap), p2 = exp(−x/cap)
+          const float z = x / cap, p1 = attn::ref::exp_sleef(z), p2 = attn::ref::exp_sleef(-z);
+          x = cap * (p1 - p2) / (p1 + p2);
+        }
+        S.push_back(x);
+      }
+      float mj = M;
+      for (float x : S) mj = std::max(mj, x);
+      const float alpha = M == -INFINITY ? 0.0f : attn::ref::exp_sleef(M - mj);
+      std::vector<float> P;
+      float lj = 0;
+      for (float x : S) {
+        P.push_back(attn::ref::exp_sleef(x - mj));
+        lj += P.back();
+      }
+      for (int64_t d = 0; d < Dv; ++d) {
+        float t = 0;
+        for (size_t n = 0; n < tile.size(); ++n)
+          t = std::fma(round_to(s.q_format, P[n]), round_to(s.q_format, v_code(p, b, tile[n], kvh, d) * v_scale(p, si)), t);
+        acc[static_cast<size_t>(d)] = acc[static_cast<size_t>(d)] * alpha + t;
+      }
+      L = L * alpha + lj;
+      M = mj;
+    }
+    for (int64_t d = 0; d < Dv; ++d) expect_out(p, row, h, d, acc[static_cast<size_t>(d)] / L, &bad);
+  });
+  CHECK(bad == 0);
+}
+
+// flashinfer, re-implemented densely from FlashInfer's decode kernel as attention.h states it (pac b.4): the K
+// scale folded into the softmax scale (sm·sk in double, then ·log2 e in f32), raw codes in the dot, base-2 online
+// softmax over 16-key tiles from m = −inf, d = 1, o = 0 with f32 probabilities; o / d rounded to the output dtype, then
+// ·sv in the output dtype.
+void check_flashinfer(PagedProblem& p) {
+  const AttnSpec& s = p.spec;
+  const int64_t Dk = s.cache.head_dim, Dv = s.dv();
+  int bad = 0;
+  for_each_row(p, [&](int64_t b, int64_t row, int64_t h, int64_t kvh, int64_t si, const std::vector<int64_t>& js) {
+    const float c2 = static_cast<float>(s.scale() * static_cast<double>(p.ks[si])) * static_cast<float>(M_LOG2E);
+    float m = -INFINITY, den = 1.0f;
+    std::vector<float> o(static_cast<size_t>(Dv), 0.0f);
+    for (const std::vector<int64_t>& tile : tiles_of(js)) {
+      std::vector<float> S;
+      float mj = m;
+      for (int64_t j : tile) {
+        float dot = 0;
+        for (int64_t d = 0; d < Dk; ++d) dot = std::fma(q_val(p, row, h, d), k_code(p, b, j, kvh, d), dot);
+        S.push_back(dot * c2);
+        mj = std::max(mj, S.back());
+      }
+      const float a = attn::ref::exp2_sleef(m - mj);
+      for (float& x : o) x *= a;
+      den *= a;
+      for (size_t n = 0; n < tile.size(); ++n) {
+        const float pj = attn::ref::exp2_sleef(S[n] - mj);
+        den += pj;
+        for (int64_t d = 0; d < Dv; ++d) o[static_cast<size_t>(d)] = std::fma(pj, v_code(p, b, tile[n], kvh, d), o[static_cast<size_t>(d)]);
+      }
+      m = mj;
+    }
+    for (int64_t d = 0; d < Dv; ++d) {
+      const float od = round_to(s.out_format, o[static_cast<size_t>(d)] / den);
+      expect_out(p, row, h, d, v_scale(p, si) == 1.0f ? od : od * v_scale(p, si), &bad);
+    }
+  });
   CHECK(bad == 0);
 }
 
@@ -252,6 +376,31 @@ TEST_SUITE("attention") {
       attn::ref::paged_attention(p.spec, p.args());
       check_paged_v1(p);
     }
+  }
+
+  TEST_CASE("vllm-triton-unified and flashinfer: bitwise against dense re-implementations of their steps") {
+    uint64_t seed = 150;
+    for (Config c : configs())
+      for (double cap : {0.0, 5.0})
+        for (AttnConvention conv : {AttnConvention::vllm_triton_unified, AttnConvention::flashinfer}) {
+          if (cap > 0 && conv == AttnConvention::flashinfer) continue;  // no soft-cap in flashinfer
+          CAPTURE(c.name);
+          CAPTURE(cap);
+          CAPTURE(attn::to_string(conv));
+          c.spec.convention = conv;
+          c.spec.softcap = cap;
+          PagedProblem p = test::random_problem(c.spec, c.seq_lens, c.q_lens, seed++, c.csr);
+          attn::ref::paged_attention(p.spec, p.args());
+          if (conv == AttnConvention::flashinfer) {
+            check_flashinfer(p);
+            std::fill(p.vs.begin(), p.vs.end(), 1.0f);  // sv = 1: FlashInfer skips the output-dtype multiply
+            if (p.spec.v_from_k) std::fill(p.ks.begin(), p.ks.end(), 1.0f);
+            attn::ref::paged_attention(p.spec, p.args());
+            check_flashinfer(p);
+          } else {
+            check_triton_unified(p);
+          }
+        }
   }
 
   TEST_CASE("cpu == reference bit for bit, every convention and configuration; no NaN read from unused slots") {
