@@ -36,7 +36,7 @@ const char* kScaledMmHelp =
     "  mx         SA [M, ceil(K/32)]       SB [N, ceil(K/32)]              (ue8m0: f32 powers of two, or uint8\n"
     "                                                                       E8M0 codes)\n"
     "K not a multiple of 128 (32 for mx): the last scale group covers the K % 128 columns present. NaN scales are\n"
-    "refused. OUT: float32 for f32, uint16 bit patterns for bf16 and f16. BIAS: float32 [N].\n"
+    "refused. OUT: float32 for f32, float16 for f16, uint16 bit patterns for bf16. BIAS: float32 [N].\n"
     "\n"
     "Options:\n"
     "  --format FMT[,FMT_B]   e4m3fn or e5m2 (A's, then B's if different)\n"
@@ -212,6 +212,9 @@ std::vector<std::vector<int64_t>> accepted(const std::vector<int64_t>& logical, 
   return out;
 }
 
+// OUT's .npy dtype: '<f4', '<f2', or bf16 as '<u2' bit patterns (as every command writes them).
+io::DType out_dtype(Format f) { return f == Format::f32 ? io::DType::F32 : f == Format::f16 ? io::DType::F16 : io::DType::U16; }
+
 // --identify: OUT is a device's output; every deterministic model (with its parameters) is run on the inputs and
 // ranked by the share of bit-equal elements, then by the largest distance in units in the last place.
 int64_t ordered(uint64_t bits, Format f) {  // a monotone integer image of the value (ulp distances)
@@ -226,8 +229,8 @@ int identify(const Parsed& p, const GemmShape& g, int64_t batch, const cpu::BmmO
              const std::vector<int64_t>& oshape) {
   const ScaledMmSpec& base = p.spec;
   const io::Tensor dev = io::read_npy(p.out);
-  const io::DType want = base.out == Format::f32 ? io::DType::F32 : io::DType::U16;
-  if (dev.dtype != want || dev.shape != oshape)
+  const io::DType want = out_dtype(base.out);  // (f16 also as uint16 bit patterns, as before)
+  if ((dev.dtype != want && !(base.out == Format::f16 && dev.dtype == io::DType::U16)) || dev.shape != oshape)
     throw InputError(p.out + ": the device output must be " + io::dtype_name(want) + " " + shape_text(oshape) +
                      " (--identify reads OUT), got " + io::dtype_name(dev.dtype) + " " + shape_text(dev.shape));
   struct Row {
@@ -317,7 +320,7 @@ int run(int argc, char** argv, bool bmm) {
   std::vector<int64_t> oshape = {g.M, g.N};
   if (bmm) oshape.insert(oshape.begin(), batch);
   if (p.identify) return identify(p, g, batch, bo, A, B, sa, sb, p.bias ? bias.data() : nullptr, oshape);
-  io::Tensor out = io::make_tensor("", s.out == Format::f32 ? io::DType::F32 : io::DType::U16, oshape);
+  io::Tensor out = io::make_tensor("", out_dtype(s.out), oshape);
   io::Tensor ex = io::make_tensor("", io::DType::F64, p.exact ? oshape : std::vector<int64_t>{0});
   const float* bp = p.bias ? bias.data() : nullptr;
   const size_t es = s.out == Format::f32 ? 4 : 2;

@@ -120,6 +120,24 @@ def test_exact_matches_f64_when_f64_is_exact(fp8ref, tmp_path):
                                       want.astype(dt).view(np.uint16 if od != "f32" else np.uint32)), (od, backend)
 
 
+def test_f16_output_is_float16_and_identify_reads_either_form(fp8ref, case):
+    """OUT for --out-dtype f16 is '<f2' (as paged-attention and convert write f16); --identify reads a device output
+    as '<f2' or as uint16 bit patterns."""
+    d = case["a"].parent
+    proc = mm(fp8ref, case, od="f16", model="hopper-tc")
+    assert proc.returncode == 0, proc.stderr
+    got = np.load(d / "out.npy")
+    assert got.dtype == np.float16 and got.shape == (8, 16)
+    for name, arr in (("dev_f2", got), ("dev_u2", got.view(np.uint16))):
+        np.save(d / f"{name}.npy", arr)
+        proc = mm(fp8ref, case, "--identify", od="f16", out=name)
+        assert proc.returncode == 0, proc.stderr
+        assert "=> bit-exact: hopper-tc" in proc.stdout, proc.stdout
+    np.save(d / "dev_f4.npy", got.astype(np.float32))
+    proc = mm(fp8ref, case, "--identify", od="f16", out="dev_f4")
+    assert proc.returncode == 2 and "dev_f4.npy: the device output must be F16" in proc.stderr, proc.stderr
+
+
 def test_same_scale_file_twice_and_output_collisions(fp8ref, case):
     d = case["a"].parent
     ok = fp8ref("scaled-mm", "--format", "e4m3fn", "--scaling", "tensor", "--model", "hopper-tc", "--out-dtype", "bf16",

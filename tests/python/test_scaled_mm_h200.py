@@ -145,7 +145,9 @@ def test_hopper_tc_bias_and_f16_output_on_h200(fp8ref, test_data, tmp_path, name
             extra = ["--bias", tmp_path / "bias.npy", "--bias-mode", mode]
         fp8ref(*args, *extra, tmp_path / "a.npy", tmp_path / "bt.npy", tmp_path / "sa.npy", tmp_path / "sb.npy",
                tmp_path / "out.npy", check=True)
-        rate = float((np.load(tmp_path / "out.npy") == d[f"{name}_out"]).mean())
+        got = np.load(tmp_path / "out.npy")
+        assert got.dtype == (np.float16 if out == "f16" else np.uint16 if out == "bf16" else np.float32), got.dtype
+        rate = float((got.view(d[f"{name}_out"].dtype) == d[f"{name}_out"]).mean())
         print(f"{name} bias-mode {mode}: {rate:.6f}")
         assert (rate == 1.0) == (mode in (None, "f32")), (mode, rate)
 

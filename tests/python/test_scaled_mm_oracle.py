@@ -223,7 +223,9 @@ def run_cli(fp8ref, tmp_path, case, model, out, backend, bias_mode=None, extra=(
     fp8ref(*args, tmp_path / "a.npy", tmp_path / "bt.npy", tmp_path / "sa.npy", tmp_path / "sb.npy", out_path,
            check=True)
     got = np.load(out_path)
-    return got.view(np.uint32) if got.dtype == np.float32 else got
+    want = {"f32": np.float32, "bf16": np.uint16, "f16": np.float16}[out]  # '<f2' for f16, bf16 as bit patterns
+    assert got.dtype == want, (out, got.dtype)
+    return got.view(np.uint32) if out == "f32" else got.view(np.uint16)
 
 
 FORMATS = [("e4m3fn", "e4m3fn"), ("e5m2", "e5m2"), ("e4m3fn", "e5m2")]
