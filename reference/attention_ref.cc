@@ -15,9 +15,9 @@
 //   exact                f64 throughout, products exact, one rounding at the output
 //   vllm-paged-v1        deq_md (f16 for md f32) -> RN32(scale·dot) -> exp(l − m) -> Σ (+1e-6) -> 1/S ->
 //                        RN_md(p·inv) -> Σ p̃·v̂ (fma)  -> RN_out                                          pac b.2
-//   vllm-triton-unified  deq_md -> RN32(scale·dot) [soft-cap] -> tiles of 16: m', P, α, acc·α + Σ RN_md(P)·v̂,
+//   vllm-triton-unified  deq_md -> RN32(scale·dot) [soft-cap] -> tiles of T: m', P, α, acc·α + Σ RN_md(P)·v̂,
 //                        L·α + ΣP -> RN_out(acc / L)                                                     pac b.3
-//   flashinfer           f32(k8) -> RN32(dot·c2), c2 = RN32(RN32(scale·sk)·log2e) -> tiles of 16 with exp2,
+//   flashinfer           f32(k8) -> RN32(dot·c2), c2 = RN32(RN32(scale·sk)·log2e) -> tiles of T with exp2,
 //                        o·a + p·f32(v8) -> RN_out(o / d) -> ·sv in the out dtype                         pac b.4
 //   torch-sdpa-math      deq_md -> q·√s, k·√s (f32) -> dot -> +mask -> max, exp, lane-ordered Σ, ·(1/S) ->
 //   spyre                Σ p·v̂ (fma) -> RN_md                                                             pac b.1.7
@@ -286,7 +286,6 @@ float dot_f32(const float* a, const float* b, int64_t n) {
   return acc;
 }
 
-constexpr int64_t kTile = 16;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 void row_exact(const HeadCtx& c, const std::vector<float>& q, int64_t lo, int64_t hi, void* out, int64_t oidx,
@@ -353,15 +352,16 @@ void row_triton_unified(const HeadCtx& c, const std::vector<float>& q, int64_t l
   const float cap = static_cast<float>(c.spec.softcap);
   std::vector<float> kh(static_cast<size_t>(c.Dk)), acc(static_cast<size_t>(c.Dv), 0.0f), t(static_cast<size_t>(c.Dv));
   float M = kNegInf, L = 1.0f;
-  for (int64_t t0 = (lo / kTile) * kTile; t0 <= hi; t0 += kTile) {
-    const int64_t a = std::max(lo, t0), e = std::min(hi, t0 + kTile - 1);
-    float l[kTile];
+  const int64_t T = c.spec.tile_keys();
+  std::vector<float> l(static_cast<size_t>(T));
+  for (int64_t t0 = (lo / T) * T; t0 <= hi; t0 += T) {
+    const int64_t a = std::max(lo, t0), e = std::min(hi, t0 + T - 1);
     float mt = M;
     for (int64_t j = a; j <= e; ++j) {
       for (int64_t d = 0; d < c.Dk; ++d) kh[static_cast<size_t>(d)] = c.kv(true, j, d, false);
       float x = sm * dot_f32(q.data(), kh.data(), c.Dk);
       if (cap > 0) x = softcap_triton(x, cap);
-      l[j - a] = x;
+      l[static_cast<size_t>(j - a)] = x;
       mt = std::max(mt, x);
     }
     const float alpha = M == kNegInf ? 0.0f : exp_sleef(M - mt);
@@ -371,7 +371,7 @@ void row_triton_unified(const HeadCtx& c, const std::vector<float>& q, int64_t l
     }
     float lsum = 0.0f;
     for (int64_t j = a; j <= e; ++j) {
-      const float P = exp_sleef(l[j - a] - mt);
+      const float P = exp_sleef(l[static_cast<size_t>(j - a)] - mt);
       lsum = lsum + P;
       const float Pm = round_to(c.spec.q_format, P);
       for (int64_t d = 0; d < c.Dv; ++d) t[static_cast<size_t>(d)] = std::fma(Pm, c.kv(false, j, d, false), t[static_cast<size_t>(d)]);
@@ -388,21 +388,22 @@ void row_flashinfer(const HeadCtx& c, const std::vector<float>& q, int64_t lo, i
   const float c2 = c1 * 1.44269504088896340736f;
   std::vector<float> kf(static_cast<size_t>(c.Dk)), o(static_cast<size_t>(c.Dv), 0.0f);
   float m = kNegInf, dsum = 1.0f;
-  for (int64_t t0 = (lo / kTile) * kTile; t0 <= hi; t0 += kTile) {
-    const int64_t a = std::max(lo, t0), e = std::min(hi, t0 + kTile - 1);
-    float s[kTile];
+  const int64_t T = c.spec.tile_keys();
+  std::vector<float> s(static_cast<size_t>(T));
+  for (int64_t t0 = (lo / T) * T; t0 <= hi; t0 += T) {
+    const int64_t a = std::max(lo, t0), e = std::min(hi, t0 + T - 1);
     float mt = m;
     for (int64_t j = a; j <= e; ++j) {
       const uint8_t* k = c.krow(j);
       for (int64_t d = 0; d < c.Dk; ++d) kf[static_cast<size_t>(d)] = c.code(k[d]);
-      s[j - a] = dot_f32(q.data(), kf.data(), c.Dk) * c2;
-      mt = std::max(mt, s[j - a]);
+      s[static_cast<size_t>(j - a)] = dot_f32(q.data(), kf.data(), c.Dk) * c2;
+      mt = std::max(mt, s[static_cast<size_t>(j - a)]);
     }
     const float sc = m == kNegInf ? 0.0f : exp2_sleef(m - mt);
     for (int64_t d = 0; d < c.Dv; ++d) o[static_cast<size_t>(d)] = o[static_cast<size_t>(d)] * sc;
     dsum = dsum * sc;
     for (int64_t j = a; j <= e; ++j) {
-      const float p = exp2_sleef(s[j - a] - mt);
+      const float p = exp2_sleef(s[static_cast<size_t>(j - a)] - mt);
       dsum = dsum + p;
       const uint8_t* v = c.vrow(j);
       for (int64_t d = 0; d < c.Dv; ++d) o[static_cast<size_t>(d)] = std::fma(p, c.code(v[d]), o[static_cast<size_t>(d)]);

@@ -1,7 +1,7 @@
 // Paged attention over an FP8 KV cache (include/fp8ref/attention.h): the exact convention against an independent
 // dense attention in long double over the gathered, dequantized cache (within the derived bound); vllm-paged-v1,
 // vllm-triton-unified and flashinfer against independent dense re-implementations of their steps (bitwise), written
-// from the kernels' steps over the gathered cache (per row: its visible keys, 16-key tiles); every convention's output independent of
+// from the kernels' steps over the gathered cache (per row: its visible keys, in tiles); every convention's output independent of
 // the paging (block sizes 1/16/64, shuffled tables, CSR, HND); cpu == reference bit for bit per convention; the exp
 // models' SIMD twins; kv_cache_write per convention against a brute-force nearest-code search; bad input.
 // Every cache byte outside the valid slots is a NaN code, so a read outside [0, seq_len) shows as NaN.
@@ -215,18 +215,18 @@ void check_paged_v1(PagedProblem& p) {
   CHECK(bad == 0);
 }
 
-// The 16-key tiles [16t, 16t + 16) of a sequence that hold a visible key, each as its visible keys in order.
-std::vector<std::vector<int64_t>> tiles_of(const std::vector<int64_t>& js) {
+// The T-key tiles [Tt, Tt + T) of a sequence that hold a visible key, each as its visible keys in order.
+std::vector<std::vector<int64_t>> tiles_of(const std::vector<int64_t>& js, int64_t T) {
   std::vector<std::vector<int64_t>> t;
   for (int64_t j : js) {
-    if (t.empty() || t.back().front() / 16 != j / 16) t.emplace_back();
+    if (t.empty() || t.back().front() / T != j / T) t.emplace_back();
     t.back().push_back(j);
   }
   return t;
 }
 
 // vllm-triton-unified, re-implemented densely from vLLM's kernel_unified_attention_2d as attention.h states it
-// (pac b.3): deq_md K/V, S = RN32(sm)·dot, Triton's soft-cap formula, online softmax over 16-key tiles from M = −inf,
+// (pac b.3): deq_md K/V, S = RN32(sm)·dot, Triton's soft-cap formula, online softmax over T-key tiles from M = −inf,
 // L = 1, acc = 0; unnormalized P rounded to md before P·V; acc / L at the end.
 void check_triton_unified(PagedProblem& p) {
   const AttnSpec& s = p.spec;
@@ -236,7 +236,7 @@ void check_triton_unified(PagedProblem& p) {
   for_each_row(p, [&](int64_t b, int64_t row, int64_t h, int64_t kvh, int64_t si, const std::vector<int64_t>& js) {
     float M = -INFINITY, L = 1.0f;
     std::vector<float> acc(static_cast<size_t>(Dv), 0.0f);
-    for (const std::vector<int64_t>& tile : tiles_of(js)) {
+    for (const std::vector<int64_t>& tile : tiles_of(js, s.tile_keys())) {
       std::vector<float> S;
       for (int64_t j : tile) {
         float dot = 0;
@@ -273,7 +273,7 @@ void check_triton_unified(PagedProblem& p) {
 
 // flashinfer, re-implemented densely from FlashInfer's decode kernel as attention.h states it (pac b.4): the K
 // scale folded into the softmax scale (sm·sk in double, then ·log2 e in f32), raw codes in the dot, base-2 online
-// softmax over 16-key tiles from m = −inf, d = 1, o = 0 with f32 probabilities; o / d rounded to the output dtype, then
+// softmax over T-key tiles from m = −inf, d = 1, o = 0 with f32 probabilities; o / d rounded to the output dtype, then
 // ·sv in the output dtype.
 void check_flashinfer(PagedProblem& p) {
   const AttnSpec& s = p.spec;
@@ -283,7 +283,7 @@ void check_flashinfer(PagedProblem& p) {
     const float c2 = static_cast<float>(s.scale() * static_cast<double>(p.ks[si])) * static_cast<float>(M_LOG2E);
     float m = -INFINITY, den = 1.0f;
     std::vector<float> o(static_cast<size_t>(Dv), 0.0f);
-    for (const std::vector<int64_t>& tile : tiles_of(js)) {
+    for (const std::vector<int64_t>& tile : tiles_of(js, s.tile_keys())) {
       std::vector<float> S;
       float mj = m;
       for (int64_t j : tile) {
@@ -378,19 +378,28 @@ TEST_SUITE("attention") {
     }
   }
 
-  TEST_CASE("vllm-triton-unified and flashinfer: bitwise against dense re-implementations of their steps") {
+  TEST_CASE("vllm-triton-unified and flashinfer: bitwise against dense re-implementations of their steps, tiles of 16, 32, 48 and the default") {
     uint64_t seed = 150;
     for (Config c : configs())
       for (double cap : {0.0, 5.0})
+        for (int64_t tile : {0, 16, 32, 48})
         for (AttnConvention conv : {AttnConvention::vllm_triton_unified, AttnConvention::flashinfer}) {
           if (cap > 0 && conv == AttnConvention::flashinfer) continue;  // no soft-cap in flashinfer
           CAPTURE(c.name);
           CAPTURE(cap);
+          CAPTURE(tile);
           CAPTURE(attn::to_string(conv));
           c.spec.convention = conv;
           c.spec.softcap = cap;
+          c.spec.tile = tile;
           PagedProblem p = test::random_problem(c.spec, c.seq_lens, c.q_lens, seed++, c.csr);
           attn::ref::paged_attention(p.spec, p.args());
+          {  // the cpu backend: bit for bit the reference, with this tile
+            PagedProblem pc = p;
+            std::fill(pc.out.begin(), pc.out.end(), uint8_t{0xCD});
+            attn::cpu::paged_attention(pc.spec, pc.args());
+            CHECK(pc.out == p.out);
+          }
           if (conv == AttnConvention::flashinfer) {
             check_flashinfer(p);
             std::fill(p.vs.begin(), p.vs.end(), 1.0f);  // sv = 1: FlashInfer skips the output-dtype multiply
@@ -564,6 +573,17 @@ TEST_SUITE("attention") {
       if (which == 1) a.v_cache = nullptr;
       if (which == 2) a.q = nullptr;
       CHECK_THROWS_WITH_AS(attn::cpu::paged_attention(p.spec, a), doctest::Contains("a null argument"), InputError);
+    }
+    for (int64_t tile : {-16, 8, 24, 272}) {
+      PagedProblem q = p;
+      q.spec.tile = tile;
+      expect(q, "tile not a multiple of 16 in [16, 256]");
+    }
+    {
+      PagedProblem q = p;
+      q.spec.tile = 16;
+      q.spec.convention = AttnConvention::vllm_paged_v1;
+      expect(q, "a tile with a convention that has none");
     }
     {
       PagedProblem q = p;

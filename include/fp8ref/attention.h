@@ -73,15 +73,17 @@
 //   5. v̂ = as k̂; acc_d = Σ_j p̃_j·v̂_jd (f32, j in order, fma from +0); out = RN_out(acc_d)
 // vllm-triton-unified (vllm/attention/ops/triton_unified_attention.py kernel_unified_attention_2d; pac b.3, c.3)
 //   k̂, v̂ = deq_md; l_j = RN32(RN32(sm_scale)·dot(q, k̂_j)); soft-cap: l = RN32(RN32(cap·RN32(p1 − p2)) / RN32(p1 +
-//   p2)) with p1 = exp(RN32(l/cap)), p2 = exp(−RN32(l/cap)) (Triton apply_softcap). Online over tiles of 16 keys
-//   ([16t, 16t+16) of the sequence; tiles with no visible key skipped); M = −inf, L = 1, acc = 0; per tile:
+//   p2)) with p1 = exp(RN32(l/cap)), p2 = exp(−RN32(l/cap)) (Triton apply_softcap). Online over tiles of T keys
+//   (T = AttnSpec::tile, 32 by default: [Tt, Tt+T) of the sequence; tiles with no visible key skipped); M = −inf,
+//   L = 1, acc = 0; per tile:
 //     m' = max(M, max l_j); P_j = exp(RN32(l_j − m')); α = exp(RN32(M − m'))  (M = −inf: α = 0)
 //     acc_d = RN32(acc_d·α); t_d = Σ_tile RN_md(P_j)·v̂_jd (fma from +0); acc_d = RN32(acc_d + t_d)
 //     L = RN32(RN32(L·α) + Σ_tile P_j (f32 from +0, in order)); M = m'
 //   out = RN_out(RN32(acc_d / L))
 // flashinfer (include/flashinfer/attention/decode.cuh, variants.cuh; flashinfer/decode.py; pac b.4, c.4)
 //   k = f32(k8) (no scale); c = RN32(RN64(sm_scale·sk)) then c2 = RN32(c·RN32(log2 e)) (k scale folded into
-//   sm_scale on the Python side); s_j = RN32(dot(q, k_j)·c2). Online over tiles of 16 keys, m = −inf, d = 1, o = 0:
+//   sm_scale on the Python side); s_j = RN32(dot(q, k_j)·c2). Online over tiles of T keys (AttnSpec::tile,
+//   16 by default), m = −inf, d = 1, o = 0:
 //     m' = max(m, max s_j); a = exp2(RN32(m − m')); o_d = RN32(o_d·a); d = RN32(d·a);
 //     p_j = exp2(RN32(s_j − m')); per key in order: d = RN32(d + p_j), o_d = fma(p_j, f32(v8_jd), o_d); m = m'
 //   o = RN_out(RN32(o_d / d)); then (v scale applied after the kernel, in the output dtype) if sv != 1:
@@ -237,6 +239,12 @@ struct AttnSpec {
   double softcap = 0;                // <= 0: none
   KvScaleKind scale_kind = KvScaleKind::tensor;
   int torch_lanes = 16;              // torch-sdpa-math / spyre: Vectorized<float> lanes (16 AVX512, 8 AVX2)
+  // vllm-triton-unified / flashinfer: keys per online-softmax tile, [tile·t, tile·t + tile) of the sequence; a
+  // multiple of 16 in [16, 256], or 0 for the convention's own: 32 for vllm-triton-unified (TILE_SIZE_PREFILL of
+  // vLLM's 2D kernel, which runs prefill, mixed batches and decode batches of more than 128 query blocks × KV heads;
+  // 16 is its 3D decode kernel's tile, whose 16 segments are not modelled), 16 for flashinfer. Other conventions
+  // refuse any value but 0.
+  int64_t tile = 0;
   // Chunked prefill reading the chunk's own K/V unquantized (vLLM prefix_prefill, Spyre's non-chunked prefill;
   // pac c.2, c.3.3): keys at positions >= seq_len − q_len take their values from AttnArgs::k_new / v_new (md values,
   // used as they are: no scale, no rounding) instead of the cache; the convention's other steps are unchanged.
@@ -245,6 +253,7 @@ struct AttnSpec {
 
   int64_t dv() const { return head_dim_v > 0 ? head_dim_v : cache.head_dim; }
   double scale() const;              // sm_scale or 1/sqrt(Dk)
+  int64_t tile_keys() const;         // tile, or the convention's default (above)
 };
 
 struct PageTable {

@@ -84,6 +84,7 @@ int64_t num_scales(KvScaleKind kind, int64_t num_kv_heads, int64_t num_seqs) {
 }
 
 double AttnSpec::scale() const { return sm_scale > 0 ? sm_scale : 1.0 / std::sqrt(static_cast<double>(cache.head_dim)); }
+int64_t AttnSpec::tile_keys() const { return tile > 0 ? tile : convention == AttnConvention::flashinfer ? 16 : 32; }
 
 void check_kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& a) {
   const char* what = "kv_cache_write";
@@ -154,6 +155,13 @@ void check_paged_attention(const AttnSpec& spec, const AttnArgs& a) {
     if (!a.k_new || (!spec.v_from_k && !a.v_new))
       throw InputError(std::string(what) + ": the unquantized-chunk variant needs the chunk's K and V (k_new, v_new)");
   }
+  if (spec.tile != 0 && spec.convention != AttnConvention::vllm_triton_unified &&
+      spec.convention != AttnConvention::flashinfer)
+    throw InputError(std::string(what) + ": convention " + to_string(spec.convention) +
+                     " has no tile size to set (vllm-triton-unified and flashinfer have)");
+  if (spec.tile != 0 && (spec.tile < 16 || spec.tile > 256 || spec.tile % 16 != 0))
+    throw InputError(std::string(what) + ": tile must be a multiple of 16 in [16, 256] (or 0: the convention's), not " +
+                     num(spec.tile));
   if (spec.torch_lanes != 8 && spec.torch_lanes != 16)
     throw InputError(std::string(what) + ": torch lanes must be 8 (AVX2) or 16 (AVX512), not " + num(spec.torch_lanes));
   if (a.num_seqs < 0 || a.num_tokens < 0) throw InputError(std::string(what) + ": negative sequence or token count");

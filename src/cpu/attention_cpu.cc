@@ -4,7 +4,8 @@
 // Work split: OpenMP (dynamic) over units = (sequence, chunk of up to 4 query positions); a unit holds every query
 // head for those positions (R <= 4·Hq rows) and walks the sequence's keys tile by tile, each tile's KV heads in turn
 // (NHD: one slot's heads are adjacent, so a tile reads whole pages in order); each K/V tile is dequantized once for
-// the G = Hq/Hkv rows that read it. Tiles are 16 keys of the sequence, [16t, 16t + 16) (the conventions' tile), read
+// the G = Hq/Hkv rows that read it. Tiles are 16 keys of the sequence, [16t, 16t + 16) (the online conventions'
+// softmax tiles of T = AttnSpec::tile_keys() keys take T/16 of them), read
 // through the page table key by key; nothing of the cache is copied beyond the tile being used. Per-thread scratch:
 // K tile 16·Dk and V tile 16·Dv floats, row states R·Dv, and for the two-pass conventions (vllm-paged-v1,
 // torch-sdpa-math, spyre) the logits of the unit's rows, R·seq_len floats.
@@ -600,9 +601,9 @@ class Worker {
       for (int64_t i = 0; i < (j1 - j0) * Dk_; ++i) kr[i] = kr[i] * mul;
     HWY_DYNAMIC_DISPATCH(TransposeTile)(kr_.data(), static_cast<size_t>(Dk_), kT_.data());
   }
-  // dots_[ri·16 + j] for every row of KV head kvh (the current kT_ tile).
-  void all_dots(int64_t kvh) {
-    dots_.resize(rows_.size() * kTile);
+  // dots_[ri·stride + off + j] (j < 16) for every row of KV head kvh (the current kT_ tile); dots_ holds stride per row.
+  void all_dots(int64_t kvh, size_t stride = kTile, size_t off = 0) {
+    dots_.resize(rows_.size() * stride);
     qptr_.clear();
     idx_.clear();
     for (size_t ri = 0; ri < rows_.size(); ++ri)
@@ -612,7 +613,7 @@ class Worker {
       }
     tmp_.resize(idx_.size() * kTile);
     HWY_DYNAMIC_DISPATCH(QkTileRows)(kT_.data(), qptr_.data(), qptr_.size(), static_cast<size_t>(Dk_), tmp_.data());
-    for (size_t n = 0; n < idx_.size(); ++n) std::memcpy(&dots_[idx_[n] * kTile], &tmp_[n * kTile], kTile * 4);
+    for (size_t n = 0; n < idx_.size(); ++n) std::memcpy(&dots_[idx_[n] * stride + off], &tmp_[n * kTile], kTile * 4);
   }
   // Prefetches the K and/or V rows of every KV head for keys [j0, j1) into L2 (called once per tile, kAhead tiles
   // ahead: the pages are scattered, so the hardware prefetcher cannot follow them).
@@ -630,9 +631,9 @@ class Worker {
         }
       }
   }
-  void prefetch_ahead(int64_t t0, int64_t uhi, bool k, bool v) const {
+  void prefetch_ahead(int64_t t0, int64_t uhi, bool k, bool v, int64_t step = kTile) const {
     constexpr int64_t kAhead = 2;
-    prefetch(std::min(uhi + 1, t0 + kAhead * kTile), std::min(uhi + 1, t0 + (kAhead + 1) * kTile), k, v);
+    prefetch(std::min(uhi + 1, t0 + kAhead * step), std::min(uhi + 1, t0 + (kAhead + 1) * step), k, v);
   }
 
   // vllm-paged-v1 (torch = false) and torch-sdpa-math / spyre (torch = true).
@@ -740,22 +741,29 @@ class Worker {
       ulo = std::min(ulo, r.lo);
       uhi = std::max(uhi, r.hi);
     }
-    float x[kTile], p[kTile];
-    for (int64_t t0 = (std::max<int64_t>(ulo, 0) / kTile) * kTile; t0 <= uhi; t0 += kTile) {
-      const int64_t j0 = std::max(ulo, t0), j1 = std::min(uhi + 1, t0 + kTile);
+    // A softmax tile of T keys (AttnSpec::tile, a multiple of 16): its dot products come from T/16 K tiles of 16.
+    const int64_t T = s_.tile_keys();
+    std::vector<float> x(static_cast<size_t>(T)), p(static_cast<size_t>(T));
+    vt_.resize(static_cast<size_t>(Dv_ * T));
+    for (int64_t t0 = (std::max<int64_t>(ulo, 0) / T) * T; t0 <= uhi; t0 += T) {
+      const int64_t j0 = std::max(ulo, t0), j1 = std::min(uhi + 1, t0 + T);
       for (int64_t kvh = 0; kvh < s_.cache.num_kv_heads; ++kvh) {
-      if (kvh == 0) prefetch_ahead(t0, uhi, true, true);
+      if (kvh == 0) prefetch_ahead(t0, uhi, true, true, T);
       select(kvh);
       const float c2 = static_cast<float>(s_.scale() * static_cast<double>(sk_)) * 1.44269504088896340736f;
-      k_tile(t0, j0, j1, how, 0.0f);
+      for (int64_t k0 = t0; k0 < j1; k0 += kTile) {
+        const int64_t a = std::max(j0, k0), e = std::min(j1, k0 + kTile);
+        if (a >= e) continue;
+        k_tile(k0, a, e, how, 0.0f);
+        all_dots(kvh, static_cast<size_t>(T), static_cast<size_t>(k0 - t0));
+      }
       deq_rows(false, j0, j1, how, sv_, vt_.data());
-      all_dots(kvh);
       for (size_t ri = 0; ri < rows_.size(); ++ri) {
         Row& r = rows_[ri];
         if (r.kvh != kvh) continue;
-        const int64_t a = std::max(r.lo, t0), e = std::min(r.hi, t0 + kTile - 1);
+        const int64_t a = std::max(r.lo, t0), e = std::min(r.hi, t0 + T - 1);
         if (a > e) continue;
-        const float* dots = dots_.data() + ri * kTile;
+        const float* dots = dots_.data() + ri * static_cast<size_t>(T);
         const int64_t n = e - a + 1;
         float mt = r.M;
         for (int64_t j = a; j <= e; ++j) {
@@ -777,7 +785,7 @@ class Worker {
         if (fi) alpha = r.M == kNegInf ? 0.0f : ref::exp2_sleef(r.M - mt);
         else alpha = r.M == kNegInf ? 0.0f : ref::exp_sleef(r.M - mt);
         for (int64_t j = 0; j < n; ++j) x[j] = x[j] - mt;
-        HWY_DYNAMIC_DISPATCH(ExpArray)(x, p, static_cast<size_t>(n), fi);
+        HWY_DYNAMIC_DISPATCH(ExpArray)(x.data(), p.data(), static_cast<size_t>(n), fi);
         const float* vt = vt_.data() + (a - j0) * Dv_;
         if (fi) {
           r.L = r.L * alpha;
@@ -790,7 +798,7 @@ class Worker {
           }
           r.L = r.L * alpha + lsum;
         }
-        HWY_DYNAMIC_DISPATCH(PvTile)(vt, p, static_cast<size_t>(n), static_cast<size_t>(Dv_), r.acc.data(), alpha, !fi);
+        HWY_DYNAMIC_DISPATCH(PvTile)(vt, p.data(), static_cast<size_t>(n), static_cast<size_t>(Dv_), r.acc.data(), alpha, !fi);
         r.M = mt;
       }
       }

@@ -217,6 +217,25 @@ def test_bad_numeric_options_exit_2(fp8ref, tmp_path, option, value, needle):
     assert ok.returncode == 0, ok.stderr
 
 
+def test_tile_option(fp8ref, tmp_path):
+    """--tile: vllm-triton-unified defaults to 32 keys per softmax tile (vLLM's 2D kernel), 16 gives other bits; a
+    tile that is not a multiple of 16 in [16, 256], or one for a convention without tiles, exits 2 writing nothing."""
+    rng = np.random.default_rng(11)
+    attention_inputs(tmp_path, rng, [300, 77], [1, 9], 2, 8, 64, 16)
+    outs = {}
+    for tile in (None, "32", "16"):
+        r = run_attention(fp8ref, tmp_path, "vllm-triton-unified", extra=("--tile", tile) if tile else ())
+        assert r.returncode == 0, r.stderr
+        outs[tile] = np.load(tmp_path / "out.npy")
+    assert np.array_equal(outs[None], outs["32"]) and not np.array_equal(outs["16"], outs["32"])
+    (tmp_path / "out.npy").unlink()
+    for conv, tile, needle in (("vllm-triton-unified", "24", "multiple of 16"), ("flashinfer", "512", "multiple of 16"),
+                               ("exact", "32", "has no tile size")):
+        r = run_attention(fp8ref, tmp_path, conv, extra=("--tile", tile))
+        assert r.returncode == 2 and needle in r.stderr, (conv, tile, r.stderr)
+        assert not (tmp_path / "out.npy").exists()
+
+
 def test_bad_input_exit_2_nothing_written(fp8ref, tmp_path):
     rng = np.random.default_rng(7)
     f = attention_inputs(tmp_path, rng, [20, 5], [1, 1], 2, 4, 32, 8)
