@@ -10,7 +10,7 @@ to 16 for tl.dot); per tile of TILE keys of the sequence, from tile 0 to the til
     m = max(M, rowmax S); m = m if m > -inf else 0; P = exp(S - m); alpha = exp(M - m);
     acc = acc * alpha + dot(P.to(bf16), V); L = L * alpha + rowsum P; M = m
   out = acc / L, rounded to bf16. M starts at -inf, L at 1, acc at 0.
-TILE = 16 is fp8ref's tiling; TILE = 32 is vLLM's 2D (prefill) kernel's.
+TILE = 32 is vLLM's 2D kernel's tile and fp8ref's default; TILE = 16 its 3D decode kernel's (without the segments).
 
 Writes $OUT/triton_unified_attention.npz: per case i: c<i>_q [T, Hq, D] uint16 (bf16 bits), c<i>_kc/c<i>_vc
 [nb, bs, Hkv, D] uint8 e4m3fn codes (NHD; every unused slot 0x7F, a NaN code), c<i>_bt [B, max_blocks] int32,
