@@ -347,11 +347,12 @@ float softcap_triton(float s, float cap) {
   return (cap * (p1 - p2)) / (p1 + p2);
 }
 
-void row_triton_unified(const HeadCtx& c, const std::vector<float>& q, int64_t lo, int64_t hi, void* out, int64_t oidx) {
+// The online steps over the tiles of keys [lo, hi] into (M, L, acc).
+void triton_online(const HeadCtx& c, const std::vector<float>& q, int64_t lo, int64_t hi, float& M, float& L,
+                   float* acc) {
   const float sm = static_cast<float>(c.spec.scale());
   const float cap = static_cast<float>(c.spec.softcap);
-  std::vector<float> kh(static_cast<size_t>(c.Dk)), acc(static_cast<size_t>(c.Dv), 0.0f), t(static_cast<size_t>(c.Dv));
-  float M = kNegInf, L = 1.0f;
+  std::vector<float> kh(static_cast<size_t>(c.Dk)), t(static_cast<size_t>(c.Dv));
   const int64_t T = c.spec.tile_keys();
   std::vector<float> l(static_cast<size_t>(T));
   for (int64_t t0 = (lo / T) * T; t0 <= hi; t0 += T) {
@@ -380,7 +381,27 @@ void row_triton_unified(const HeadCtx& c, const std::vector<float>& q, int64_t l
     L = L * alpha + lsum;
     M = mt;
   }
-  for (int64_t d = 0; d < c.Dv; ++d) store_out(c.spec.out_format, out, oidx + d, acc[static_cast<size_t>(d)] / L);
+}
+
+void row_triton_unified(const HeadCtx& c, const std::vector<float>& q, int64_t lo, int64_t hi, void* out, int64_t oidx) {
+  const int64_t S = c.spec.segments, Dv = c.Dv;
+  std::vector<float> res(static_cast<size_t>(Dv));
+  if (S <= 0) {  // one pass (the 2D kernel)
+    float M = kNegInf, L = 1.0f;
+    std::vector<float> acc(static_cast<size_t>(Dv), 0.0f);
+    triton_online(c, q, lo, hi, M, L, acc.data());
+    for (int64_t d = 0; d < Dv; ++d) res[static_cast<size_t>(d)] = acc[static_cast<size_t>(d)] / L;
+  } else {  // the 3D kernel: segments of tps tiles, then reduce_segments
+    const int64_t T = c.spec.tile_keys(), n = c.seq.seq_len;
+    const int64_t tps = (n + S * T - 1) / (S * T), act = tps > 0 ? (n + tps * T - 1) / (tps * T) : 0;
+    std::vector<float> M(static_cast<size_t>(S), kNegInf), L(static_cast<size_t>(S), 1.0f),
+        acc(static_cast<size_t>(S * Dv), 0.0f);
+    for (int64_t s = 0; s < act; ++s)
+      triton_online(c, q, std::max(lo, s * tps * T), std::min(hi, (s + 1) * tps * T - 1), M[static_cast<size_t>(s)],
+                    L[static_cast<size_t>(s)], acc.data() + s * Dv);
+    triton_reduce_segments(M.data(), L.data(), acc.data(), S, act, Dv, res.data());
+  }
+  for (int64_t d = 0; d < Dv; ++d) store_out(c.spec.out_format, out, oidx + d, res[static_cast<size_t>(d)]);
 }
 
 void row_flashinfer(const HeadCtx& c, const std::vector<float>& q, int64_t lo, int64_t hi, void* out, int64_t oidx) {
@@ -490,8 +511,28 @@ void paged_attention(const AttnSpec& spec, const AttnArgs& args, double* exact_o
   if (spec.convention == AttnConvention::fast && args.out)
     throw InputError("the reference has no fast attention convention (not bit-exact; its golden is exact's with a "
                      "bound); use the cpu backend");
+  const AttnSpec rs = resolve_triton_launch(spec, args);
   for (int64_t b = 0; b < args.num_seqs; ++b)
-    for (int64_t h = 0; h < spec.num_q_heads; ++h) paged_attention_head(spec, args, b, h, exact_out);
+    for (int64_t h = 0; h < rs.num_q_heads; ++h) paged_attention_head(rs, args, b, h, exact_out);
+}
+
+void triton_reduce_segments(const float* M, const float* L, const float* acc, int64_t S, int64_t act, int64_t dv,
+                            float* out) {
+  float m = kNegInf;
+  for (int64_t s = 0; s < act; ++s) m = std::max(m, M[s]);
+  std::vector<float> w(static_cast<size_t>(S), 0.0f), v(static_cast<size_t>(S));
+  for (int64_t s = 0; s < act; ++s) w[static_cast<size_t>(s)] = exp_sleef(M[s] - m);
+  auto butterfly = [&](auto term) {  // slot i + slot i + n/2, halving n
+    for (int64_t s = 0; s < S; ++s) v[static_cast<size_t>(s)] = s < act ? term(s) : 0.0f;
+    for (int64_t n = S; n > 1; n /= 2)
+      for (int64_t i = 0; i < n / 2; ++i) v[static_cast<size_t>(i)] = v[static_cast<size_t>(i)] + v[static_cast<size_t>(i + n / 2)];
+    return v[0];
+  };
+  const float den = butterfly([&](int64_t s) { return L[s] * w[static_cast<size_t>(s)]; });
+  for (int64_t d = 0; d < dv; ++d) {
+    const float num = butterfly([&](int64_t s) { return acc[s * dv + d] * w[static_cast<size_t>(s)]; });
+    out[d] = den == 0.0f ? 0.0f : num / den;
+  }
 }
 
 }  // namespace ref

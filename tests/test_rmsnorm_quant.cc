@@ -1046,6 +1046,10 @@ TEST_CASE("rmsnorm_quant: codes of 16 Mi elements (non-temporal stores on AVX-51
   // and rows 2100..2103 too (between streamed rows of the second thread's share), q 64-byte aligned and 5 bytes past
   // a line: every code and scale as the reference's, the bytes around q untouched. vLLM's passes and aiter's
   // (weight=f32: amax_pass, wquant_pass).
+  if (FP8REF_TEST_ASAN && !cpu::cpu_has_avx512bf16()) {  // (a minute under ASan for passes this CPU does not run)
+    MESSAGE("ASan build on a CPU without AVX-512 BF16: the streaming passes are not run here; skipped");
+    return;
+  }
   const int64_t M = 2048 + 64, K = 8192;
   const size_t n = static_cast<size_t>(M * K);
   std::mt19937_64 rng(21);

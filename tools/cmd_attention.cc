@@ -53,7 +53,7 @@ const char* kAttnHelp =
     "rounding step by rounding step as the named stack does (include/fp8ref/attention.h lists every step):\n"
     "  exact                f64 throughout, one rounding at the output\n"
     "  vllm-paged-v1        vLLM paged_attention_v1 (CUDA): normalized P rounded to md, +1e-6 denominator\n"
-    "  vllm-triton-unified  vLLM Triton unified attention: online softmax over tiles of 32 (--tile), P rounded to md\n"
+    "  vllm-triton-unified  vLLM Triton unified attention (2D or 3D kernel as vLLM picks): online softmax, P to md\n"
     "  flashinfer           FlashInfer decode/prefill: K scale folded into sm_scale, exp2, V scale after the kernel\n"
     "  torch-sdpa-math      PyTorch CPU math SDPA on the dequantized cache (bit for bit, torch 2.11)\n"
     "  spyre                fms-mo scaled_paged_attn_compute (math SDPA on md-dequantized K/V)\n"
@@ -76,9 +76,11 @@ const char* kAttnHelp =
     "  --mla                V = K cache[..., :Dv] (give --head-dim-v, e.g. 512 of 576)\n"
     "  --head-dim-v N       Dv (default Dk)\n"
     "  --torch-lanes N      torch-sdpa-math/spyre: 16 (AVX512, default) or 8 (AVX2)\n"
+    "  --segments S         vllm-triton-unified: 0 = one online pass per row (vLLM's 2D kernel), S = 2..64 = its 3D\n"
+    "                       decode kernel with S segments merged by reduce_segments (vLLM: 16). Default: as vLLM\n"
+    "                       picks per batch (3D for decode-only batches of <= 128 query blocks x KV heads)\n"
     "  --tile N             vllm-triton-unified/flashinfer: keys per online-softmax tile, a multiple of 16. Default:\n"
-    "                       32 for vllm-triton-unified (vLLM's 2D kernel: prefill, mixed and large decode batches;\n"
-    "                       its 3D small-batch decode kernel tiles by 16), 16 for flashinfer\n"
+    "                       vllm-triton-unified 32 in one pass, 16 with segments (vLLM's tiles); flashinfer 16\n"
     "  --k-new F --v-new F  the query rows' own K/V [T, Hkv, D] in md, used unquantized for the chunk's keys\n"
     "                       (vLLM prefix_prefill, Spyre's non-chunked prefill); not with flashinfer\n"
     "  --backend B          cpu (default) or reference\n"
@@ -280,7 +282,7 @@ int attn_main(int argc, char** argv) {
              {"--v-scale"}, {"--block-table"}, {"--seq-lens"}, {"--kv-indptr"}, {"--kv-indices"}, {"--kv-last-page-len"},
              {"--out", Kind::value, "-o"}, {"--cache-format"}, {"--layout"}, {"--scale-kind"}, {"--out-dtype"},
              {"--sm-scale"}, {"--causal"}, {"--window-left"}, {"--softcap"}, {"--mla", Kind::flag}, {"--head-dim-v"},
-             {"--torch-lanes"}, {"--tile"}, {"--backend"}, {"--k-new"}, {"--v-new"}});
+             {"--torch-lanes"}, {"--tile"}, {"--segments"}, {"--backend"}, {"--k-new"}, {"--v-new"}});
   args.expect_positionals({});
   attn::AttnSpec spec;
   if (!attn::parse_attn_convention(args.require("--convention"), &spec.convention))
@@ -321,6 +323,7 @@ int attn_main(int argc, char** argv) {
     throw InputError("--softcap must be >= 0 and finite (0: none), not '" + *args.get("--softcap") + "'");
   spec.torch_lanes = static_cast<int>(integer("--torch-lanes", 16, 1, 64));
   spec.tile = integer("--tile", 0, 1, 4096);
+  spec.segments = integer("--segments", -1, 0, 4096);
   spec.v_from_k = args.has("--mla");
   spec.head_dim_v = integer("--head-dim-v", 0, 1, std::numeric_limits<int32_t>::max());
   const std::string backend = backend_of(args);

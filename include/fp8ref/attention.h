@@ -80,6 +80,12 @@
 //     acc_d = RN32(acc_d·α); t_d = Σ_tile RN_md(P_j)·v̂_jd (fma from +0); acc_d = RN32(acc_d + t_d)
 //     L = RN32(RN32(L·α) + Σ_tile P_j (f32 from +0, in order)); M = m'
 //   out = RN_out(RN32(acc_d / L))
+//   With S segments (AttnSpec::segments; vLLM's 3D decode kernel): tps = cdiv(seq_len, S·T) tiles per segment,
+//   act = cdiv(seq_len, tps·T) segments hold keys; segment s runs the steps above over the tiles [s·tps, (s+1)·tps)
+//   from M = −inf, L = 1, acc = 0, giving (M_s, L_s, acc_s) (a segment where the row sees no key stays at those);
+//   then m = max_{s<act} M_s; w_s = exp(RN32(M_s − m)); den = Σ RN32(L_s·w_s), num_d = Σ RN32(acc_s,d·w_s), both
+//   over the S slots (0 for s >= act) in Triton's butterfly order (slot i + slot i + S/2, then the halves of that,
+//   ...); out = RN_out(den == 0 ? 0 : RN32(num_d / den)).
 // flashinfer (include/flashinfer/attention/decode.cuh, variants.cuh; flashinfer/decode.py; pac b.4, c.4)
 //   k = f32(k8) (no scale); c = RN32(RN64(sm_scale·sk)) then c2 = RN32(c·RN32(log2 e)) (k scale folded into
 //   sm_scale on the Python side); s_j = RN32(dot(q, k_j)·c2). Online over tiles of T keys (AttnSpec::tile,
@@ -240,11 +246,17 @@ struct AttnSpec {
   KvScaleKind scale_kind = KvScaleKind::tensor;
   int torch_lanes = 16;              // torch-sdpa-math / spyre: Vectorized<float> lanes (16 AVX512, 8 AVX2)
   // vllm-triton-unified / flashinfer: keys per online-softmax tile, [tile·t, tile·t + tile) of the sequence; a
-  // multiple of 16 in [16, 256], or 0 for the convention's own: 32 for vllm-triton-unified (TILE_SIZE_PREFILL of
-  // vLLM's 2D kernel, which runs prefill, mixed batches and decode batches of more than 128 query blocks × KV heads;
-  // 16 is its 3D decode kernel's tile, whose 16 segments are not modelled), 16 for flashinfer. Other conventions
-  // refuse any value but 0.
+  // multiple of 16 in [16, 256], or 0 for the convention's own: flashinfer 16; vllm-triton-unified 32 in one pass
+  // (TILE_SIZE_PREFILL of vLLM's 2D kernel), 16 with segments (TILE_SIZE_DECODE of its 3D kernel). Other
+  // conventions refuse any value but 0.
   int64_t tile = 0;
+  // vllm-triton-unified: 0 = one online pass per row (vLLM's 2D kernel); S = a power of two in [2, 64]: vLLM's 3D
+  // decode kernel with S segments (vLLM: 16), each an online pass over cdiv(seq_len, S·T) tiles, merged as its
+  // reduce_segments does (below); −1 (the default) = as vLLM picks per batch: the 3D kernel with 16 segments when
+  // every sequence has at most one query token and (T / BLOCK_Q + num_seqs)·Hkv <= 128 (BLOCK_M = 16 for
+  // G = Hq/Hkv <= 16, else the power of two >= G; BLOCK_Q = BLOCK_M / G), else the 2D kernel. Other conventions
+  // refuse any value but −1.
+  int64_t segments = -1;
   // Chunked prefill reading the chunk's own K/V unquantized (vLLM prefix_prefill, Spyre's non-chunked prefill;
   // pac c.2, c.3.3): keys at positions >= seq_len − q_len take their values from AttnArgs::k_new / v_new (md values,
   // used as they are: no scale, no rounding) instead of the cache; the convention's other steps are unchanged.
@@ -253,7 +265,7 @@ struct AttnSpec {
 
   int64_t dv() const { return head_dim_v > 0 ? head_dim_v : cache.head_dim; }
   double scale() const;              // sm_scale or 1/sqrt(Dk)
-  int64_t tile_keys() const;         // tile, or the convention's default (above)
+  int64_t tile_keys() const;         // tile, or the convention's default (above) for these (resolved) segments
 };
 
 struct PageTable {
@@ -296,6 +308,10 @@ SeqPages seq_pages(const AttnSpec& spec, const AttnArgs& args, int64_t b);
 // malformed, last_page_len out of [1, bs], q_len > seq_len, soft-cap under a convention without one, torch lanes
 // other than 8/16. Array lengths are the caller's (the CLI and the golden op check them against B and T).
 void check_paged_attention(const AttnSpec& spec, const AttnArgs& args);
+// The spec with vllm-triton-unified's launch resolved for this batch (after check_paged_attention): segments −1
+// replaced by vLLM's choice (AttnSpec::segments); other conventions' specs unchanged. Both backends run the resolved
+// spec.
+AttnSpec resolve_triton_launch(const AttnSpec& spec, const AttnArgs& args);
 
 // The derived bound of the exact convention's f64 path (see "exact" above) for one output element.
 double bound_exact_f64(int64_t dk, int64_t n_keys, double sm_scale, double max_abs_qk_sum, double max_abs_v,
@@ -314,6 +330,10 @@ void paged_attention_head(const AttnSpec& spec, const AttnArgs& args, int64_t b,
 // The exp models (documented above). NaN -> NaN, x < −104 (exp) / x < −150 (exp2) -> +0.
 float exp_sleef(float x);
 float exp2_sleef(float x);
+// vllm-triton-unified's reduce_segments (above): the S segment states (M[S], L[S], acc[S·dv], slots >= act ignored)
+// -> out[dv] (f32, before the output rounding). Shared by both backends.
+void triton_reduce_segments(const float* M, const float* L, const float* acc, int64_t S, int64_t act, int64_t dv,
+                            float* out);
 }  // namespace ref
 
 namespace cpu {

@@ -1,4 +1,5 @@
 // fp8ref — paged attention: names, shapes and the input checks shared by every backend (include/fp8ref/attention.h).
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -84,7 +85,25 @@ int64_t num_scales(KvScaleKind kind, int64_t num_kv_heads, int64_t num_seqs) {
 }
 
 double AttnSpec::scale() const { return sm_scale > 0 ? sm_scale : 1.0 / std::sqrt(static_cast<double>(cache.head_dim)); }
-int64_t AttnSpec::tile_keys() const { return tile > 0 ? tile : convention == AttnConvention::flashinfer ? 16 : 32; }
+int64_t AttnSpec::tile_keys() const {
+  return tile > 0 ? tile : (convention == AttnConvention::flashinfer || segments > 0) ? 16 : 32;
+}
+
+AttnSpec resolve_triton_launch(const AttnSpec& spec, const AttnArgs& a) {
+  AttnSpec s = spec;
+  if (s.convention != AttnConvention::vllm_triton_unified || s.segments >= 0) return s;
+  // vLLM unified_attention: BLOCK_M = 16 if G <= 16 else next_power_of_2(G); BLOCK_Q = BLOCK_M // G;
+  // total_num_q_blocks = T // BLOCK_Q + num_seqs; the 2D kernel if max_seqlen_q > 1 or blocks · Hkv > 128.
+  const int64_t G = s.num_q_heads / s.cache.num_kv_heads;
+  int64_t block_m = 16;
+  while (block_m < G) block_m *= 2;
+  const int64_t block_q = block_m / G;
+  int64_t max_q = 0;
+  for (int64_t b = 0; b < a.num_seqs; ++b) max_q = std::max<int64_t>(max_q, a.query_start_loc[b + 1] - a.query_start_loc[b]);
+  const bool two_d = max_q > 1 || (a.num_tokens / block_q + a.num_seqs) * s.cache.num_kv_heads > 128;
+  s.segments = two_d ? 0 : 16;
+  return s;
+}
 
 void check_kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& a) {
   const char* what = "kv_cache_write";
@@ -159,6 +178,13 @@ void check_paged_attention(const AttnSpec& spec, const AttnArgs& a) {
       spec.convention != AttnConvention::flashinfer)
     throw InputError(std::string(what) + ": convention " + to_string(spec.convention) +
                      " has no tile size to set (vllm-triton-unified and flashinfer have)");
+  if (spec.segments != -1 && spec.convention != AttnConvention::vllm_triton_unified)
+    throw InputError(std::string(what) + ": convention " + to_string(spec.convention) +
+                     " has no segments to set (vllm-triton-unified has)");
+  if (spec.segments != -1 && spec.segments != 0 &&
+      (spec.segments < 2 || spec.segments > 64 || (spec.segments & (spec.segments - 1)) != 0))
+    throw InputError(std::string(what) + ": segments must be 0 (one pass), a power of two in [2, 64] or -1 (as vLLM "
+                     "picks), not " + num(spec.segments));
   if (spec.tile != 0 && (spec.tile < 16 || spec.tile > 256 || spec.tile % 16 != 0))
     throw InputError(std::string(what) + ": tile must be a multiple of 16 in [16, 256] (or 0: the convention's), not " +
                      num(spec.tile));

@@ -459,6 +459,8 @@ struct Row {
   // online state / accumulators
   float M = kNegInf, L = 1.0f;
   std::vector<float> acc;
+  // vllm-triton-unified with S segments: every segment's state (M, L: S each; acc: S·Dv)
+  std::vector<float> segM, segL, segAcc;
 };
 
 class Worker {
@@ -743,6 +745,16 @@ class Worker {
     }
     // A softmax tile of T keys (AttnSpec::tile, a multiple of 16): its dot products come from T/16 K tiles of 16.
     const int64_t T = s_.tile_keys();
+    // With S segments (vllm-triton-unified's 3D kernel) each row keeps S states; tile t0 updates the state of its
+    // segment t0 / (tps·T), all of them starting at M = −inf, L = 1, acc = 0 (ref: row_triton_unified).
+    const int64_t S = fi ? 0 : s_.segments, n = seq_.seq_len;
+    const int64_t tps = S > 0 ? (n + S * T - 1) / (S * T) : 0, act = tps > 0 ? (n + tps * T - 1) / (tps * T) : 0;
+    if (S > 0)
+      for (Row& r : rows_) {
+        r.segM.assign(static_cast<size_t>(S), kNegInf);
+        r.segL.assign(static_cast<size_t>(S), 1.0f);
+        r.segAcc.assign(static_cast<size_t>(S * Dv_), 0.0f);
+      }
     std::vector<float> x(static_cast<size_t>(T)), p(static_cast<size_t>(T));
     vt_.resize(static_cast<size_t>(Dv_ * T));
     for (int64_t t0 = (std::max<int64_t>(ulo, 0) / T) * T; t0 <= uhi; t0 += T) {
@@ -765,7 +777,11 @@ class Worker {
         if (a > e) continue;
         const float* dots = dots_.data() + ri * static_cast<size_t>(T);
         const int64_t n = e - a + 1;
-        float mt = r.M;
+        const size_t seg = S > 0 ? static_cast<size_t>(t0 / (tps * T)) : 0;
+        float& rM = S > 0 ? r.segM[seg] : r.M;
+        float& rL = S > 0 ? r.segL[seg] : r.L;
+        float* racc = S > 0 ? r.segAcc.data() + seg * static_cast<size_t>(Dv_) : r.acc.data();
+        float mt = rM;
         for (int64_t j = a; j <= e; ++j) {
           float v;
           if (fi) {
@@ -782,29 +798,33 @@ class Worker {
           mt = std::max(mt, v);
         }
         float alpha;
-        if (fi) alpha = r.M == kNegInf ? 0.0f : ref::exp2_sleef(r.M - mt);
-        else alpha = r.M == kNegInf ? 0.0f : ref::exp_sleef(r.M - mt);
+        if (fi) alpha = rM == kNegInf ? 0.0f : ref::exp2_sleef(rM - mt);
+        else alpha = rM == kNegInf ? 0.0f : ref::exp_sleef(rM - mt);
         for (int64_t j = 0; j < n; ++j) x[j] = x[j] - mt;
         HWY_DYNAMIC_DISPATCH(ExpArray)(x.data(), p.data(), static_cast<size_t>(n), fi);
         const float* vt = vt_.data() + (a - j0) * Dv_;
         if (fi) {
-          r.L = r.L * alpha;
-          for (int64_t j = 0; j < n; ++j) r.L = r.L + p[j];
+          rL = rL * alpha;
+          for (int64_t j = 0; j < n; ++j) rL = rL + p[j];
         } else {
           float lsum = 0.0f;
           for (int64_t j = 0; j < n; ++j) {
             lsum = lsum + p[j];
             p[j] = round_to(s_.q_format, p[j]);
           }
-          r.L = r.L * alpha + lsum;
+          rL = rL * alpha + lsum;
         }
-        HWY_DYNAMIC_DISPATCH(PvTile)(vt, p.data(), static_cast<size_t>(n), static_cast<size_t>(Dv_), r.acc.data(), alpha, !fi);
-        r.M = mt;
+        HWY_DYNAMIC_DISPATCH(PvTile)(vt, p.data(), static_cast<size_t>(n), static_cast<size_t>(Dv_), racc, alpha, !fi);
+        rM = mt;
       }
       }
     }
     for (Row& r : rows_) {
       const int64_t oidx = ((seq_.q_begin + r.i) * s_.num_q_heads + r.h) * Dv_;
+      if (S > 0) {  // reduce_segments into acc, with L = 1 (the division there is the reduce's own)
+        ref::triton_reduce_segments(r.segM.data(), r.segL.data(), r.segAcc.data(), S, act, Dv_, r.acc.data());
+        r.L = 1.0f;
+      }
       for (int64_t d = 0; d < Dv_; ++d) {
         float o = r.acc[static_cast<size_t>(d)] / r.L;
         if (fi) {
@@ -861,9 +881,10 @@ void paged_attention(const AttnSpec& spec, const AttnArgs& args) {
     for (int64_t i = 0; i < s.q_len; i += kChunk) units.push_back({b, i, std::min(s.q_len, i + kChunk)});
   }
   const int64_t nu = static_cast<int64_t>(units.size());
+  const AttnSpec rs = resolve_triton_launch(spec, args);  // vllm-triton-unified: vLLM's 2D or 3D kernel
 #pragma omp parallel
   {
-    Worker w(spec, args);
+    Worker w(rs, args);
 #pragma omp for schedule(dynamic)
     for (int64_t u = 0; u < nu; ++u) w.run(units[static_cast<size_t>(u)]);
   }

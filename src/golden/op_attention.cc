@@ -212,6 +212,7 @@ AttnCase parse_attn(const Descriptor& d) {
   s.scale_kind = enum_key(d, "scale-kind", attn::parse_kv_scale_kind, "tensor, head, seq");
   s.torch_lanes = static_cast<int>(int_key(d, "torch-lanes", 8, 16));
   s.tile = int_key(d, "tile", 0, 256);
+  s.segments = int_key(d, "segments", -1, 64);
   const std::string& chunk = d.get("chunk");
   if (chunk != "quantized" && chunk != "unquantized")
     throw InputError(where(d) + "chunk is quantized or unquantized, not '" + chunk + "'");
@@ -471,7 +472,8 @@ OpInfo paged_attention_op() {
       {"softcap", "0", "logit soft-cap (exact, vllm-triton-unified, fast); 0: none"},
       {"scale-kind", "tensor", "tensor [1], head [Hkv], seq [B]"},
       {"torch-lanes", "16", "torch-sdpa-math/spyre: Vectorized<float> lanes (16 AVX512, 8 AVX2)"},
-      {"tile", "0", "vllm-triton-unified/flashinfer: keys per online-softmax tile (0: 32 / 16, the convention's)"},
+      {"tile", "0", "vllm-triton-unified/flashinfer: keys per online-softmax tile (0: the convention's)"},
+      {"segments", "-1", "vllm-triton-unified: 0 one pass (2D kernel), 16 the 3D decode kernel, -1 as vLLM picks"},
       {"seed", "1", "case seed"},
   };
   op.make_inputs = make_attn_inputs;

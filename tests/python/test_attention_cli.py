@@ -218,8 +218,9 @@ def test_bad_numeric_options_exit_2(fp8ref, tmp_path, option, value, needle):
 
 
 def test_tile_option(fp8ref, tmp_path):
-    """--tile: vllm-triton-unified defaults to 32 keys per softmax tile (vLLM's 2D kernel), 16 gives other bits; a
-    tile that is not a multiple of 16 in [16, 256], or one for a convention without tiles, exits 2 writing nothing."""
+    """--tile: vllm-triton-unified defaults to 32 keys per softmax tile in a batch with a prefill (vLLM's 2D kernel),
+    16 gives other bits; a tile that is not a multiple of 16 in [16, 256], segments that are not a power of two, or
+    either for a convention without them, exit 2 writing nothing."""
     rng = np.random.default_rng(11)
     attention_inputs(tmp_path, rng, [300, 77], [1, 9], 2, 8, 64, 16)
     outs = {}
@@ -229,11 +230,29 @@ def test_tile_option(fp8ref, tmp_path):
         outs[tile] = np.load(tmp_path / "out.npy")
     assert np.array_equal(outs[None], outs["32"]) and not np.array_equal(outs["16"], outs["32"])
     (tmp_path / "out.npy").unlink()
-    for conv, tile, needle in (("vllm-triton-unified", "24", "multiple of 16"), ("flashinfer", "512", "multiple of 16"),
-                               ("exact", "32", "has no tile size")):
-        r = run_attention(fp8ref, tmp_path, conv, extra=("--tile", tile))
-        assert r.returncode == 2 and needle in r.stderr, (conv, tile, r.stderr)
+    for conv, extra, needle in (("vllm-triton-unified", ("--tile", "24"), "multiple of 16"),
+                                ("flashinfer", ("--tile", "512"), "multiple of 16"),
+                                ("exact", ("--tile", "32"), "has no tile size"),
+                                ("vllm-triton-unified", ("--segments", "3"), "power of two"),
+                                ("flashinfer", ("--segments", "16"), "has no segments")):
+        r = run_attention(fp8ref, tmp_path, conv, extra=extra)
+        assert r.returncode == 2 and needle in r.stderr, (conv, extra, r.stderr)
         assert not (tmp_path / "out.npy").exists()
+
+
+def test_segments_option_follows_vllms_launch(fp8ref, tmp_path):
+    """vllm-triton-unified by default runs what vLLM would: a small decode-only batch in the 3D kernel (16 segments,
+    tiles of 16), a batch with a prefill chunk in the 2D kernel (one pass, tiles of 32)."""
+    rng = np.random.default_rng(12)
+    for q_lens, want in (([1, 1, 1], ("--segments", "16")), ([1, 5, 1], ("--segments", "0"))):
+        attention_inputs(tmp_path, rng, [1000, 300, 77], q_lens, 2, 8, 64, 16)
+        outs = {}
+        for extra in ((), ("--segments", "16"), ("--segments", "0")):
+            r = run_attention(fp8ref, tmp_path, "vllm-triton-unified", extra=extra)
+            assert r.returncode == 0, r.stderr
+            outs[extra] = np.load(tmp_path / "out.npy")
+        other = ("--segments", "0") if want[1] == "16" else ("--segments", "16")
+        assert np.array_equal(outs[()], outs[want]) and not np.array_equal(outs[()], outs[other]), q_lens
 
 
 def test_bad_input_exit_2_nothing_written(fp8ref, tmp_path):

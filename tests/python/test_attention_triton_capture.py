@@ -46,27 +46,38 @@ def run(fp8ref, tmp_path, d, c, conv, *extra):
     return np.load(tmp_path / "out.npy")
 
 
+def tally(stats, key, ours, gpu):
+    st = stats.setdefault(key, [0, 0, 0.0])
+    st[0] += int(np.sum(ours == gpu))
+    st[1] += ours.size
+    st[2] = max(st[2], float(np.max(row_ulps(values(ours), values(gpu)))))
+
+
 def test_vllm_triton_unified_against_the_gpu_run(fp8ref, test_data, tmp_path):
     d, names = cases(test_data)
     stats = {}
     for c in names:
-        ours = {(conv, tile): run(fp8ref, tmp_path, d, c, conv, *(["--tile", tile[3:]] if conv != "exact" else []))
-                for conv in ("vllm-triton-unified", "exact") for tile in ("out16", "out32")}
-        for (conv, tile), o in ours.items():
-            gpu = d[f"{c}_{tile}"]
-            st = stats.setdefault((conv, tile), [0, 0, 0.0])
-            st[0] += int(np.sum(o == gpu))
-            st[1] += o.size
-            st[2] = max(st[2], float(np.max(row_ulps(values(o), values(gpu)))))
-        # the tile matters: fp8ref's 16-key tiles against the GPU's 32-key run
-        o16 = ours[("vllm-triton-unified", "out16")]
-        st = stats.setdefault(("vllm-triton-unified --tile 16", "out32"), [0, 0, 0.0])
-        st[0] += int(np.sum(o16 == d[f"{c}_out32"]))
-        st[1] += o16.size
-    for (conv, tile), (eq, n, mx) in sorted(stats.items()):
-        print(f"{conv} vs GPU {tile}: bit-equal {eq / n:.5f} of {n}, max {mx:.3f} bf16 ulps of the row's max |out|")
-    for tile in ("out16", "out32"):
-        eq, n, mx = stats[("vllm-triton-unified", tile)]
-        assert eq / n >= 0.999 and mx <= 1.0, (tile, stats)
-        assert eq > stats[("exact", tile)][0], stats
-    assert stats[("vllm-triton-unified --tile 16", "out32")][0] / n < 0.95, stats
+        decode = f"{c}_out3d" in d.files  # decode-only batches: vLLM would run its 3D kernel (16 segments, tile 16)
+        default = run(fp8ref, tmp_path, d, c, "vllm-triton-unified")  # as vLLM picks: 2D tile 32, or 3D
+        tally(stats, ("default (as vLLM picks)", "GPU as vLLM picks"), default, d[f"{c}_out3d" if decode else f"{c}_out32"])
+        if decode:
+            tally(stats, ("default (as vLLM picks)", "GPU 3D"), default, d[f"{c}_out3d"])
+        for tile in ("16", "32"):
+            ours = run(fp8ref, tmp_path, d, c, "vllm-triton-unified", "--segments", "0", "--tile", tile)
+            tally(stats, (f"--segments 0 --tile {tile}", f"GPU 2D tile {tile}"), ours, d[f"{c}_out{tile}"])
+            if tile == "16":  # mismatched tiles
+                tally(stats, ("--segments 0 --tile 16", "GPU 2D tile 32"), ours, d[f"{c}_out32"])
+            if decode and tile == "32":  # the 2D model against the GPU's 3D run
+                tally(stats, ("--segments 0 --tile 32", "GPU 3D"), ours, d[f"{c}_out3d"])
+        exact = run(fp8ref, tmp_path, d, c, "exact")
+        tally(stats, ("exact", "GPU as vLLM picks"), exact, d[f"{c}_out3d" if decode else f"{c}_out32"])
+    for (ours, gpu), (eq, n, mx) in sorted(stats.items()):
+        print(f"{ours} vs {gpu}: bit-equal {eq / n:.5f} of {n}, max {mx:.3f} bf16 ulps of the row's max |out|")
+    for key in (("default (as vLLM picks)", "GPU as vLLM picks"), ("default (as vLLM picks)", "GPU 3D"),
+                ("--segments 0 --tile 16", "GPU 2D tile 16"),
+                ("--segments 0 --tile 32", "GPU 2D tile 32")):
+        eq, n, mx = stats[key]
+        assert eq / n >= 0.999 and mx <= 1.0, (key, stats)
+    assert stats[("exact", "GPU as vLLM picks")][0] < stats[("default (as vLLM picks)", "GPU as vLLM picks")][0]
+    for key in (("--segments 0 --tile 16", "GPU 2D tile 32"), ("--segments 0 --tile 32", "GPU 3D")):
+        assert stats[key][0] / stats[key][1] < 0.95, (key, stats)

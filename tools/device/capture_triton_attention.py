@@ -15,7 +15,10 @@ TILE = 32 is vLLM's 2D kernel's tile and fp8ref's default; TILE = 16 its 3D deco
 Writes $OUT/triton_unified_attention.npz: per case i: c<i>_q [T, Hq, D] uint16 (bf16 bits), c<i>_kc/c<i>_vc
 [nb, bs, Hkv, D] uint8 e4m3fn codes (NHD; every unused slot 0x7F, a NaN code), c<i>_bt [B, max_blocks] int32,
 c<i>_sl [B] int32, c<i>_qsl [B+1] int32, c<i>_ks/c<i>_vs [1] float32, c<i>_out16 / c<i>_out32 [T, Hq, D] uint16
-(bf16 bits: TILE 16 / 32). tests/python/test_attention_triton_capture.py reads it.
+(bf16 bits: TILE 16 / 32). Decode-only cases also run vLLM's 3D split (16 segments of tiles of 16, each from M = -inf,
+L = 1, then its reduce_segments: out = sum_s acc_s·exp(M_s − max) / sum_s L_s·exp(M_s − max), 0 if that sum is 0):
+c<i>_out3d [T, Hq, D] uint16, and the segments' f32 results c<i>_segout [T, Hq, 16, D], c<i>_segmax / c<i>_segsum
+[T, Hq, 16] (NaN where a segment is past the sequence). tests/python/test_attention_triton_capture.py reads it.
 """
 import os
 import sys
@@ -75,12 +78,92 @@ def attn_kernel(out_ptr, q_ptr, kc_ptr, vc_ptr, bt_ptr, sl_ptr, tok_seq_ptr, tok
     tl.store(out_ptr + (t * HQ + heads)[:, None] * D + offs_d[None, :], acc.to(tl.bfloat16), mask=row_ok[:, None])
 
 
+@triton.jit
+def attn3d_kernel(segout_ptr, segmax_ptr, segsum_ptr, q_ptr, kc_ptr, vc_ptr, bt_ptr, sl_ptr, tok_seq_ptr, k_scale,
+                  v_scale, scale, HQ: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
+                  HKV: tl.constexpr, MAXB: tl.constexpr, TILE: tl.constexpr, BLOCK_M: tl.constexpr,
+                  NSEG: tl.constexpr):
+    # decode (one query per sequence, at its last position): segment `seg` of the sequence's tiles, as vLLM's 3D
+    # kernel splits them: tiles_per_segment = cdiv(seq_len, NSEG * TILE); each segment from M = -inf, L = 1, acc = 0.
+    t = tl.program_id(0)
+    kvh = tl.program_id(1)
+    seg = tl.program_id(2)
+    b = tl.load(tok_seq_ptr + t)
+    seq_len = tl.load(sl_ptr + b)
+    tps = (seq_len + NSEG * TILE - 1) // (NSEG * TILE)
+    rows = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+    row_ok = rows < G
+    heads = kvh * G + rows
+    if seg * tps * TILE < seq_len:
+        Q = tl.load(q_ptr + (t * HQ + heads)[:, None] * D + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+        M = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        L = tl.full([BLOCK_M], 1.0, tl.float32)
+        acc = tl.zeros([BLOCK_M, D], tl.float32)
+        num_tiles = (seq_len + TILE - 1) // TILE
+        offs_t = tl.arange(0, TILE)
+        for j in range(seg * tps, tl.minimum((seg + 1) * tps, num_tiles)):
+            kpos = j * TILE + offs_t
+            kmask = kpos < seq_len
+            page = tl.load(bt_ptr + b * MAXB + kpos // BS, mask=kmask, other=0)
+            base = ((page * BS + kpos % BS) * HKV + kvh) * D
+            K8 = tl.load(kc_ptr + base[None, :] + offs_d[:, None], mask=kmask[None, :], other=0)
+            V8 = tl.load(vc_ptr + base[:, None] + offs_d[None, :], mask=kmask[:, None], other=0)
+            K = (K8.to(tl.float8e4nv, bitcast=True).to(tl.float32) * k_scale).to(tl.bfloat16)
+            V = (V8.to(tl.float8e4nv, bitcast=True).to(tl.float32) * v_scale).to(tl.bfloat16)
+            S = scale * tl.dot(Q, K)
+            S = tl.where(kmask[None, :], S, float("-inf"))
+            m_j = tl.maximum(M, tl.max(S, axis=1))
+            m_j = tl.where(m_j > float("-inf"), m_j, 0.0)
+            P = tl.exp(S - m_j[:, None])
+            l_j = tl.sum(P, axis=1)
+            alpha = tl.exp(M - m_j)
+            acc = acc * alpha[:, None]
+            L = L * alpha + l_j
+            M = m_j
+            acc += tl.dot(P.to(tl.bfloat16), V)
+        o = (t * HQ + heads) * NSEG + seg
+        tl.store(segout_ptr + o[:, None] * D + offs_d[None, :], acc, mask=row_ok[:, None])
+        tl.store(segmax_ptr + o, M, mask=row_ok)
+        tl.store(segsum_ptr + o, L, mask=row_ok)
+
+
+@triton.jit
+def reduce_kernel(out_ptr, segout_ptr, segmax_ptr, segsum_ptr, sl_ptr, tok_seq_ptr, HQ: tl.constexpr,
+                  D: tl.constexpr, TILE: tl.constexpr, NSEG: tl.constexpr):
+    # vLLM's reduce_segments: overall max, expsums and outputs rescaled by exp(segm_max - max), summed over segments
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    b = tl.load(tok_seq_ptr + t)
+    seq_len = tl.load(sl_ptr + b)
+    tps = (seq_len + NSEG * TILE - 1) // (NSEG * TILE)
+    act = (seq_len + tps * TILE - 1) // (tps * TILE)
+    segs = tl.arange(0, NSEG)
+    smask = segs < act
+    offs_d = tl.arange(0, D)
+    o = (t * HQ + h) * NSEG + segs
+    smax = tl.load(segmax_ptr + o, mask=smask, other=float("-inf"))
+    mx = tl.max(smax)
+    ssum = tl.load(segsum_ptr + o, mask=smask, other=0.0)
+    ssum = ssum * tl.exp(smax - mx)
+    total = tl.sum(ssum)
+    sout = tl.load(segout_ptr + o[:, None] * D + offs_d[None, :], mask=smask[:, None], other=0.0)
+    sout *= tl.exp(smax - mx)[:, None]
+    accs = tl.sum(sout, axis=0)
+    res = tl.where(total == 0.0, 0.0, accs / total)
+    tl.store(out_ptr + (t * HQ + h) * D + offs_d, res.to(tl.bfloat16))
+
+
 CASES = [  # seq_lens, q_lens, Hkv, Hq, D, block size
     ([300, 77, 1, 140], [1, 3, 1, 20], 2, 16, 128, 16),
     ([64, 200, 33], [1, 1, 33], 1, 8, 128, 16),
     ([500, 41], [1, 9], 2, 8, 64, 64),
     ([129, 95, 256], [1, 16, 1], 4, 16, 128, 16),
+    # decode-only batches (vLLM's 3D kernel when q blocks x KV heads <= 128): out3d as well
+    ([1000, 257, 31, 4096], [1, 1, 1, 1], 2, 16, 128, 16),
+    ([2000, 600, 100], [1, 1, 1], 1, 8, 64, 64),
 ]
+NSEG = 16
 
 rng = np.random.default_rng(20261206)
 res = {}
@@ -119,6 +202,23 @@ for i, (seq_lens, q_lens, hkv, hq, d, bs) in enumerate(CASES):
                               float(ks[0]), float(vs[0]), float(scale), HQ=hq, G=g, D=d, BS=bs, HKV=hkv, MAXB=maxb,
                               TILE=tile, BLOCK_M=max(16, triton.next_power_of_2(g)))
         res[f"c{i}_out{tile}"] = out.cpu().view(torch.int16).numpy().view(np.uint16)
+    if all(ql == 1 for ql in q_lens):
+        segout = torch.zeros((T, hq, NSEG, d), dtype=torch.float32, device=dev)
+        segmax = torch.full((T, hq, NSEG), float("nan"), dtype=torch.float32, device=dev)
+        segsum = torch.full((T, hq, NSEG), float("nan"), dtype=torch.float32, device=dev)
+        args = dict(HQ=hq, D=d, TILE=16, NSEG=NSEG)
+        sl_d, ts_d = torch.tensor(seq_lens, dtype=torch.int32, device=dev), torch.from_numpy(tok_seq).to(dev)
+        attn3d_kernel[(T, hkv, NSEG)](segout, segmax, segsum, q.to(dev), torch.from_numpy(kc).to(dev),
+                                      torch.from_numpy(vc).to(dev), torch.from_numpy(bt).to(dev), sl_d, ts_d,
+                                      float(ks[0]), float(vs[0]), float(scale), G=g, BS=bs, HKV=hkv, MAXB=maxb,
+                                      BLOCK_M=max(16, triton.next_power_of_2(g)), **args)
+        out = torch.empty((T, hq, d), dtype=torch.bfloat16, device=dev)
+        reduce_kernel[(T, hq)](out, segout, segmax, segsum, sl_d, ts_d, **args)
+        res[f"c{i}_out3d"] = out.cpu().view(torch.int16).numpy().view(np.uint16)
+        res[f"c{i}_segout"] = segout.cpu().numpy()
+        res[f"c{i}_segmax"] = segmax.cpu().numpy()
+        res[f"c{i}_segsum"] = segsum.cpu().numpy()
+        print(f"case {i}: 3D (16 segments) vs 2D tile 16 bit-equal {np.mean(res[f'c{i}_out3d'] == res[f'c{i}_out16']):.4f}")
     res.update({f"c{i}_q": q.view(torch.int16).numpy().view(np.uint16), f"c{i}_kc": kc, f"c{i}_vc": vc, f"c{i}_bt": bt,
                 f"c{i}_sl": np.array(seq_lens, np.int32), f"c{i}_qsl": qsl, f"c{i}_ks": ks, f"c{i}_vs": vs})
     o16, o32 = res[f"c{i}_out16"], res[f"c{i}_out32"]
