@@ -129,11 +129,29 @@ TEST_CASE("diff --models: paged attention and cache-write outputs are matched to
     const io::MappedSafetensors em(f.expected), am(f.actual);
     std::string note;
     const auto rows = golden::model_distances(em, am, &note);
-    REQUIRE(rows.size() == 6);
-    CHECK(rows[0].name == conv);
+    REQUIRE(rows.size() == 9);  // six conventions and vLLM's Triton kernels forced three ways
     CHECK(rows[0].equal == rows[0].elements);
-    for (const auto& m : rows)
+    bool found = false;
+    for (const auto& m : rows) {
+      found = found || (m.name == conv && m.equal == m.elements);
       if (m.is_reference) CHECK(m.equal < m.elements);  // exact differs from the device's convention somewhere
+    }
+    CHECK(found);
+  }
+  {  // a decode-only batch: the golden model runs vLLM's 3D kernel; a device that ran the 2D kernel is named
+    const std::string base = "paged_attention convention=vllm-triton-unified seq-lens=600,40,3 q-lens=1,1,1 seed=7";
+    Files f(golden::make_golden(golden::parse_descriptor(base)),
+            result_of("paged_attention convention=vllm-triton-unified segments=0 seq-lens=600,40,3 q-lens=1,1,1 seed=7"),
+            "attn2d");
+    const io::MappedSafetensors em(f.expected), am(f.actual);
+    std::string note;
+    const auto rows = golden::model_distances(em, am, &note);
+    REQUIRE(rows.size() == 9);
+    CHECK(rows[0].name == "vllm-triton-unified segments=0");
+    CHECK(rows[0].equal == rows[0].elements);
+    for (const auto& m : rows) {
+      if (m.is_reference || m.name == "vllm-triton-unified segments=16") CHECK(m.equal < m.elements);
+    }
   }
   const std::string base = "kv_cache_write convention=exact seed=60";
   Files f(golden::make_golden(golden::parse_descriptor(base)), result_of("kv_cache_write convention=vllm-cuda seed=60"), "kv");

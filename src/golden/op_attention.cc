@@ -22,6 +22,7 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <tuple>
 
 #include "cpu/attention_fast.h"
 #include "fp8ref/attention.h"
@@ -485,8 +486,23 @@ OpInfo paged_attention_op() {
   };
   op.convention = [](const Descriptor& d) { return d.get("convention"); };
   op.models = [](const Descriptor& d) {  // which kernel's softmax and order a device output follows
-    return key_variants(d, "convention", {"exact", "vllm-paged-v1", "vllm-triton-unified", "flashinfer",
-                                          "torch-sdpa-math", "spyre"});
+    Descriptor base = d;  // (each convention with its own tile and launch)
+    base.set("tile", "0");
+    base.set("segments", "-1");
+    auto m = key_variants(base, "convention", {"exact", "vllm-paged-v1", "vllm-triton-unified", "flashinfer",
+                                               "torch-sdpa-math", "spyre"});
+    // vLLM's Triton kernels forced either way: the 2D kernel (tiles of 32, or 16), the 3D kernel (16 segments)
+    for (const auto& [name, segs, tile] : {std::tuple<const char*, const char*, const char*>{
+                                               "vllm-triton-unified segments=0", "0", "0"},
+                                           {"vllm-triton-unified segments=0 tile=16", "0", "16"},
+                                           {"vllm-triton-unified segments=16", "16", "0"}}) {
+      Descriptor x = base;
+      x.set("convention", "vllm-triton-unified");
+      x.set("segments", segs);
+      x.set("tile", tile);
+      m.emplace_back(name, x);
+    }
+    return m;
   };
   op.exact = [](const Descriptor& d, const Tensors& in) -> Tensors {
     const AttnCase c = parse_attn(d);
