@@ -803,14 +803,6 @@ void put_md(std::vector<uint8_t>& buf, size_t i, Format md, double x) {
   std::memcpy(&buf[i * es], &b, es);
 }
 
-float md_round(Format md, float x) {
-  if (md == Format::f32) return x;
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
-  b = static_cast<uint32_t>(ref::narrow(md, ref::narrow(Format::f32, b, md), Format::f32));
-  std::memcpy(&x, &b, 4);
-  return x;
-}
 
 }  // namespace
 
@@ -864,7 +856,7 @@ TEST_SUITE("attention") {
                       for (int64_t h = 0; h < H; ++h)
                         if (sidx(t, h) == g)
                           for (int64_t d = 0; d < D; ++d) amax = std::max(amax, std::fabs(md_at(kvsel ? v : k, (t * H + h) * D + d)));
-                    const float want = std::max(md_round(md, amax / (kvsel ? 100.0f : 200.0f)), md_round(md, 1e-5f));
+                    const float want = std::max(round_to(md, amax / (kvsel ? 100.0f : 200.0f)), round_to(md, 1e-5f));
                     CHECK((kvsel ? vs : ks)[static_cast<size_t>(g)] == want);
                   }
               std::vector<bool> written(static_cast<size_t>(s.cache.numel()), false);
@@ -882,7 +874,7 @@ TEST_SUITE("attention") {
                       switch (conv) {
                         case attn::StoreConvention::vllm_cuda: want = nearest_code(cf, x / sc, true); break;
                         case attn::StoreConvention::exact: want = nearest_code(cf, static_cast<long double>(x) / sc, false); break;
-                        default: want = nearest_code(cf, md_round(md, x / sc), false); break;
+                        default: want = nearest_code(cf, round_to(md, x / sc), false); break;
                       }
                       const uint8_t got = (kvsel ? vc : kc)[static_cast<size_t>(o)];
                       if (got != want && bad++ < 3)

@@ -18,7 +18,8 @@ c<i>_sl [B] int32, c<i>_qsl [B+1] int32, c<i>_ks/c<i>_vs [1] float32, c<i>_out16
 (bf16 bits: TILE 16 / 32). Decode-only cases also run vLLM's 3D split (16 segments of tiles of 16, each from M = -inf,
 L = 1, then its reduce_segments: out = sum_s acc_s·exp(M_s − max) / sum_s L_s·exp(M_s − max), 0 if that sum is 0):
 c<i>_out3d [T, Hq, D] uint16, and the segments' f32 results c<i>_segout [T, Hq, 16, D], c<i>_segmax / c<i>_segsum
-[T, Hq, 16] (NaN where a segment is past the sequence). tests/python/test_attention_triton_capture.py reads it.
+[T, Hq, 16] (NaN where a segment is past the sequence; tests/data keeps the inputs and outputs, not these, which
+served to try orders of the segment sum: every order gave the captured bf16 outputs). tests/python/test_attention_triton_capture.py reads it.
 """
 import os
 import sys
@@ -32,6 +33,32 @@ out_dir = os.environ.get("OUT", sys.argv[1] if len(sys.argv) > 1 else "triton_at
 os.makedirs(out_dir, exist_ok=True)
 dev = torch.device("cuda")
 print("torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(0), flush=True)
+
+
+@triton.jit
+def tile_step(Q, M, L, acc, j, last, b, kvh, kc_ptr, vc_ptr, bt_ptr, k_scale, v_scale, scale, D: tl.constexpr,
+              BS: tl.constexpr, HKV: tl.constexpr, MAXB: tl.constexpr, TILE: tl.constexpr):
+    # one tile of TILE keys (keys >= last masked): dequantize K/V to bf16, S = scale·Q·K^T, the online-softmax update
+    offs_d = tl.arange(0, D)
+    kpos = j * TILE + tl.arange(0, TILE)
+    kmask = kpos < last
+    page = tl.load(bt_ptr + b * MAXB + kpos // BS, mask=kmask, other=0)
+    base = ((page * BS + kpos % BS) * HKV + kvh) * D
+    K8 = tl.load(kc_ptr + base[None, :] + offs_d[:, None], mask=kmask[None, :], other=0)
+    V8 = tl.load(vc_ptr + base[:, None] + offs_d[None, :], mask=kmask[:, None], other=0)
+    K = (K8.to(tl.float8e4nv, bitcast=True).to(tl.float32) * k_scale).to(tl.bfloat16)
+    V = (V8.to(tl.float8e4nv, bitcast=True).to(tl.float32) * v_scale).to(tl.bfloat16)
+    S = scale * tl.dot(Q, K)
+    S = tl.where(kmask[None, :], S, float("-inf"))
+    m_j = tl.maximum(M, tl.max(S, axis=1))
+    m_j = tl.where(m_j > float("-inf"), m_j, 0.0)
+    P = tl.exp(S - m_j[:, None])
+    l_j = tl.sum(P, axis=1)
+    alpha = tl.exp(M - m_j)
+    acc = acc * alpha[:, None]
+    L = L * alpha + l_j
+    acc += tl.dot(P.to(tl.bfloat16), V)
+    return m_j, L, acc
 
 
 @triton.jit
@@ -53,27 +80,9 @@ def attn_kernel(out_ptr, q_ptr, kc_ptr, vc_ptr, bt_ptr, sl_ptr, tok_seq_ptr, tok
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     last = tl.minimum(qpos + 1, seq_len)  # keys [0, last) are visible
     num_tiles = (last + TILE - 1) // TILE
-    offs_t = tl.arange(0, TILE)
     for j in range(0, num_tiles):
-        kpos = j * TILE + offs_t
-        kmask = kpos < last
-        page = tl.load(bt_ptr + b * MAXB + kpos // BS, mask=kmask, other=0)
-        base = ((page * BS + kpos % BS) * HKV + kvh) * D
-        K8 = tl.load(kc_ptr + base[None, :] + offs_d[:, None], mask=kmask[None, :], other=0)
-        V8 = tl.load(vc_ptr + base[:, None] + offs_d[None, :], mask=kmask[:, None], other=0)
-        K = (K8.to(tl.float8e4nv, bitcast=True).to(tl.float32) * k_scale).to(tl.bfloat16)
-        V = (V8.to(tl.float8e4nv, bitcast=True).to(tl.float32) * v_scale).to(tl.bfloat16)
-        S = scale * tl.dot(Q, K)
-        S = tl.where(kmask[None, :], S, float("-inf"))
-        m_j = tl.maximum(M, tl.max(S, axis=1))
-        m_j = tl.where(m_j > float("-inf"), m_j, 0.0)
-        P = tl.exp(S - m_j[:, None])
-        l_j = tl.sum(P, axis=1)
-        alpha = tl.exp(M - m_j)
-        acc = acc * alpha[:, None]
-        L = L * alpha + l_j
-        M = m_j
-        acc += tl.dot(P.to(tl.bfloat16), V)
+        M, L, acc = tile_step(Q, M, L, acc, j, last, b, kvh, kc_ptr, vc_ptr, bt_ptr, k_scale, v_scale, scale, D, BS,
+                              HKV, MAXB, TILE)
     acc = acc / L[:, None]
     tl.store(out_ptr + (t * HQ + heads)[:, None] * D + offs_d[None, :], acc.to(tl.bfloat16), mask=row_ok[:, None])
 
@@ -101,27 +110,9 @@ def attn3d_kernel(segout_ptr, segmax_ptr, segsum_ptr, q_ptr, kc_ptr, vc_ptr, bt_
         L = tl.full([BLOCK_M], 1.0, tl.float32)
         acc = tl.zeros([BLOCK_M, D], tl.float32)
         num_tiles = (seq_len + TILE - 1) // TILE
-        offs_t = tl.arange(0, TILE)
         for j in range(seg * tps, tl.minimum((seg + 1) * tps, num_tiles)):
-            kpos = j * TILE + offs_t
-            kmask = kpos < seq_len
-            page = tl.load(bt_ptr + b * MAXB + kpos // BS, mask=kmask, other=0)
-            base = ((page * BS + kpos % BS) * HKV + kvh) * D
-            K8 = tl.load(kc_ptr + base[None, :] + offs_d[:, None], mask=kmask[None, :], other=0)
-            V8 = tl.load(vc_ptr + base[:, None] + offs_d[None, :], mask=kmask[:, None], other=0)
-            K = (K8.to(tl.float8e4nv, bitcast=True).to(tl.float32) * k_scale).to(tl.bfloat16)
-            V = (V8.to(tl.float8e4nv, bitcast=True).to(tl.float32) * v_scale).to(tl.bfloat16)
-            S = scale * tl.dot(Q, K)
-            S = tl.where(kmask[None, :], S, float("-inf"))
-            m_j = tl.maximum(M, tl.max(S, axis=1))
-            m_j = tl.where(m_j > float("-inf"), m_j, 0.0)
-            P = tl.exp(S - m_j[:, None])
-            l_j = tl.sum(P, axis=1)
-            alpha = tl.exp(M - m_j)
-            acc = acc * alpha[:, None]
-            L = L * alpha + l_j
-            M = m_j
-            acc += tl.dot(P.to(tl.bfloat16), V)
+            M, L, acc = tile_step(Q, M, L, acc, j, seq_len, b, kvh, kc_ptr, vc_ptr, bt_ptr, k_scale, v_scale, scale,
+                                  D, BS, HKV, MAXB, TILE)
         o = (t * HQ + heads) * NSEG + seg
         tl.store(segout_ptr + o[:, None] * D + offs_d[None, :], acc, mask=row_ok[:, None])
         tl.store(segmax_ptr + o, M, mask=row_ok)
