@@ -341,10 +341,10 @@ TEST_SUITE("convert") {
                           {"cuda-satfinite", Format::bf16, Format::e4m3fn},
                           {"cuda-satfinite", Format::f16, Format::e4m3fn},
                           {"cuda-satfinite", Format::bf16, Format::e5m2}};
-    // Under ASan (4 Mi elements per call on every SIMD target, scalar ones included: minutes) the sources and
-    // offsets that reach different code: f32, bf16 and f16 sources; a line-aligned start, 1 past, 1 short of the next.
-    const size_t ncases = FP8REF_TEST_ASAN ? 3 : std::size(cases);
-    const std::vector<size_t> offsets = FP8REF_TEST_ASAN ? std::vector<size_t>{0, 1, 63}
+    // Under ASan (4 Mi elements per call on every SIMD target, scalar ones included: minutes) the two source widths
+    // (f32, bf16) at a start 1 past a line and 1 short of the next: the head and tail around the streamed lines.
+    const size_t ncases = FP8REF_TEST_ASAN ? 2 : std::size(cases);
+    const std::vector<size_t> offsets = FP8REF_TEST_ASAN ? std::vector<size_t>{1, 63}
                                                          : std::vector<size_t>{0, 1, 31, 32, 33, 63};
     for (const Case& c : std::vector<Case>(cases, cases + ncases)) {
       const ConversionSpec s = conv(c.conv, c.to, c.from);
