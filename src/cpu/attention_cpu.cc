@@ -747,8 +747,8 @@ class Worker {
     const int64_t T = s_.tile_keys();
     // With S segments (vllm-triton-unified's 3D kernel) each row keeps S states; tile t0 updates the state of its
     // segment t0 / (tps·T), all of them starting at M = −inf, L = 1, acc = 0 (ref: row_triton_unified).
-    const int64_t S = fi ? 0 : s_.segments, n = seq_.seq_len;
-    const int64_t tps = S > 0 ? (n + S * T - 1) / (S * T) : 0, act = tps > 0 ? (n + tps * T - 1) / (tps * T) : 0;
+    const int64_t S = fi ? 0 : s_.segments, len = seq_.seq_len;
+    const int64_t tps = S > 0 ? (len + S * T - 1) / (S * T) : 0, act = tps > 0 ? (len + tps * T - 1) / (tps * T) : 0;
     if (S > 0)
       for (Row& r : rows_) {
         r.segM.assign(static_cast<size_t>(S), kNegInf);
