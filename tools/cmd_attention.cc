@@ -322,8 +322,8 @@ int attn_main(int argc, char** argv) {
   if (!(spec.softcap >= 0 && std::isfinite(spec.softcap)))
     throw InputError("--softcap must be >= 0 and finite (0: none), not '" + *args.get("--softcap") + "'");
   spec.torch_lanes = static_cast<int>(integer("--torch-lanes", 16, 1, 64));
-  spec.tile = integer("--tile", 0, 1, 4096);
-  spec.segments = integer("--segments", -1, 0, 4096);
+  spec.tile = integer("--tile", 0, 0, 4096);  // (0, -1: the defaults; attn::check_paged_attention says what else is valid)
+  spec.segments = integer("--segments", -1, -1, 4096);
   spec.v_from_k = args.has("--mla");
   spec.head_dim_v = integer("--head-dim-v", 0, 1, std::numeric_limits<int32_t>::max());
   const std::string backend = backend_of(args);

@@ -166,7 +166,10 @@ std::vector<double> fill_values(std::string_view text, size_t n, Format source, 
     const Format fmt = opt_format(f, text);
     const double mx = format_info(fmt).max_value;
     // 0.5·max to 1.25·max: the band where saturation policies and overflow ties differ (about 1/3 overflow)
-    for (auto& x : out) x = sign() * mx * (0.5 + 0.75 * rng.uniform());
+    for (auto& x : out) {  // (one draw per statement: operand order is unspecified, and compilers differ)
+      const double sg = sign();
+      x = sg * mx * (0.5 + 0.75 * rng.uniform());
+    }
   } else if (f.kind == "ties") {
     const auto vals = positive_values(opt_format(f, text));
     for (auto& x : out) {
@@ -185,7 +188,11 @@ std::vector<double> fill_values(std::string_view text, size_t n, Format source, 
         break;
       }
     }
-    for (auto& x : out) x = sign() * min_normal * std::ldexp(rng.uniform(), -static_cast<int>(rng.next() % 4));
+    for (auto& x : out) {
+      const double sg = sign();
+      const int ex = -static_cast<int>(rng.next() % 4);
+      x = sg * min_normal * std::ldexp(rng.uniform(), ex);
+    }
   } else if (f.kind == "ints") {
     const double mx = std::floor(opt_double(f, "max", 4, text, 0x1p52));
     const uint64_t span = static_cast<uint64_t>(2 * mx + 1);

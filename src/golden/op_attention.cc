@@ -295,9 +295,14 @@ Tensors make_attn_inputs(const Descriptor& d) {
   t.push_back(kc);
   if (!s.v_from_k) t.push_back(vc);
   std::vector<float> ks, vsc;
+  // (each draw its own statement: the order of a call's arguments is unspecified, and compilers differ)
+  auto scale = [&] {
+    const int e = -5 + static_cast<int>(rng.next() % 3);
+    return static_cast<float>(std::ldexp(1.0 + rng.uniform(), e));
+  };
   for (int64_t i = 0; i < c.n_scales; ++i) {
-    ks.push_back(static_cast<float>(std::ldexp(1.0 + rng.uniform(), -5 + static_cast<int>(rng.next() % 3))));
-    vsc.push_back(static_cast<float>(std::ldexp(1.0 + rng.uniform(), -5 + static_cast<int>(rng.next() % 3))));
+    ks.push_back(scale());
+    vsc.push_back(scale());
   }
   t.push_back(int_tensor("input.k_scale", io::DType::F32, {c.n_scales}, ks));
   if (!s.v_from_k) t.push_back(int_tensor("input.v_scale", io::DType::F32, {c.n_scales}, vsc));
@@ -474,7 +479,8 @@ OpInfo paged_attention_op() {
       {"scale-kind", "tensor", "tensor [1], head [Hkv], seq [B]"},
       {"torch-lanes", "16", "torch-sdpa-math/spyre: Vectorized<float> lanes (16 AVX512, 8 AVX2)"},
       {"tile", "0", "vllm-triton-unified/flashinfer: keys per online-softmax tile (0: the convention's)"},
-      {"segments", "-1", "vllm-triton-unified: 0 one pass (2D kernel), 16 the 3D decode kernel, -1 as vLLM picks"},
+      {"segments", "-1",
+       "vllm-triton-unified: 0 one pass (2D kernel), 2..64 segments (3D; vLLM: 16), -1 as vLLM picks"},
       {"seed", "1", "case seed"},
   };
   op.make_inputs = make_attn_inputs;

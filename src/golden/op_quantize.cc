@@ -194,7 +194,8 @@ io::Tensor random_scales(const QuantSpec& spec, const std::vector<int64_t>& shap
       }
       continue;
     }
-    const double v = std::ldexp(1.0 + rng.uniform(), static_cast<int>(rng.next() % 16) - 12);
+    const int ex = static_cast<int>(rng.next() % 16) - 12;  // (drawn first: argument order is unspecified)
+    const double v = std::ldexp(1.0 + rng.uniform(), ex);
     uint64_t vb;
     std::memcpy(&vb, &v, 8);
     const uint64_t bits = ref::narrow(Format::f64, vb, st);

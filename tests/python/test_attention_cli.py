@@ -224,11 +224,14 @@ def test_tile_option(fp8ref, tmp_path):
     rng = np.random.default_rng(11)
     attention_inputs(tmp_path, rng, [300, 77], [1, 9], 2, 8, 64, 16)
     outs = {}
-    for tile in (None, "32", "16"):
+    for tile in (None, "32", "16", "0"):
         r = run_attention(fp8ref, tmp_path, "vllm-triton-unified", extra=("--tile", tile) if tile else ())
         assert r.returncode == 0, r.stderr
         outs[tile] = np.load(tmp_path / "out.npy")
     assert np.array_equal(outs[None], outs["32"]) and not np.array_equal(outs["16"], outs["32"])
+    assert np.array_equal(outs[None], outs["0"])  # 0 and -1 name the defaults, as the messages say
+    r = run_attention(fp8ref, tmp_path, "vllm-triton-unified", extra=("--segments", "-1"))
+    assert r.returncode == 0 and np.array_equal(np.load(tmp_path / "out.npy"), outs[None]), r.stderr
     (tmp_path / "out.npy").unlink()
     for conv, extra, needle in (("vllm-triton-unified", ("--tile", "24"), "multiple of 16"),
                                 ("flashinfer", ("--tile", "512"), "multiple of 16"),
