@@ -151,6 +151,11 @@ TEST_CASE("diff --models: paged attention and cache-write outputs are matched to
     CHECK(rows[0].equal == rows[0].elements);
     for (const auto& m : rows) {
       if (m.is_reference || m.name == "vllm-triton-unified segments=16") CHECK(m.equal < m.elements);
+      if (m.is_reference) {  // the same pair as the diff's own report: the same largest distance (±0 one point)
+        const diff::DiffReport rep = diff::diff_files(em, am);
+        REQUIRE(rep.tensors.size() == 1);
+        CHECK(rep.tensors[0].metrics.max_ulp == m.max_ulp);
+      }
     }
   }
   const std::string base = "kv_cache_write convention=exact seed=60";

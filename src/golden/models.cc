@@ -30,12 +30,12 @@ io::Tensor copy_of(const io::TensorView& v) {
   return t;
 }
 
-// Sign-magnitude bits -> a monotone integer image of the value (the diff's ordered encoding; ±0 are neighbours
-// at distance 1 here, as they are distinct bit patterns).
+// Sign-magnitude bits -> a monotone integer image of the value, as the diff's own distances count (−0 and +0 the same
+// point, so a distance across zero is the same number in the models table as in the diff's report).
 int64_t ordered(uint64_t bits, int width) {
   const uint64_t sign = uint64_t{1} << (width - 1);
   const int64_t mag = static_cast<int64_t>(bits & (sign - 1));
-  return (bits & sign) ? -mag - 1 : mag;
+  return (bits & sign) ? -mag : mag;
 }
 
 bool is_special(Format f, uint64_t bits) {
