@@ -126,6 +126,9 @@ struct GemmVariant {
 // Logical scale shapes (row-major) for the spec and shape. sb: with cublas_sb_stride the 1-D buffer length.
 std::vector<int64_t> gemm_sa_shape(const ScaledMmSpec& s, const GemmShape& g);
 std::vector<int64_t> gemm_sb_shape(const ScaledMmSpec& s, const GemmShape& g);
+// The number of scales in those shapes.
+size_t gemm_sa_count(const ScaledMmSpec& s, const GemmShape& g);
+size_t gemm_sb_count(const ScaledMmSpec& s, const GemmShape& g);
 // The effective f32-kblock block size (kblock or the default).
 int gemm_kblock(const ScaledMmSpec& s);
 

@@ -135,6 +135,17 @@ std::vector<int64_t> gemm_sb_shape(const ScaledMmSpec& s, const GemmShape& g) {
   return {};
 }
 
+namespace {
+size_t count_of(const std::vector<int64_t>& shape) {
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+}  // namespace
+
+size_t gemm_sa_count(const ScaledMmSpec& s, const GemmShape& g) { return count_of(gemm_sa_shape(s, g)); }
+size_t gemm_sb_count(const ScaledMmSpec& s, const GemmShape& g) { return count_of(gemm_sb_shape(s, g)); }
+
 void check_scaled_mm(const ScaledMmSpec& s, const GemmShape& g) {
   for (Format f : {s.fa, s.fb})
     if (f != Format::e4m3fn && f != Format::e5m2)
@@ -189,13 +200,8 @@ void check_scaled_mm_operands(const ScaledMmSpec& s, const GemmShape& g, const u
   if ((s.bias != BiasMode::none) != (bias != nullptr))
     throw InputError(s.bias != BiasMode::none ? "scaled_mm: bias mode " + std::string(to_string(s.bias)) + " needs a bias"
                                               : std::string("scaled_mm: a bias given with bias mode none"));
-  auto count = [](const std::vector<int64_t>& shape) {
-    size_t n = 1;
-    for (int64_t d : shape) n *= static_cast<size_t>(d);
-    return n;
-  };
-  check_gemm_scales(s, sa, count(gemm_sa_shape(s, g)), "scaled_mm sa");
-  check_gemm_scales(s, sb, count(gemm_sb_shape(s, g)), "scaled_mm sb");
+  check_gemm_scales(s, sa, gemm_sa_count(s, g), "scaled_mm sa");
+  check_gemm_scales(s, sb, gemm_sb_count(s, g), "scaled_mm sb");
 }
 
 std::vector<GemmVariant> gemm_model_variants(const ScaledMmSpec& base) {

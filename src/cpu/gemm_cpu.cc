@@ -989,12 +989,6 @@ bool any_special_scale(const ScaledMmSpec& s, const float* v, size_t n) {
   return false;
 }
 
-size_t count(const std::vector<int64_t>& shape) {
-  size_t n = 1;
-  for (int64_t d : shape) n *= static_cast<size_t>(d);
-  return n;
-}
-
 // Whether any of the n codes is special (sp: the 256-entry table of ref::value_of's non-finite codes). The NaN/Inf
 // codes of e4m3fn (0x7F, 0xFF) and e5m2 (0x7C..0x7F, 0xFC..0xFF) are (c & mask) == mask; the table decides which
 // mask applies, and the scan is a branch-free OR that the compiler vectorises.
@@ -1037,8 +1031,8 @@ void fix_specials(const ScaledMmSpec& s, const GemmShape& g, const uint8_t* a, c
   }
   for (uint8_t v : row_a) any |= v != 0;
   for (uint8_t v : row_b) any |= v != 0;
-  const bool inf_scale = any_special_scale(s, sa, count(gemm_sa_shape(s, g))) ||
-                         any_special_scale(s, sb, count(gemm_sb_shape(s, g)));
+  const bool inf_scale = any_special_scale(s, sa, gemm_sa_count(s, g)) ||
+                         any_special_scale(s, sb, gemm_sb_count(s, g));
   if (inf_scale) {
     ref::scaled_mm(s, g, a, bt, sa, sb, bias, out);
     return;
@@ -1098,8 +1092,8 @@ void scaled_mm(const ScaledMmSpec& spec, const GemmShape& g, const uint8_t* a, c
 void scaled_bmm(const ScaledMmSpec& spec, const GemmShape& g, const BmmOperands& bo, const uint8_t* a,
                 const uint8_t* bt, const float* sa, const float* sb, const float* bias, void* out) {
   const size_t es = spec.out == Format::f32 ? 4 : 2;
-  const int64_t sa_n = static_cast<int64_t>(count(gemm_sa_shape(spec, g)));
-  const int64_t sb_n = static_cast<int64_t>(count(gemm_sb_shape(spec, g)));
+  const int64_t sa_n = static_cast<int64_t>(gemm_sa_count(spec, g));
+  const int64_t sb_n = static_cast<int64_t>(gemm_sb_count(spec, g));
   for (int64_t b = 0; b < bo.batch; ++b)
     scaled_mm(spec, g, a + b * g.M * g.K, bt + (bo.b_batched ? b * g.N * g.K : 0), sa + (bo.sa_batched ? b * sa_n : 0),
               sb + (bo.sb_batched ? b * sb_n : 0), bias,

@@ -1201,15 +1201,7 @@ void scaled_mm_fast_bound(const ScaledMmSpec& spec, const GemmShape& g, const ui
   std::vector<uint8_t> aa(a, a + M * K), ba(bt, bt + N * K);
   for (uint8_t& c : aa) c &= 0x7F;
   for (uint8_t& c : ba) c &= 0x7F;
-  const size_t nsa = [&] {
-    size_t n = 1;
-    for (int64_t d : gemm_sa_shape(spec, g)) n *= static_cast<size_t>(d);
-    return n;
-  }(), nsb = [&] {
-    size_t n = 1;
-    for (int64_t d : gemm_sb_shape(spec, g)) n *= static_cast<size_t>(d);
-    return n;
-  }();
+  const size_t nsa = gemm_sa_count(spec, g), nsb = gemm_sb_count(spec, g);
   std::vector<float> saa(sa, sa + nsa), sba(sb, sb + nsb);
   float min_sa = std::numeric_limits<float>::infinity(), min_sb = min_sa;
   for (float& s : saa) {
