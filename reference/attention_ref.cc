@@ -524,8 +524,8 @@ void triton_reduce_segments(const float* M, const float* L, const float* acc, in
   for (int64_t s = 0; s < act; ++s) w[static_cast<size_t>(s)] = exp_sleef(M[s] - m);
   auto butterfly = [&](auto term) {  // slot i + slot i + n/2, halving n
     for (int64_t s = 0; s < S; ++s) v[static_cast<size_t>(s)] = s < act ? term(s) : 0.0f;
-    for (int64_t n = S; n > 1; n /= 2)
-      for (int64_t i = 0; i < n / 2; ++i) v[static_cast<size_t>(i)] = v[static_cast<size_t>(i)] + v[static_cast<size_t>(i + n / 2)];
+    for (size_t n = static_cast<size_t>(S); n > 1; n /= 2)
+      for (size_t i = 0; i < n / 2; ++i) v[i] = v[i] + v[i + n / 2];
     return v[0];
   };
   const float den = butterfly([&](int64_t s) { return L[s] * w[static_cast<size_t>(s)]; });

@@ -174,16 +174,21 @@ void for_each_row(const PagedProblem& p, Fn fn) {
 
 // f32 values of query row (row, h) and of cache codes.
 float q_val(const PagedProblem& p, int64_t row, int64_t h, int64_t d) {
-  return static_cast<float>(md_value(p.spec.q_format, p.q, static_cast<size_t>((row * p.spec.num_q_heads + h) * p.spec.cache.head_dim + d)));
+  const int64_t i = (row * p.spec.num_q_heads + h) * p.spec.cache.head_dim + d;
+  return static_cast<float>(md_value(p.spec.q_format, p.q, static_cast<size_t>(i)));
 }
 float k_code(const PagedProblem& p, int64_t b, int64_t j, int64_t kvh, int64_t d) {
-  return static_cast<float>(fp8_value(p.spec.cache.format, p.kd[b][static_cast<size_t>((j * p.spec.cache.num_kv_heads + kvh) * p.spec.cache.head_dim + d)]));
+  const int64_t i = (j * p.spec.cache.num_kv_heads + kvh) * p.spec.cache.head_dim + d;
+  return static_cast<float>(fp8_value(p.spec.cache.format, p.kd[static_cast<size_t>(b)][static_cast<size_t>(i)]));
 }
 float v_code(const PagedProblem& p, int64_t b, int64_t j, int64_t kvh, int64_t d) {
   if (p.spec.v_from_k) return k_code(p, b, j, kvh, d);  // MLA: V is the first Dv dims of K
-  return static_cast<float>(fp8_value(p.spec.cache.format, p.vd[b][static_cast<size_t>((j * p.spec.cache.num_kv_heads + kvh) * p.spec.dv() + d)]));
+  const int64_t i = (j * p.spec.cache.num_kv_heads + kvh) * p.spec.dv() + d;
+  return static_cast<float>(fp8_value(p.spec.cache.format, p.vd[static_cast<size_t>(b)][static_cast<size_t>(i)]));
 }
-float v_scale(const PagedProblem& p, int64_t si) { return p.spec.v_from_k ? p.ks[static_cast<size_t>(si)] : p.vs[static_cast<size_t>(si)]; }
+float v_scale(const PagedProblem& p, int64_t si) {
+  return p.spec.v_from_k ? p.ks[static_cast<size_t>(si)] : p.vs[static_cast<size_t>(si)];
+}
 
 // vllm-paged-v1, re-implemented densely from the steps in attention.h (gather first, then the formula).
 void check_paged_v1(PagedProblem& p) {

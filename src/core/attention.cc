@@ -99,7 +99,8 @@ AttnSpec resolve_triton_launch(const AttnSpec& spec, const AttnArgs& a) {
   while (block_m < G) block_m *= 2;
   const int64_t block_q = block_m / G;
   int64_t max_q = 0;
-  for (int64_t b = 0; b < a.num_seqs; ++b) max_q = std::max<int64_t>(max_q, a.query_start_loc[b + 1] - a.query_start_loc[b]);
+  for (int64_t b = 0; b < a.num_seqs; ++b)
+    max_q = std::max<int64_t>(max_q, a.query_start_loc[b + 1] - a.query_start_loc[b]);
   const bool two_d = max_q > 1 || (a.num_tokens / block_q + a.num_seqs) * s.cache.num_kv_heads > 128;
   s.segments = two_d ? 0 : 16;
   return s;

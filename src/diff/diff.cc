@@ -340,8 +340,8 @@ struct Rounder {
     }
   }
   // exact.* an input value of format `source` (OpInfo::exact_source: a conversion): only intermediates a device
-  // would round a value of that format to before the target — none from a 16-bit source (its f16 <-> bf16 roundings only match by chance, e.g.
-  // next to the smallest subnormal), f16 and bf16 from an f32 one.
+  // would round a value of that format to before the target — none from a 16-bit source (its f16 <-> bf16 roundings
+  // only match by chance, e.g. next to the smallest subnormal), f16 and bf16 from an f32 one.
   void restrict_to_source(Format source) {
     if (source == Format::f16 || source == Format::bf16) via.clear();
     if (source == Format::f32) via.erase(std::remove(via.begin(), via.end(), Format::f32), via.end());
