@@ -383,11 +383,15 @@ void triton_online(const HeadCtx& c, const std::vector<float>& q, int64_t lo, in
   }
 }
 
-void row_triton_unified(const HeadCtx& c, const std::vector<float>& q, int64_t lo, int64_t hi, void* out, int64_t oidx) {
+void row_triton_unified(const HeadCtx& c, const std::vector<float>& q, int64_t i, int64_t lo, int64_t hi, void* out,
+                        int64_t oidx) {
   const int64_t S = c.spec.segments, Dv = c.Dv;
   std::vector<float> res(static_cast<size_t>(Dv));
+  // the state the kernel starts a pass from: M = -inf, L = 1; or M = 0, L = 0 after a first tile it walks in vain
+  auto zero = [&](int64_t seg) { return triton_starts_at_zero(c.spec, c.seq.seq_len, c.seq.q_len, i, lo, hi, seg); };
   if (S <= 0) {  // one pass (the 2D kernel)
-    float M = kNegInf, L = 1.0f;
+    const bool z = zero(-1);
+    float M = z ? 0.0f : kNegInf, L = z ? 0.0f : 1.0f;
     std::vector<float> acc(static_cast<size_t>(Dv), 0.0f);
     triton_online(c, q, lo, hi, M, L, acc.data());
     for (int64_t d = 0; d < Dv; ++d) res[static_cast<size_t>(d)] = acc[static_cast<size_t>(d)] / L;
@@ -396,9 +400,11 @@ void row_triton_unified(const HeadCtx& c, const std::vector<float>& q, int64_t l
     const int64_t tps = (n + S * T - 1) / (S * T), act = tps > 0 ? (n + tps * T - 1) / (tps * T) : 0;
     std::vector<float> M(static_cast<size_t>(S), kNegInf), L(static_cast<size_t>(S), 1.0f),
         acc(static_cast<size_t>(S * Dv), 0.0f);
-    for (int64_t s = 0; s < act; ++s)
+    for (int64_t s = 0; s < act; ++s) {
+      if (zero(s)) M[static_cast<size_t>(s)] = L[static_cast<size_t>(s)] = 0.0f;
       triton_online(c, q, std::max(lo, s * tps * T), std::min(hi, (s + 1) * tps * T - 1), M[static_cast<size_t>(s)],
                     L[static_cast<size_t>(s)], acc.data() + s * Dv);
+    }
     triton_reduce_segments(M.data(), L.data(), acc.data(), S, act, Dv, res.data());
   }
   for (int64_t d = 0; d < Dv; ++d) store_out(c.spec.out_format, out, oidx + d, res[static_cast<size_t>(d)]);
@@ -495,7 +501,7 @@ void paged_attention_head(const AttnSpec& spec, const AttnArgs& args, int64_t b,
     switch (spec.convention) {
       case AttnConvention::exact: row_exact(c, q, lo, hi, args.out, oidx, nullptr); break;
       case AttnConvention::vllm_paged_v1: row_vllm_paged_v1(c, q, lo, hi, args.out, oidx); break;
-      case AttnConvention::vllm_triton_unified: row_triton_unified(c, q, lo, hi, args.out, oidx); break;
+      case AttnConvention::vllm_triton_unified: row_triton_unified(c, q, i, lo, hi, args.out, oidx); break;
       case AttnConvention::flashinfer: row_flashinfer(c, q, lo, hi, args.out, oidx); break;
       case AttnConvention::torch_sdpa_math:
       case AttnConvention::spyre: row_torch_math(c, q, lo, hi, args.out, oidx); break;

@@ -143,7 +143,7 @@ float round_to(Format t, float x) {
 }
 
 // Compares output element (row, h, d) of p with RN_out(want); counts and reports a difference.
-void expect_out(const PagedProblem& p, int64_t row, int64_t h, int64_t d, float want, int* bad) {
+void expect_out(const PagedProblem& p, int64_t row, int64_t h, int64_t d, float want, int* bad, bool say = true) {
   const AttnSpec& s = p.spec;
   uint8_t buf[8] = {};
   uint32_t wb;
@@ -152,7 +152,7 @@ void expect_out(const PagedProblem& p, int64_t row, int64_t h, int64_t d, float 
   std::memcpy(buf, &o, sizeof buf);
   const size_t e = p.out_elem();
   const uint8_t* got = &p.out[static_cast<size_t>((row * s.num_q_heads + h) * s.dv()) * e + static_cast<size_t>(d) * e];
-  if (std::memcmp(got, buf, e) != 0 && (*bad)++ < 5)
+  if (std::memcmp(got, buf, e) != 0 && (*bad)++ < 5 && say)
     MESSAGE("row " << row << " h " << h << " d " << d << ": " << test::out_value(s.out_format, got) << " vs "
                    << test::out_value(s.out_format, buf));
 }
@@ -234,34 +234,53 @@ std::vector<std::vector<int64_t>> tiles_of(const std::vector<int64_t>& js, int64
 // vllm-triton-unified, re-implemented densely from vLLM's kernel_unified_attention_2d as attention.h states it
 // (pac b.3): deq_md K/V, S = RN32(sm)·dot, Triton's soft-cap formula, online softmax over T-key tiles from M = −inf,
 // L = 1, acc = 0; unnormalized P rounded to md before P·V; acc / L at the end.
-// With segments (vLLM's 3D decode kernel, pac b.3.3): the keys split into S runs of cdiv(seq_len, S·T) tiles, each
-// run from M = −inf, L = 1, acc = 0, merged as reduce_segments: w_s = exp(M_s − max M), Σ L_s·w_s and Σ acc_s·w_s in
-// Triton's butterfly order (slot i with slot i + n/2, n halving), the quotient (0 for a zero denominator). Segments −1:
-// vLLM's choice per batch (3D with 16 segments for a decode-only batch of at most 128 query blocks × KV heads).
-void check_triton_unified(PagedProblem& p) {
+// The tiles are the ones vLLM's programs walk, each step as the kernel writes it (masked logits −inf; m_j =
+// max(M, max S), then where(m_j > −inf, m_j, 0); P = exp(S − m_j), 0 for a masked key; α = exp(M − m_j)): one
+// program per q block of BLOCK_Q query rows (BLOCK_M = 16 or the power of two >= G rows), tiles up to the block's
+// longest prefix cdiv(min(ctx + qlo + (BLOCK_M − 1) // G + 1, seq_len), T); with a sliding window the 2D kernel starts
+// at the tile of the block's first allowed key ctx + qlo − window_left and ends after that of its last query.
+// With segments (vLLM's 3D decode kernel, pac b.3.3): segment s walks tiles [s·tps, (s+1)·tps) (tps = cdiv(seq_len,
+// S·T); none past the sequence), each from M = −inf, L = 1, acc = 0, merged as reduce_segments: w_s = exp(M_s − max M),
+// Σ L_s·w_s and Σ acc_s·w_s in Triton's butterfly order (slot i with slot i + n/2, n halving), the quotient (0 for a
+// zero denominator). Segments −1: vLLM's choice per batch (3D with 16 segments for a decode-only batch of at most 128
+// query blocks × KV heads). guard = false drops the where(m_j > −inf, m_j, 0) step (as if M stayed −inf: a mutant
+// the guard tests must tell apart). Returns the number of outputs that differ from p.out.
+int check_triton_unified(PagedProblem& p, bool guard = true) {
   const AttnSpec& s = p.spec;
   const int64_t Dk = s.cache.head_dim, Dv = s.dv(), Hkv = s.cache.num_kv_heads, G = s.num_q_heads / Hkv;
   const float sm = static_cast<float>(s.scale()), cap = static_cast<float>(s.softcap);
+  const int64_t block_m = G <= 16 ? 16 : int64_t{1} << static_cast<int>(std::ceil(std::log2(static_cast<double>(G))));
+  const int64_t block_q = block_m / G;
   int64_t S = s.segments;
   if (S < 0) {
-    const int64_t block_m = G <= 16 ? 16 : int64_t{1} << static_cast<int>(std::ceil(std::log2(static_cast<double>(G))));
     const int64_t max_q = *std::max_element(p.q_lens.begin(), p.q_lens.end());
-    S = max_q <= 1 && (p.T / (block_m / G) + p.B) * Hkv <= 128 ? 16 : 0;
+    S = max_q <= 1 && (p.T / block_q + p.B) * Hkv <= 128 ? 16 : 0;
   }
   const int64_t T = s.tile > 0 ? s.tile : S > 0 ? 16 : 32;
   int bad = 0;
   for_each_row(p, [&](int64_t b, int64_t row, int64_t h, int64_t kvh, int64_t si, const std::vector<int64_t>& all) {
     const int64_t n = p.seq_lens[b], tps = S > 0 ? (n + S * T - 1) / (S * T) : 0;
     const int64_t nseg = S > 0 ? (n + tps * T - 1) / (tps * T) : 1;
+    // the program's q block and the tiles it walks
+    const int64_t i = row - p.qsl[b], qlo = i / block_q * block_q, qhi = std::min(qlo + (block_m - 1) / G, p.q_lens[b] - 1);
+    const int64_t ctx = s.causal == attn::Causal::top_left ? 0 : n - p.q_lens[b];
+    const int64_t prefix = s.causal == attn::Causal::none ? n : std::min(ctx + qlo + (block_m - 1) / G + 1, n);
+    const int64_t num_tiles = (prefix + T - 1) / T;
     std::vector<float> segM, segL;
     std::vector<std::vector<float>> segAcc;
     for (int64_t sg = 0; sg < nseg; ++sg) {
-    std::vector<int64_t> js;
-    for (int64_t j : all)
-      if (S == 0 || j / (tps * T) == sg) js.push_back(j);
+    int64_t t_begin = S > 0 ? sg * tps : 0, t_end = S > 0 ? std::min((sg + 1) * tps, num_tiles) : num_tiles;
+    if (S == 0 && s.window_left >= 0) {
+      const int64_t first = ctx + qlo - s.window_left, last = ctx + qhi;
+      t_begin = std::max<int64_t>(0, first / T);  // (C division: a negative first gives 0 either way)
+      t_end = std::min(last / T + 1, num_tiles);
+    }
     float M = -INFINITY, L = 1.0f;
     std::vector<float> acc(static_cast<size_t>(Dv), 0.0f);
-    for (const std::vector<int64_t>& tile : tiles_of(js, T)) {
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      std::vector<int64_t> tile;  // the tile's visible keys (the rest: S = −inf, P = 0)
+      for (int64_t j : all)
+        if (j / T == t) tile.push_back(j);
       std::vector<float> S;
       for (int64_t j : tile) {
         float dot = 0;
@@ -275,7 +294,9 @@ void check_triton_unified(PagedProblem& p) {
       }
       float mj = M;
       for (float x : S) mj = std::max(mj, x);
-      const float alpha = M == -INFINITY ? 0.0f : attn::ref::exp_sleef(M - mj);
+      if (!(mj > -INFINITY) && guard) mj = 0.0f;  // where(m_j > -inf, m_j, 0)
+      if (mj == -INFINITY) continue;             // (the mutant: nothing seen yet, the state stays)
+      const float alpha = attn::ref::exp_sleef(M - mj);
       std::vector<float> P;
       float lj = 0;
       for (float x : S) {
@@ -296,7 +317,7 @@ void check_triton_unified(PagedProblem& p) {
     segAcc.push_back(acc);
     }
     if (S == 0) {
-      for (int64_t d = 0; d < Dv; ++d) expect_out(p, row, h, d, segAcc[0][static_cast<size_t>(d)] / segL[0], &bad);
+      for (int64_t d = 0; d < Dv; ++d) expect_out(p, row, h, d, segAcc[0][static_cast<size_t>(d)] / segL[0], &bad, guard);
       return;
     }
     float mx = -INFINITY;
@@ -317,10 +338,10 @@ void check_triton_unified(PagedProblem& p) {
       std::vector<float> num_terms;
       for (size_t sg = 0; sg < segM.size(); ++sg) num_terms.push_back(segAcc[sg][static_cast<size_t>(d)] * w[sg]);
       const float num = tree(num_terms);
-      expect_out(p, row, h, d, den == 0.0f ? 0.0f : num / den, &bad);
+      expect_out(p, row, h, d, den == 0.0f ? 0.0f : num / den, &bad, guard);
     }
   });
-  CHECK(bad == 0);
+  return bad;
 }
 
 // flashinfer, re-implemented densely from FlashInfer's decode kernel as attention.h states it (pac b.4): the K
@@ -479,9 +500,71 @@ TEST_SUITE("attention") {
             attn::ref::paged_attention(p.spec, p.args());
             check_flashinfer(p);
           } else {
-            check_triton_unified(p);
+            CHECK(check_triton_unified(p) == 0);
           }
         }
+  }
+
+  TEST_CASE("vllm-triton-unified with a sliding window: vLLM's where(m_j > -inf, m_j, 0) guard, 2D and 3D") {
+    // Rows whose first walked tile holds none of their keys: in the 2D kernel the rows of a q block after its first
+    // (the block starts at the first row's window), in the 3D kernel every segment before the window. With logits
+    // below 0 (K codes made positive, q negative) the guard's M = 0 shows in the bits.
+    struct Case {
+      std::string name;
+      AttnSpec spec;
+      std::vector<int64_t> seq_lens, q_lens;
+      int64_t window, tile, segs;
+      bool out_f32 = false;  // (the 3D reduce's other max changes bf16 outputs rarely: f32 shows it)
+    };
+    const Case cases[] = {
+        {"g1-prefill", base_spec(16, 1, 1, 64), {200, 90, 33}, {40, 1, 33}, 37, 0, -1},
+        {"g4-prefill", base_spec(16, 2, 8, 64), {150, 260}, {9, 1}, 20, 0, -1},
+        {"g4-prefill-tile16", base_spec(64, 2, 8, 64), {150, 260}, {9, 1}, 20, 16, -1},
+        {"decode-3d", base_spec(16, 2, 8, 64), {700, 300, 5}, {1, 1, 1}, 100, 0, -1},
+        {"decode-3d-g16-outf32", base_spec(64, 1, 16, 128), {900}, {1}, 63, 0, -1, true},
+        {"prefill-forced-3d", base_spec(16, 1, 4, 64), {260, 70}, {30, 1}, 45, 0, 4},
+    };
+    uint64_t seed = 900;
+    for (const Case& k : cases)
+      for (bool negative : {false, true}) {
+        CAPTURE(k.name);
+        CAPTURE(negative);
+        AttnSpec s = k.spec;
+        s.convention = AttnConvention::vllm_triton_unified;
+        s.window_left = k.window;
+        s.tile = k.tile;
+        s.segments = k.segs;
+        if (k.out_f32) s.out_format = Format::f32;
+        PagedProblem p = test::random_problem(s, k.seq_lens, k.q_lens, seed++, false);
+        if (negative) {  // every dot product <= 0: K codes positive (NaN codes stay NaN), q negative
+          for (uint8_t& c : p.kc) c &= 0x7F;
+          for (std::vector<uint8_t>& kd : p.kd)
+            for (uint8_t& c : kd) c &= 0x7F;
+          const size_t e = static_cast<size_t>(format_info(s.q_format).bits / 8);
+          for (size_t i = e - 1; i < p.q.size(); i += e) p.q[i] |= 0x80;
+        }
+        // the guard applies to some rows (and not to all)
+        const AttnSpec rs = attn::resolve_triton_launch(p.spec, p.args());
+        int starts = 0, rows = 0;
+        for (int64_t b = 0; b < p.B; ++b)
+          for (int64_t i = 0; i < p.q_lens[b]; ++i) {
+            const int64_t n = p.seq_lens[b], qpos = n - p.q_lens[b] + i;
+            const int64_t lo = std::max<int64_t>(0, qpos - k.window);
+            for (int64_t sg = rs.segments > 0 ? 0 : -1; sg < std::max<int64_t>(rs.segments, 0); ++sg, ++rows)
+              starts += attn::triton_starts_at_zero(rs, n, p.q_lens[b], i, lo, qpos, sg);
+          }
+        CHECK(starts > 0);
+        CHECK(starts < rows);
+        attn::ref::paged_attention(p.spec, p.args());
+        PagedProblem pc = p;
+        std::fill(pc.out.begin(), pc.out.end(), uint8_t{0xCD});
+        attn::cpu::paged_attention(pc.spec, pc.args());
+        CHECK(pc.out == p.out);
+        CHECK(check_triton_unified(p) == 0);
+        // the mutant without the guard (fp8ref before 0.3.0): the same bits unless the logits are negative
+        const int without = check_triton_unified(p, false);
+        if (negative) CHECK(without > 0);
+      }
   }
 
   TEST_CASE("cpu == reference bit for bit, every convention and configuration; no NaN read from unused slots") {

@@ -27,7 +27,7 @@
 
 namespace fp8ref::cli {
 
-constexpr const char* kVersion = "0.2.0";
+constexpr const char* kVersion = "0.3.0";
 
 struct Command {
   const char* name;

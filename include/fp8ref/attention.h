@@ -74,15 +74,18 @@
 // vllm-triton-unified (vllm/attention/ops/triton_unified_attention.py kernel_unified_attention_2d; pac b.3, c.3)
 //   k̂, v̂ = deq_md; l_j = RN32(RN32(sm_scale)·dot(q, k̂_j)); soft-cap: l = RN32(RN32(cap·RN32(p1 − p2)) / RN32(p1 +
 //   p2)) with p1 = exp(RN32(l/cap)), p2 = exp(−RN32(l/cap)) (Triton apply_softcap). Online over tiles of T keys
-//   (T = AttnSpec::tile, 32 by default: [Tt, Tt+T) of the sequence; tiles with no visible key skipped); M = −inf,
-//   L = 1, acc = 0; per tile:
+//   (T = AttnSpec::tile, 32 by default: [Tt, Tt+T) of the sequence; a tile with no visible key changes nothing
+//   once M is finite); M = −inf, L = 1, acc = 0 — or M = 0, L = 0 where the first tile vLLM's kernel walks for the
+//   row holds no visible key (triton_starts_at_zero: vLLM's where(m_j > −inf, m_j, 0) guard, with a sliding
+//   window); per tile:
 //     m' = max(M, max l_j); P_j = exp(RN32(l_j − m')); α = exp(RN32(M − m'))  (M = −inf: α = 0)
 //     acc_d = RN32(acc_d·α); t_d = Σ_tile RN_md(P_j)·v̂_jd (fma from +0); acc_d = RN32(acc_d + t_d)
 //     L = RN32(RN32(L·α) + Σ_tile P_j (f32 from +0, in order)); M = m'
 //   out = RN_out(RN32(acc_d / L))
 //   With S segments (AttnSpec::segments; vLLM's 3D decode kernel): tps = cdiv(seq_len, S·T) tiles per segment,
 //   act = cdiv(seq_len, tps·T) segments hold keys; segment s runs the steps above over the tiles [s·tps, (s+1)·tps)
-//   from M = −inf, L = 1, acc = 0, giving (M_s, L_s, acc_s) (a segment where the row sees no key stays at those);
+//   from M = −inf, L = 1, acc = 0 (M = 0, L = 0 where its first tile holds no visible key: the guard above), giving
+//   (M_s, L_s, acc_s) (a segment whose tiles the kernel does not walk stays at −inf, 1, 0);
 //   then m = max_{s<act} M_s; w_s = exp(RN32(M_s − m)); den = Σ RN32(L_s·w_s), num_d = Σ RN32(acc_s,d·w_s), both
 //   over the S slots (0 for s >= act) in Triton's butterfly order (slot i + slot i + S/2, then the halves of that,
 //   ...); out = RN_out(den == 0 ? 0 : RN32(num_d / den)).
@@ -312,6 +315,14 @@ void check_paged_attention(const AttnSpec& spec, const AttnArgs& args);
 // replaced by vLLM's choice (AttnSpec::segments); other conventions' specs unchanged. Both backends run the resolved
 // spec.
 AttnSpec resolve_triton_launch(const AttnSpec& spec, const AttnArgs& args);
+// vllm-triton-unified (a resolved spec): whether vLLM's kernel starts query row i (0-based in a sequence of seq_len
+// keys and q_len queries; visible keys [lo, hi]) from M = 0, L = 0 instead of M = −inf, L = 1 — in its one pass
+// (segment < 0: the 2D kernel) or in segment `segment` of the 3D kernel. That is so when the first tile the kernel
+// walks there holds none of the row's visible keys: its where(m_j > −inf, m_j, 0) guard sets M = 0 (and L, acc = 0).
+// The 2D kernel walks the tiles of the row's q block (BLOCK_Q rows): with a sliding window from the tile of the
+// block's first allowed key; the 3D kernel walks tiles [s·tps, (s+1)·tps) up to the block's causal end.
+bool triton_starts_at_zero(const AttnSpec& spec, int64_t seq_len, int64_t q_len, int64_t i, int64_t lo, int64_t hi,
+                           int64_t segment);
 
 // The derived bound of the exact convention's f64 path (see "exact" above) for one output element.
 double bound_exact_f64(int64_t dk, int64_t n_keys, double sm_scale, double max_abs_qk_sum, double max_abs_v,

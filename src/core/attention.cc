@@ -9,6 +9,12 @@
 namespace fp8ref::attn {
 
 namespace {
+// vLLM unified_attention's q block: BLOCK_M = 16 if G <= 16 else next_power_of_2(G) rows; BLOCK_Q = BLOCK_M // G.
+int64_t triton_block_m(int64_t G) {
+  int64_t block_m = 16;
+  while (block_m < G) block_m *= 2;
+  return block_m;
+}
 
 template <typename E, size_t N>
 bool parse_named(std::string_view s, const char* const (&names)[N], E* out) {
@@ -95,15 +101,39 @@ AttnSpec resolve_triton_launch(const AttnSpec& spec, const AttnArgs& a) {
   // vLLM unified_attention: BLOCK_M = 16 if G <= 16 else next_power_of_2(G); BLOCK_Q = BLOCK_M // G;
   // total_num_q_blocks = T // BLOCK_Q + num_seqs; the 2D kernel if max_seqlen_q > 1 or blocks · Hkv > 128.
   const int64_t G = s.num_q_heads / s.cache.num_kv_heads;
-  int64_t block_m = 16;
-  while (block_m < G) block_m *= 2;
-  const int64_t block_q = block_m / G;
+  const int64_t block_q = triton_block_m(G) / G;
   int64_t max_q = 0;
   for (int64_t b = 0; b < a.num_seqs; ++b)
     max_q = std::max<int64_t>(max_q, a.query_start_loc[b + 1] - a.query_start_loc[b]);
   const bool two_d = max_q > 1 || (a.num_tokens / block_q + a.num_seqs) * s.cache.num_kv_heads > 128;
   s.segments = two_d ? 0 : 16;
   return s;
+}
+
+bool triton_starts_at_zero(const AttnSpec& s, int64_t seq_len, int64_t q_len, int64_t i, int64_t lo, int64_t hi,
+                           int64_t segment) {
+  if (s.convention != AttnConvention::vllm_triton_unified) return false;
+  const int64_t T = s.tile_keys(), G = s.num_q_heads / s.cache.num_kv_heads;
+  const int64_t block_m = triton_block_m(G), block_q = block_m / G;
+  // the row's q block: query rows [qlo, qlo + (BLOCK_M − 1) // G], positions from its first row's
+  const int64_t qlo = i / block_q * block_q, base = s.causal == Causal::top_left ? 0 : seq_len - q_len;
+  const int64_t prefix = s.causal == Causal::none ? seq_len : std::min(base + qlo + (block_m - 1) / G + 1, seq_len);
+  const int64_t num_tiles = (prefix + T - 1) / T;
+  int64_t ta = 0, tb = num_tiles;
+  if (segment < 0) {  // kernel_unified_attention_2d: sliding-window tile pruning over the block's rows
+    if (s.window_left >= 0) {
+      const int64_t qhi = std::min(qlo + (block_m - 1) / G, q_len - 1);
+      const int64_t first = base + qlo - s.window_left, last = base + qhi;
+      ta = first > 0 ? first / T : 0;
+      tb = std::min(last / T + 1, num_tiles);
+    }
+  } else {  // kernel_unified_attention_3d: segment `segment` of S, tps tiles each (none past the sequence)
+    const int64_t tps = (seq_len + s.segments * T - 1) / (s.segments * T);
+    if (segment * tps * T >= seq_len) return false;
+    ta = segment * tps;
+    tb = std::min((segment + 1) * tps, num_tiles);
+  }
+  return ta < tb && (ta * T + T - 1 < lo || ta * T > hi);
 }
 
 void check_kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& a) {

@@ -746,15 +746,25 @@ class Worker {
     // A softmax tile of T keys (AttnSpec::tile, a multiple of 16): its dot products come from T/16 K tiles of 16.
     const int64_t T = s_.tile_keys();
     // With S segments (vllm-triton-unified's 3D kernel) each row keeps S states; tile t0 updates the state of its
-    // segment t0 / (tps·T), all of them starting at M = −inf, L = 1, acc = 0 (ref: row_triton_unified).
+    // segment t0 / (tps·T), all of them starting at M = −inf, L = 1, acc = 0 or at the guard's M = 0, L = 0 (ref:
+    // row_triton_unified).
     const int64_t S = fi ? 0 : s_.segments, len = seq_.seq_len;
     const int64_t tps = S > 0 ? (len + S * T - 1) / (S * T) : 0, act = tps > 0 ? (len + tps * T - 1) / (tps * T) : 0;
-    if (S > 0)
-      for (Row& r : rows_) {
+    // where the kernel's first tile holds none of the row's keys, a pass starts from M = 0, L = 0 (the guard)
+    auto zero = [&](const Row& r, int64_t seg) {
+      return triton_starts_at_zero(s_, len, seq_.q_len, r.i, r.lo, r.hi, seg);
+    };
+    for (Row& r : rows_) {
+      if (S > 0) {
         r.segM.assign(static_cast<size_t>(S), kNegInf);
         r.segL.assign(static_cast<size_t>(S), 1.0f);
         r.segAcc.assign(static_cast<size_t>(S * Dv_), 0.0f);
+        for (int64_t sg = 0; sg < act; ++sg)
+          if (zero(r, sg)) r.segM[static_cast<size_t>(sg)] = r.segL[static_cast<size_t>(sg)] = 0.0f;
+      } else if (zero(r, -1)) {
+        r.M = r.L = 0.0f;
       }
+    }
     std::vector<float> x(static_cast<size_t>(T)), p(static_cast<size_t>(T));
     vt_.resize(static_cast<size_t>(Dv_ * T));
     for (int64_t t0 = (std::max<int64_t>(ulo, 0) / T) * T; t0 <= uhi; t0 += T) {
