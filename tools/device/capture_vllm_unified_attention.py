@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Run vLLM's own Triton unified attention (vllm/attention/ops/triton_unified_attention.py) on the GPU, on batches
+with sliding windows, for fp8ref's `vllm-triton-unified` convention (tests/python/test_attention_vllm_capture.py).
+
+vLLM is not installed on the device machine and its code is not part of fp8ref: give the path of that one file (read
+at vLLM commit 001ceb3) as the first argument or in $VLLM_TUA. The file imports vllm.logger, vllm.platforms and
+vllm.triton_utils; small stand-ins are put in sys.modules (a logger, fp8_dtype() = float8_e4m3fn, Triton itself).
+vLLM's own `unified_attention` launches the kernels, so its choice of kernel (2D for any prefill or more than 128
+query blocks x KV heads, else 3D with 16 segments and reduce_segments) is vLLM's. One mend at the launch: at 001ceb3
+the 2D kernel's parameters are named USE_MM_PREFIX / mm_prefix_ranges while unified_attention passes USE_PREFIX_LM /
+prefix_lens_ptr to it; the kernel object is wrapped to rename them (False / 0: no prefix-LM here).
+
+Every case runs twice: on its random inputs ("pos": logits of both signs), and with every K code made positive and q
+negative ("neg": every logit <= 0), where vLLM's where(m_j > -inf, m_j, 0) guard, which a row meets when the first
+tile its program walks holds none of its keys, shows in the bits.
+
+Writes $OUT/vllm_unified_attention.npz: per case c<i>: _q [T, Hq, D] uint16 (bf16 bits), _kc/_vc [nb, bs, Hkv, D]
+uint8 e4m3fn codes (NHD; unused slots 0x7F, a NaN code), _bt [B, maxb] int32 (-1 past a sequence's pages), _sl [B],
+_qsl [B+1] int32, _ks/_vs [1] float32, _runs [R, 2] int32 (per run: window_left, softcap·1000), _out<r>_pos /
+_out<r>_neg [T, Hq, D] uint16 (bf16 bits of run r). The neg inputs are derived: kc & 0x7F, vc unchanged, q | 0x8000.
+"""
+import importlib.util
+import logging
+import os
+import sys
+import types
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("VLLM_TUA", "")
+if not os.path.isfile(path):
+    sys.exit("give the path of vLLM's triton_unified_attention.py (argument or $VLLM_TUA)")
+out_dir = os.environ.get("OUT", "vllm_attn_capture")
+os.makedirs(out_dir, exist_ok=True)
+dev = torch.device("cuda")
+print("torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(0), flush=True)
+
+# stand-ins for the three vllm modules the file imports
+for name in ("vllm", "vllm.logger", "vllm.platforms", "vllm.triton_utils"):
+    sys.modules[name] = types.ModuleType(name)
+sys.modules["vllm.logger"].init_logger = logging.getLogger
+sys.modules["vllm.platforms"].current_platform = types.SimpleNamespace(fp8_dtype=lambda: torch.float8_e4m3fn)
+sys.modules["vllm.triton_utils"].tl = tl
+sys.modules["vllm.triton_utils"].triton = triton
+spec = importlib.util.spec_from_file_location("vllm_tua", path)
+tua = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tua)
+
+kernel_2d = tua.kernel_unified_attention_2d
+if "USE_MM_PREFIX" in kernel_2d.arg_names:  # the 001ceb3 name mismatch (see above)
+    class Renamed2D:
+        def __getitem__(self, grid):
+            def launch(**kw):
+                kw["USE_MM_PREFIX"] = kw.pop("USE_PREFIX_LM")
+                prefix = kw.pop("prefix_lens_ptr")
+                kw["mm_prefix_ranges"] = 0 if prefix is None else prefix
+                return kernel_2d[grid](**kw)
+            return launch
+    tua.kernel_unified_attention_2d = Renamed2D()
+used = []  # which kernel each case ran
+for kname in ("kernel_unified_attention_2d", "kernel_unified_attention_3d"):
+    inner = getattr(tua, kname)
+
+    class Spy:
+        def __init__(self, inner, kname):
+            self.inner, self.kname = inner, kname
+
+        def __getitem__(self, grid):
+            used.append(self.kname[-2:])
+            return self.inner[grid]
+    setattr(tua, kname, Spy(inner, kname))
+
+CASES = [  # seq_lens, q_lens, Hkv, Hq, D, block size, runs: (window_left (-1: none), softcap)
+    ([200, 90, 33], [40, 1, 33], 2, 2, 64, 16, [(37, 0.0)]),               # G = 1: q blocks of 16 rows
+    ([150, 260], [9, 1], 2, 8, 64, 64, [(20, 0.0)]),                       # G = 4: 4 rows a block
+    ([700, 300, 5, 1500], [1, 1, 1, 1], 2, 16, 64, 16, [(100, 0.0)]),      # decode: 3D, segments before the window
+    ([900, 64], [1, 1], 1, 16, 128, 64, [(63, 0.0)]),                      # decode, G = 16
+    (list(range(60, 300, 20)), [1] * 12, 8, 64, 32, 16, [(50, 0.0)]),     # decode, 144 blocks x KV heads: 2D
+    ([300, 77, 1, 140], [1, 3, 1, 20], 2, 16, 128, 16, [(45, 30.0), (-1, 0.0)]),  # mixed: soft-cap; no window
+]
+rng = np.random.default_rng(20261206)
+res = {}
+for i, (seq_lens, q_lens, hkv, hq, d, bs, runs) in enumerate(CASES):
+    B = len(seq_lens)
+    need = [(s + bs - 1) // bs for s in seq_lens]
+    nb = sum(need) + 3
+    perm = rng.permutation(nb).astype(np.int32)
+    maxb = max(need) + 4  # (the kernels read table entries up to the end of a tile, past the sequence's pages)
+    bt = np.full((B, maxb), -1, np.int32)
+    kc = np.full((nb, bs, hkv, d), 0x7F, np.uint8)
+    vc = np.full((nb, bs, hkv, d), 0x7F, np.uint8)
+    nxt = 0
+    for b in range(B):
+        for p in range(need[b]):
+            bt[b, p] = perm[nxt]
+            nxt += 1
+        for arr in (kc, vc):
+            vals = torch.tensor(rng.normal(0, 3, (seq_lens[b], hkv, d)), dtype=torch.float32)
+            codes = vals.to(torch.float8_e4m3fn).view(torch.uint8).numpy()
+            for j in range(seq_lens[b]):
+                arr[bt[b, j // bs], j % bs] = codes[j]
+    qsl = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+    T = int(qsl[-1])
+    q16 = torch.tensor(rng.normal(0, 1, (T, hq, d)), dtype=torch.float32).to(torch.bfloat16).view(torch.int16)
+    q16 = q16.numpy().view(np.uint16)
+    ks = np.array([np.ldexp(rng.uniform(1, 2), -int(rng.integers(3, 6)))], np.float32)
+    vs = np.array([np.ldexp(rng.uniform(1, 2), -int(rng.integers(3, 6)))], np.float32)
+    res.update({f"c{i}_q": q16, f"c{i}_kc": kc, f"c{i}_vc": vc, f"c{i}_bt": bt,
+                f"c{i}_sl": np.array(seq_lens, np.int32), f"c{i}_qsl": qsl, f"c{i}_ks": ks, f"c{i}_vs": vs,
+                f"c{i}_runs": np.array([[w, int(round(c * 1000))] for w, c in runs], np.int32)})
+    for (r, (window, cap)), variant in ((rc, v) for rc in enumerate(runs) for v in ("pos", "neg")):
+        kv = kc if variant == "pos" else kc & 0x7F
+        qv = q16 if variant == "pos" else q16 | 0x8000
+        q = torch.from_numpy(qv.view(np.int16)).view(torch.bfloat16).to(dev)
+        k = torch.from_numpy(kv).to(dev).view(torch.float8_e4m3fn)
+        v = torch.from_numpy(vc).to(dev).view(torch.float8_e4m3fn)
+        out = torch.empty((T, hq, d), dtype=torch.bfloat16, device=dev)
+        used.clear()
+        tua.unified_attention(
+            q=q, k=k, v=v, out=out, cu_seqlens_q=torch.from_numpy(qsl).to(dev), max_seqlen_q=max(q_lens),
+            seqused_k=torch.tensor(seq_lens, dtype=torch.int32, device=dev), max_seqlen_k=max(seq_lens),
+            softmax_scale=float(1.0 / np.sqrt(d)), causal=True, window_size=(window, 0) if window >= 0 else (-1, -1),
+            block_table=torch.from_numpy(bt).to(dev), softcap=cap, q_descale=None,
+            k_descale=torch.from_numpy(ks).to(dev), v_descale=torch.from_numpy(vs).to(dev))
+        torch.cuda.synchronize()
+        o = out.cpu().view(torch.int16).numpy().view(np.uint16)
+        assert not np.any((o & 0x7F80) == 0x7F80), "a NaN/Inf output: a read outside the valid keys?"
+        res[f"c{i}_out{r}_{variant}"] = o
+        print(f"case {i} run {r} {variant}: kernels {used}, T {T}, Hq {hq}, D {d}, window {window}, cap {cap}",
+              flush=True)
+
+np.savez_compressed(os.path.join(out_dir, "vllm_unified_attention.npz"), **res)
+print("wrote", sorted(res)[:6], "...", sum(a.nbytes for a in res.values()), "bytes raw", flush=True)
