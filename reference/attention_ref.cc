@@ -31,6 +31,7 @@
 #include "fp8ref/attention.h"
 #include "fp8ref/convert.h"
 #include "fp8ref/error.h"
+#include "fp8ref/triton_div.h"
 
 namespace fp8ref::attn {
 
@@ -410,37 +411,91 @@ void row_triton_unified(const HeadCtx& c, const std::vector<float>& q, int64_t i
   for (int64_t d = 0; d < Dv; ++d) store_out(c.spec.out_format, out, oidx + d, res[static_cast<size_t>(d)]);
 }
 
-void row_flashinfer(const HeadCtx& c, const std::vector<float>& q, int64_t lo, int64_t hi, void* out, int64_t oidx) {
+// FlashInfer's online state (state_t: m, d, o) and its merge(other_o, other_m, other_d = 1) as nvcc compiles it:
+// m' = max(m, s); f1 = exp2(max(m − m', −inf)), f2 = exp2(max(s − m', −inf)) (fmaxf: a NaN difference of two −inf
+// gives −inf); d = fma(d, f1, f2); o = fma(o, f1, RN32(v·f2)).
+struct FiState {
+  float m = kNegInf, d = 1.0f;
+  std::vector<float> o;
+  explicit FiState(int64_t dv) : o(static_cast<size_t>(dv), 0.0f) {}
+  void merge(const std::vector<float>& v, float s) {
+    auto ex2 = [](float x) { return exp2_sleef(std::isnan(x) ? kNegInf : x); };
+    const float mp = m;
+    m = std::max(mp, s);
+    const float f1 = ex2(mp - m), f2 = ex2(s - m);
+    d = std::fma(d, f1, f2);
+    for (size_t i = 0; i < o.size(); ++i) o[i] = std::fma(o[i], f1, v[i] * f2);
+  }
+  // normalize(): o·rcp(d) (0 for d = 0), and the base-2 log-sum-exp m + lg2(d)
+  void normalize() {
+    const float r = d > 0.0f ? mufu_rcp(d) : 0.0f;
+    for (float& x : o) x = x * r;
+  }
+  float lse() const { return m + static_cast<float>(std::log2(static_cast<double>(d))); }
+};
+
+// The flashinfer pass over the row's visible keys [lo, hi] within [a0, a1), tiles of T from a0, into st (m, d, o
+// unnormalized; m = −inf, d = 0 where it sees no key).
+void flashinfer_pass(const HeadCtx& c, const std::vector<float>& q, int64_t lo, int64_t hi, int64_t a0, int64_t a1,
+                     FiState& st) {
   const float c1 = static_cast<float>(c.spec.scale() * static_cast<double>(c.sk));
   const float c2 = c1 * 1.44269504088896340736f;
-  std::vector<float> kf(static_cast<size_t>(c.Dk)), o(static_cast<size_t>(c.Dv), 0.0f);
-  float m = kNegInf, dsum = 1.0f;
-  const int64_t T = c.spec.tile_keys();
-  std::vector<float> s(static_cast<size_t>(T));
-  for (int64_t t0 = (lo / T) * T; t0 <= hi; t0 += T) {
-    const int64_t a = std::max(lo, t0), e = std::min(hi, t0 + T - 1);
-    float mt = m;
+  const int64_t T = c.spec.tile_keys(), first = std::max(lo, a0), last = std::min(hi, a1 - 1);
+  std::vector<float> kf(static_cast<size_t>(c.Dk)), s(static_cast<size_t>(T));
+  if (first > last) {  // no visible key: FlashInfer's masked tiles leave m = −inf and scale d to 0
+    st.d = 0.0f;
+    return;
+  }
+  for (int64_t t0 = a0 + (first - a0) / T * T; t0 <= last; t0 += T) {
+    const int64_t a = std::max(first, t0), e = std::min(last, t0 + T - 1);
+    float mt = st.m;
     for (int64_t j = a; j <= e; ++j) {
       const uint8_t* k = c.krow(j);
       for (int64_t d = 0; d < c.Dk; ++d) kf[static_cast<size_t>(d)] = c.code(k[d]);
       s[static_cast<size_t>(j - a)] = dot_f32(q.data(), kf.data(), c.Dk) * c2;
       mt = std::max(mt, s[static_cast<size_t>(j - a)]);
     }
-    const float sc = m == kNegInf ? 0.0f : exp2_sleef(m - mt);
-    for (int64_t d = 0; d < c.Dv; ++d) o[static_cast<size_t>(d)] = o[static_cast<size_t>(d)] * sc;
-    dsum = dsum * sc;
+    const float sc = st.m == kNegInf ? 0.0f : exp2_sleef(st.m - mt);
+    for (float& x : st.o) x = x * sc;
+    st.d = st.d * sc;
     for (int64_t j = a; j <= e; ++j) {
       const float p = exp2_sleef(s[static_cast<size_t>(j - a)] - mt);
-      dsum = dsum + p;
+      st.d = st.d + p;
       const uint8_t* v = c.vrow(j);
-      for (int64_t d = 0; d < c.Dv; ++d) o[static_cast<size_t>(d)] = std::fma(p, c.code(v[d]), o[static_cast<size_t>(d)]);
+      for (int64_t d = 0; d < c.Dv; ++d) st.o[static_cast<size_t>(d)] = std::fma(p, c.code(v[d]), st.o[static_cast<size_t>(d)]);
     }
-    m = mt;
+    st.m = mt;
   }
-  for (int64_t d = 0; d < c.Dv; ++d) {
-    float r = round_to(c.spec.out_format, o[static_cast<size_t>(d)] / dsum);
-    if (c.sv != 1.0f) r = round_to(c.spec.out_format, r * c.sv);
-    store_out(c.spec.out_format, out, oidx + d, r);
+}
+
+void row_flashinfer(const HeadCtx& c, const std::vector<float>& q, int64_t lo, int64_t hi, void* out, int64_t oidx) {
+  const int64_t n = c.seq.seq_len, C = c.spec.kv_chunk, Dv = c.Dv;
+  const Format of = c.spec.out_format;
+  FiState res(Dv);
+  if (C <= 0 || n <= C) {  // one pass
+    flashinfer_pass(c, q, lo, hi, 0, n, res);
+    res.normalize();
+  } else {  // split-KV: chunk outputs in the output dtype with their lse, merged in L lanes, then across the lanes
+    const int64_t nc = (n + C - 1) / C, L = 128 / (Dv / std::max<int64_t>(8, Dv / 32));
+    std::vector<FiState> lane(static_cast<size_t>(L), FiState(Dv));
+    for (int64_t ch = 0; ch < nc; ++ch) {
+      FiState st(Dv);
+      flashinfer_pass(c, q, lo, hi, ch * C, std::min(n, ch * C + C), st);
+      st.normalize();  // (m = −inf: o = 0 and lse = −inf, as FlashInfer's OutputTransform and get_lse give)
+      for (float& x : st.o) x = round_to(of, x);
+      lane[static_cast<size_t>(ch % L)].merge(st.o, st.m == kNegInf ? kNegInf : st.lse());
+    }
+    for (FiState& st : lane) {
+      st.normalize();
+      for (float& x : st.o) x = round_to(of, x);
+      res.merge(st.o, st.lse());
+    }
+    res.normalize();
+  }
+  for (int64_t d = 0; d < Dv; ++d) {
+    float r = round_to(of, res.o[static_cast<size_t>(d)]);
+    if (c.sv != 1.0f) r = round_to(of, r * c.sv);
+    store_out(of, out, oidx + d, r);
   }
 }
 
@@ -517,9 +572,14 @@ void paged_attention(const AttnSpec& spec, const AttnArgs& args, double* exact_o
   if (spec.convention == AttnConvention::fast && args.out)
     throw InputError("the reference has no fast attention convention (not bit-exact; its golden is exact's with a "
                      "bound); use the cpu backend");
-  const AttnSpec rs = resolve_triton_launch(spec, args);
+  const AttnSpec rs = resolve_launch(spec, args);
   for (int64_t b = 0; b < args.num_seqs; ++b)
     for (int64_t h = 0; h < rs.num_q_heads; ++h) paged_attention_head(rs, args, b, h, exact_out);
+}
+
+float mufu_rcp(float y) {
+  const uint32_t b = bits_of(y);
+  return std::ldexp(fp8ref::ref::triton_nv_rcp_mantissa(b & 0x7FFFFFu), 127 - static_cast<int>(b >> 23));
 }
 
 void triton_reduce_segments(const float* M, const float* L, const float* acc, int64_t S, int64_t act, int64_t dv,

@@ -346,37 +346,89 @@ int check_triton_unified(PagedProblem& p, bool guard = true) {
 
 // flashinfer, re-implemented densely from FlashInfer's decode kernel as attention.h states it (pac b.4): the K
 // scale folded into the softmax scale (sm·sk in double, then ·log2 e in f32), raw codes in the dot, base-2 online
-// softmax over T-key tiles from m = −inf, d = 1, o = 0 with f32 probabilities; o / d rounded to the output dtype, then
-// ·sv in the output dtype.
+// softmax over T-key tiles from m = −inf, d = 1, o = 0 with f32 probabilities; o·rcp(d) (OutputTransform, rcp the
+// GPU's MUFU.RCP) rounded to the output dtype, then ·sv in the output dtype.
+// Split-KV (kv_chunk C > 0, or FlashInfer's plan for −1, and a sequence longer than C): every chunk of C keys is such a
+// pass (tiles from the chunk's start; m = −inf, d = 0, o = 0 where it sees no key), its o·rcp(d) rounded to the output
+// dtype and its lse = m + log2(d) (−inf without a key); PersistentVariableLengthMergeStatesKernel merges them in
+// L = 128 / (Dv / max(8, Dv/32)) lanes (chunk c to lane c % L, in order) with state_t::merge(v, s, 1) — m' = max(m,
+// s), f1 = exp2(m − m'), f2 = exp2(s − m') (a NaN difference counts −inf), d = fma(d, f1, f2), o = fma(o, f1, v·f2) —
+// then normalizes each lane (o·rcp(d), d > 0), rounds it to the output dtype, and merges the lanes in order the same
+// way (threadblock_sync_state) before the last o·rcp(d).
 void check_flashinfer(PagedProblem& p) {
   const AttnSpec& s = p.spec;
-  const int64_t Dk = s.cache.head_dim, Dv = s.dv();
+  const int64_t Dk = s.cache.head_dim, Dv = s.dv(), T = s.tile_keys();
+  const int64_t C = s.kv_chunk >= 0 ? s.kv_chunk : attn::flashinfer_plan_chunk(s, p.args());
+  const int64_t L = 128 / (Dv / std::max<int64_t>(8, Dv / 32));
+  auto ex2 = [](float x) { return attn::ref::exp2_sleef(std::isnan(x) ? -INFINITY : x); };
+  struct St {
+    float m = -INFINITY, d = 1.0f;
+    std::vector<float> o;
+  };
+  auto merge = [&](St& st, const std::vector<float>& v, float sc) {
+    const float mp = st.m;
+    st.m = std::max(mp, sc);
+    const float f1 = ex2(mp - st.m), f2 = ex2(sc - st.m);
+    st.d = std::fma(st.d, f1, f2);
+    for (size_t i = 0; i < st.o.size(); ++i) st.o[i] = std::fma(st.o[i], f1, v[i] * f2);
+  };
+  auto out_of = [&](const St& st) {  // o·rcp(d), 0 for d = 0, in the output dtype
+    std::vector<float> v(st.o.size());
+    const float r = st.d > 0 ? attn::ref::mufu_rcp(st.d) : 0.0f;
+    for (size_t i = 0; i < v.size(); ++i) v[i] = round_to(s.out_format, st.o[i] * r);
+    return v;
+  };
+  auto lse = [](const St& st) { return st.m + static_cast<float>(std::log2(static_cast<double>(st.d))); };
   int bad = 0;
   for_each_row(p, [&](int64_t b, int64_t row, int64_t h, int64_t kvh, int64_t si, const std::vector<int64_t>& js) {
     const float c2 = static_cast<float>(s.scale() * static_cast<double>(p.ks[si])) * static_cast<float>(M_LOG2E);
-    float m = -INFINITY, den = 1.0f;
-    std::vector<float> o(static_cast<size_t>(Dv), 0.0f);
-    for (const std::vector<int64_t>& tile : tiles_of(js, s.tile_keys())) {
-      std::vector<float> S;
-      float mj = m;
-      for (int64_t j : tile) {
-        float dot = 0;
-        for (int64_t d = 0; d < Dk; ++d) dot = std::fma(q_val(p, row, h, d), k_code(p, b, j, kvh, d), dot);
-        S.push_back(dot * c2);
-        mj = std::max(mj, S.back());
+    const int64_t n = p.seq_lens[b], cs = C > 0 && n > C ? C : std::max<int64_t>(n, 1), nc = (n + cs - 1) / cs;
+    std::vector<St> chunk(static_cast<size_t>(std::max<int64_t>(nc, 1)));
+    for (int64_t c = 0; c < static_cast<int64_t>(chunk.size()); ++c) {
+      St& st = chunk[static_cast<size_t>(c)];
+      st.o.assign(static_cast<size_t>(Dv), 0.0f);
+      std::vector<std::vector<int64_t>> tiles;  // the chunk's visible keys by tile, tiles from the chunk's start
+      for (int64_t j : js)
+        if (j / cs == c) {
+          if (tiles.empty() || (tiles.back().front() - c * cs) / T != (j - c * cs) / T) tiles.emplace_back();
+          tiles.back().push_back(j);
+        }
+      if (tiles.empty()) st.d = 0.0f;  // (every tile masked: d scaled to 0, m stays −inf)
+      for (const std::vector<int64_t>& tile : tiles) {
+        std::vector<float> S;
+        float mj = st.m;
+        for (int64_t j : tile) {
+          float dot = 0;
+          for (int64_t d = 0; d < Dk; ++d) dot = std::fma(q_val(p, row, h, d), k_code(p, b, j, kvh, d), dot);
+          S.push_back(dot * c2);
+          mj = std::max(mj, S.back());
+        }
+        const float a = attn::ref::exp2_sleef(st.m - mj);
+        for (float& x : st.o) x *= a;
+        st.d *= a;
+        for (size_t k = 0; k < tile.size(); ++k) {
+          const float pj = attn::ref::exp2_sleef(S[k] - mj);
+          st.d += pj;
+          for (int64_t d = 0; d < Dv; ++d) st.o[static_cast<size_t>(d)] = std::fma(pj, v_code(p, b, tile[k], kvh, d), st.o[static_cast<size_t>(d)]);
+        }
+        st.m = mj;
       }
-      const float a = attn::ref::exp2_sleef(m - mj);
-      for (float& x : o) x *= a;
-      den *= a;
-      for (size_t n = 0; n < tile.size(); ++n) {
-        const float pj = attn::ref::exp2_sleef(S[n] - mj);
-        den += pj;
-        for (int64_t d = 0; d < Dv; ++d) o[static_cast<size_t>(d)] = std::fma(pj, v_code(p, b, tile[n], kvh, d), o[static_cast<size_t>(d)]);
-      }
-      m = mj;
+    }
+    std::vector<float> res;
+    if (chunk.size() == 1) {
+      res = out_of(chunk[0]);
+    } else {
+      std::vector<St> lane(static_cast<size_t>(L));
+      for (St& st : lane) st.o.assign(static_cast<size_t>(Dv), 0.0f);
+      for (size_t c = 0; c < chunk.size(); ++c)
+        merge(lane[c % static_cast<size_t>(L)], out_of(chunk[c]), chunk[c].m == -INFINITY ? -INFINITY : lse(chunk[c]));
+      St all;
+      all.o.assign(static_cast<size_t>(Dv), 0.0f);
+      for (const St& st : lane) merge(all, out_of(st), lse(st));
+      res = out_of(all);
     }
     for (int64_t d = 0; d < Dv; ++d) {
-      const float od = round_to(s.out_format, o[static_cast<size_t>(d)] / den);
+      const float od = res[static_cast<size_t>(d)];
       expect_out(p, row, h, d, v_scale(p, si) == 1.0f ? od : od * v_scale(p, si), &bad);
     }
   });
@@ -460,6 +512,7 @@ TEST_SUITE("attention") {
       AttnConvention conv;
       int64_t tile, segs;
       bool cap;
+      int64_t kv_chunk = -1;  // flashinfer: -1 as FlashInfer plans
     };
     const Launch launches[] = {{AttnConvention::vllm_triton_unified, 0, -1, true},  // as vLLM picks
                                {AttnConvention::vllm_triton_unified, 16, 0, true},
@@ -467,7 +520,10 @@ TEST_SUITE("attention") {
                                {AttnConvention::vllm_triton_unified, 0, 4, false},
                                {AttnConvention::vllm_triton_unified, 32, 16, false},
                                {AttnConvention::flashinfer, 0, -1, false},
-                               {AttnConvention::flashinfer, 32, -1, false}};
+                               {AttnConvention::flashinfer, 32, -1, false},
+                               {AttnConvention::flashinfer, 0, -1, false, 0},
+                               {AttnConvention::flashinfer, 0, -1, false, 40},
+                               {AttnConvention::flashinfer, 32, -1, false, 16}};
     size_t ci = 0;
     for (Config c : cs)
       for (double cap : {0.0, 5.0})
@@ -484,7 +540,9 @@ TEST_SUITE("attention") {
           c.spec.softcap = cap;
           c.spec.tile = tile;
           c.spec.segments = segs;
+          c.spec.kv_chunk = l.kv_chunk;
           CAPTURE(segs);
+          CAPTURE(l.kv_chunk);
           PagedProblem p = test::random_problem(c.spec, c.seq_lens, c.q_lens, seed++, c.csr);
           attn::ref::paged_attention(p.spec, p.args());
           {  // the cpu backend: bit for bit the reference, with this tile
@@ -544,7 +602,7 @@ TEST_SUITE("attention") {
           for (size_t i = e - 1; i < p.q.size(); i += e) p.q[i] |= 0x80;
         }
         // the guard applies to some rows (and not to all)
-        const AttnSpec rs = attn::resolve_triton_launch(p.spec, p.args());
+        const AttnSpec rs = attn::resolve_launch(p.spec, p.args());
         int starts = 0, rows = 0;
         for (int64_t b = 0; b < p.B; ++b)
           for (int64_t i = 0; i < p.q_lens[b]; ++i) {

@@ -129,7 +129,7 @@ TEST_CASE("diff --models: paged attention and cache-write outputs are matched to
     const io::MappedSafetensors em(f.expected), am(f.actual);
     std::string note;
     const auto rows = golden::model_distances(em, am, &note);
-    REQUIRE(rows.size() == 9);  // six conventions and vLLM's Triton kernels forced three ways
+    REQUIRE(rows.size() == 11);  // six conventions, vLLM's Triton kernels forced three ways, FlashInfer's split two
     CHECK(rows[0].equal == rows[0].elements);
     bool found = false;
     for (const auto& m : rows) {
@@ -137,6 +137,20 @@ TEST_CASE("diff --models: paged attention and cache-write outputs are matched to
       if (m.is_reference) CHECK(m.equal < m.elements);  // exact differs from the device's convention somewhere
     }
     CHECK(found);
+  }
+  {  // a decode batch FlashInfer splits (chunks of 128 keys on H100/H200): a device that ran one pass is named
+    const std::string base = "paged_attention convention=flashinfer seq-lens=600,40,300 q-lens=1,1,1 seed=8";
+    Files f(golden::make_golden(golden::parse_descriptor(base)),
+            result_of("paged_attention convention=flashinfer kv-chunk=0 seq-lens=600,40,300 q-lens=1,1,1 seed=8"),
+            "fi1pass");
+    const io::MappedSafetensors em(f.expected), am(f.actual);
+    std::string note;
+    const auto rows = golden::model_distances(em, am, &note);
+    REQUIRE(rows.size() == 11);
+    CHECK(rows[0].name == "flashinfer kv-chunk=0");
+    CHECK(rows[0].equal == rows[0].elements);
+    for (const auto& m : rows)
+      if (m.is_reference || m.name == "flashinfer kv-chunk=128") CHECK(m.equal < m.elements);
   }
   {  // a decode-only batch: the golden model runs vLLM's 3D kernel; a device that ran the 2D kernel is named
     const std::string base = "paged_attention convention=vllm-triton-unified seq-lens=600,40,3 q-lens=1,1,1 seed=7";
@@ -146,7 +160,7 @@ TEST_CASE("diff --models: paged attention and cache-write outputs are matched to
     const io::MappedSafetensors em(f.expected), am(f.actual);
     std::string note;
     const auto rows = golden::model_distances(em, am, &note);
-    REQUIRE(rows.size() == 9);
+    REQUIRE(rows.size() == 11);
     CHECK(rows[0].name == "vllm-triton-unified segments=0");
     CHECK(rows[0].equal == rows[0].elements);
     for (const auto& m : rows) {

@@ -81,6 +81,8 @@ const char* kAttnHelp =
     "                       picks per batch (3D for decode-only batches of <= 128 query blocks x KV heads)\n"
     "  --tile N             vllm-triton-unified/flashinfer: keys per online-softmax tile, a multiple of 16. Default:\n"
     "                       vllm-triton-unified 32 in one pass, 16 with segments (vLLM's tiles); flashinfer 16\n"
+    "  --kv-chunk N         flashinfer: split-KV chunks of N keys, merged as FlashInfer merges them (0: one pass).\n"
+    "                       Default (-1): as FlashInfer 0.7.4's DecodePlan picks on a 132-SM H100/H200\n"
     "  --k-new F --v-new F  the query rows' own K/V [T, Hkv, D] in md, used unquantized for the chunk's keys\n"
     "                       (vLLM prefix_prefill, Spyre's non-chunked prefill); not with flashinfer\n"
     "  --backend B          cpu (default) or reference\n"
@@ -282,7 +284,7 @@ int attn_main(int argc, char** argv) {
              {"--v-scale"}, {"--block-table"}, {"--seq-lens"}, {"--kv-indptr"}, {"--kv-indices"}, {"--kv-last-page-len"},
              {"--out", Kind::value, "-o"}, {"--cache-format"}, {"--layout"}, {"--scale-kind"}, {"--out-dtype"},
              {"--sm-scale"}, {"--causal"}, {"--window-left"}, {"--softcap"}, {"--mla", Kind::flag}, {"--head-dim-v"},
-             {"--torch-lanes"}, {"--tile"}, {"--segments"}, {"--backend"}, {"--k-new"}, {"--v-new"}});
+             {"--torch-lanes"}, {"--tile"}, {"--segments"}, {"--kv-chunk"}, {"--backend"}, {"--k-new"}, {"--v-new"}});
   args.expect_positionals({});
   attn::AttnSpec spec;
   if (!attn::parse_attn_convention(args.require("--convention"), &spec.convention))
@@ -324,6 +326,7 @@ int attn_main(int argc, char** argv) {
   spec.torch_lanes = static_cast<int>(integer("--torch-lanes", 16, 1, 64));
   spec.tile = integer("--tile", 0, 0, 4096);  // (0, -1: the defaults; attn::check_paged_attention says what else is valid)
   spec.segments = integer("--segments", -1, -1, 4096);
+  spec.kv_chunk = integer("--kv-chunk", -1, -1, std::numeric_limits<int32_t>::max());
   spec.v_from_k = args.has("--mla");
   spec.head_dim_v = integer("--head-dim-v", 0, 1, std::numeric_limits<int32_t>::max());
   const std::string backend = backend_of(args);

@@ -95,8 +95,18 @@
 //   16 by default), m = −inf, d = 1, o = 0:
 //     m' = max(m, max s_j); a = exp2(RN32(m − m')); o_d = RN32(o_d·a); d = RN32(d·a);
 //     p_j = exp2(RN32(s_j − m')); per key in order: d = RN32(d + p_j), o_d = fma(p_j, f32(v8_jd), o_d); m = m'
-//   o = RN_out(RN32(o_d / d)); then (v scale applied after the kernel, in the output dtype) if sv != 1:
+//   o = RN_out(RN32(o_d·rcp(d))), rcp = MUFU.RCP (rcp.approx.ftz: ref::mufu_rcp, the captured table of
+//   triton_div.h); then (v scale applied after the kernel, in the output dtype) if sv != 1:
 //   out = RN_out(RN32(f32(o)·sv)).  No soft-cap (FlashInfer's variant is not modelled).
+//   Split-KV (AttnSpec::kv_chunk = C > 0, a sequence of more than one chunk; decode.cuh partition_kv, cascade.cuh
+//   PersistentVariableLengthMergeStatesKernel): each chunk [C·c, C·c + C) runs the pass above from m = −inf, d = 1,
+//   o = 0 and gives v_c = RN_out(RN32(o_d·rcp(d))) (0 where it sees no key) and s_c = RN32(m + lg2(d)) (lg2 =
+//   RN32 of the exact log2: fp8ref's stand-in for lg2.approx; −inf where it sees no key). The merge runs in
+//   L = 128 / (Dv / max(8, Dv/32)) lanes: lane l takes chunks l, l + L, ... in order into a state (m = −inf, d = 1,
+//   o = 0): m' = max(m, s_c); f1 = exp2(RN32(m − m')) (0 when both are −inf), f2 = exp2(RN32(s_c − m'));
+//   d = RN32(RN32(d·f1) + f2); o_d = fma(v_c,d, f2, RN32(o_d·f1)); m = m'; then each lane's w_l = RN_out(RN32(o_d·
+//   rcp(d))) and lse_l = RN32(m + lg2(d)), merged the same way over l = 0..L−1 in order, and out =
+//   RN_out(RN32(o_d·rcp(d))) (then the v scale as above).
 // torch-sdpa-math (aten/src/ATen/native/transformers/attention.cpp _scaled_dot_product_attention_math, CPU; pac b.1.7)
 //   K̂, V̂ = deq_md (the dequantized cache as md tensors); c = RN32(sqrt(sm_scale)) (double sqrt, then the f32
 //   opmath scalar); q' = RN32(f32(q)·c); k'_j = RN32(k̂_j·c) (q·√s and kᵀ·√s, applied separately);
@@ -260,6 +270,11 @@ struct AttnSpec {
   // G = Hq/Hkv <= 16, else the power of two >= G; BLOCK_Q = BLOCK_M / G), else the 2D kernel. Other conventions
   // refuse any value but −1.
   int64_t segments = -1;
+  // flashinfer: keys per split-KV chunk (FlashInfer's partition_kv; the steps under "flashinfer" above): 0 = one
+  // online pass per row; N > 0 = chunks [N·c, N·c + N) of the sequence, each its own pass, merged as FlashInfer's
+  // VariableLengthMergeStates does; −1 (the default) = as FlashInfer 0.7.4's DecodePlan chooses on a 132-SM Hopper
+  // (H100/H200; flashinfer_plan_chunk). Other conventions refuse any value but −1.
+  int64_t kv_chunk = -1;
   // Chunked prefill reading the chunk's own K/V unquantized (vLLM prefix_prefill, Spyre's non-chunked prefill;
   // pac c.2, c.3.3): keys at positions >= seq_len − q_len take their values from AttnArgs::k_new / v_new (md values,
   // used as they are: no scale, no rounding) instead of the cache; the convention's other steps are unchanged.
@@ -311,10 +326,16 @@ SeqPages seq_pages(const AttnSpec& spec, const AttnArgs& args, int64_t b);
 // malformed, last_page_len out of [1, bs], q_len > seq_len, soft-cap under a convention without one, torch lanes
 // other than 8/16. Array lengths are the caller's (the CLI and the golden op check them against B and T).
 void check_paged_attention(const AttnSpec& spec, const AttnArgs& args);
-// The spec with vllm-triton-unified's launch resolved for this batch (after check_paged_attention): segments −1
-// replaced by vLLM's choice (AttnSpec::segments); other conventions' specs unchanged. Both backends run the resolved
-// spec.
-AttnSpec resolve_triton_launch(const AttnSpec& spec, const AttnArgs& args);
+// The spec with the launch resolved for this batch (after check_paged_attention): vllm-triton-unified's segments −1
+// replaced by vLLM's choice (AttnSpec::segments), flashinfer's kv_chunk −1 by flashinfer_plan_chunk; other specs
+// unchanged. Both backends run the resolved spec.
+AttnSpec resolve_launch(const AttnSpec& spec, const AttnArgs& args);
+// flashinfer: the split-KV chunk (keys; 0 = none) FlashInfer 0.7.4's DecodePlan picks for this batch on a 132-SM
+// Hopper — its work estimation with the max_grid_size (blocks per SM by occupancy × SMs) it computed on an H100 for
+// the e4m3/bf16 CUDA-core decode kernel (Dk = Dv in {64, 128, 256}, G in {1, 2, 3, 4, 6, 8, 16}; else 0): none for
+// a batch with a prefill chunk or with num_seqs·Hkv >= max_grid_size; else the fewest pages per chunk, at least
+// max(128 / page, 1), with Σ_b cdiv(pages_b, n)·Hkv <= max_grid_size, and none if that leaves one chunk per sequence.
+int64_t flashinfer_plan_chunk(const AttnSpec& spec, const AttnArgs& args);
 // vllm-triton-unified (a resolved spec): whether vLLM's kernel starts query row i (0-based in a sequence of seq_len
 // keys and q_len queries; visible keys [lo, hi]) from M = 0, L = 0 instead of M = −inf, L = 1 — in its one pass
 // (segment < 0: the 2D kernel) or in segment `segment` of the 3D kernel. That is so when the first tile the kernel
@@ -341,6 +362,9 @@ void paged_attention_head(const AttnSpec& spec, const AttnArgs& args, int64_t b,
 // The exp models (documented above). NaN -> NaN, x < −104 (exp) / x < −150 (exp2) -> +0.
 float exp_sleef(float x);
 float exp2_sleef(float x);
+// MUFU.RCP (PTX rcp.approx.ftz.f32) of a normal y > 0 whose reciprocal is normal (FlashInfer's d >= 1): T(m)·2^(127−e)
+// from the table captured on the GPU (triton_div.h).
+float mufu_rcp(float y);
 // vllm-triton-unified's reduce_segments (above): the S segment states (M[S], L[S], acc[S·dv], slots >= act ignored)
 // -> out[dv] (f32, before the output rounding). Shared by both backends.
 void triton_reduce_segments(const float* M, const float* L, const float* acc, int64_t S, int64_t act, int64_t dv,

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "fp8ref/attention.h"
 #include "fp8ref/error.h"
@@ -95,8 +96,55 @@ int64_t AttnSpec::tile_keys() const {
   return tile > 0 ? tile : (convention == AttnConvention::flashinfer || segments > 0) ? 16 : 32;
 }
 
-AttnSpec resolve_triton_launch(const AttnSpec& spec, const AttnArgs& a) {
+namespace {
+// FlashInfer 0.7.4's max_grid_size (blocks per SM by occupancy × 132 SMs) for its CUDA-core batch decode kernel
+// over an e4m3 cache with bf16 q/out, by head dim, sliding-window variant and group size G, as its work estimation
+// computed it on an H100 (nvcc 13.0; tools/device/capture_flashinfer_decode.py, tests/data/h200/flashinfer_decode.npz
+// "occupancy"). 0: no such kernel (FlashInfer refuses; fp8ref takes one pass).
+int64_t flashinfer_max_grid(int64_t d, bool window, int64_t g) {
+  static constexpr int64_t kG[7] = {1, 2, 3, 4, 6, 8, 16};
+  static constexpr int64_t kGrid[3][2][7] = {
+      {{792, 924, 924, 924, 924, 924, 528}, {924, 792, 924, 924, 792, 792, 660}},    // D 64: no window, window
+      {{792, 924, 924, 924, 924, 924, 660}, {660, 924, 924, 924, 792, 792, 660}},    // D 128
+      {{792, 924, 924, 792, 924, 924, 396}, {660, 924, 924, 924, 792, 792, 264}}};  // D 256
+  const int di = d == 64 ? 0 : d == 128 ? 1 : d == 256 ? 2 : -1;
+  for (int gi = 0; gi < 7 && di >= 0; ++gi)
+    if (kG[gi] == g) return kGrid[di][window ? 1 : 0][gi];
+  return 0;
+}
+}  // namespace
+
+int64_t flashinfer_plan_chunk(const AttnSpec& s, const AttnArgs& a) {
+  // DecodePlan (attention/scheduler.cuh): no split when some sequence has more than one query token (the prefill
+  // path), when batch·Hkv >= max_grid_size, or when the smallest chunk the binary search finds leaves every sequence
+  // one chunk; else chunks of `low` pages, low = the least page count >= max(128 / page, 1) with
+  // Σ_b cdiv(pages_b, low)·Hkv <= max_grid_size (binary search between that floor and the largest page count).
+  const int64_t H = s.cache.num_kv_heads, G = s.num_q_heads / H, page = s.cache.block_size, B = a.num_seqs;
+  const int64_t grid = flashinfer_max_grid(s.cache.head_dim, s.window_left >= 0, G);
+  std::vector<int64_t> pages(static_cast<size_t>(std::max<int64_t>(B, 0)));
+  for (int64_t b = 0; b < B; ++b) {
+    if (a.query_start_loc[b + 1] - a.query_start_loc[b] > 1) return 0;
+    pages[static_cast<size_t>(b)] = (seq_pages(s, a, b).seq_len + page - 1) / page;
+  }
+  if (grid == 0 || s.dv() != s.cache.head_dim || B * H >= grid) return 0;
+  int64_t low = std::max<int64_t>(128 / page, 1), high = 0;
+  for (int64_t p : pages) high = std::max(high, p);
+  auto chunks = [&](int64_t n, bool at_least_one) {
+    int64_t total = 0;
+    for (int64_t p : pages) total += ((at_least_one ? std::max<int64_t>(p, 1) : p) + n - 1) / n;
+    return total;
+  };
+  while (low < high) {
+    const int64_t mid = (low + high) / 2;
+    if (chunks(mid, false) * H > grid) low = mid + 1;
+    else high = mid;
+  }
+  return chunks(low, true) == B ? 0 : low * page;
+}
+
+AttnSpec resolve_launch(const AttnSpec& spec, const AttnArgs& a) {
   AttnSpec s = spec;
+  if (s.convention == AttnConvention::flashinfer && s.kv_chunk < 0) s.kv_chunk = flashinfer_plan_chunk(s, a);
   if (s.convention != AttnConvention::vllm_triton_unified || s.segments >= 0) return s;
   // vLLM unified_attention: BLOCK_M = 16 if G <= 16 else next_power_of_2(G); BLOCK_Q = BLOCK_M // G;
   // total_num_q_blocks = T // BLOCK_Q + num_seqs; the 2D kernel if max_seqlen_q > 1 or blocks · Hkv > 128.
@@ -216,6 +264,12 @@ void check_paged_attention(const AttnSpec& spec, const AttnArgs& a) {
       (spec.segments < 2 || spec.segments > 64 || (spec.segments & (spec.segments - 1)) != 0))
     throw InputError(std::string(what) + ": segments must be 0 (one pass), a power of two in [2, 64] or -1 (as vLLM "
                      "picks), not " + num(spec.segments));
+  if (spec.kv_chunk != -1 && spec.convention != AttnConvention::flashinfer)
+    throw InputError(std::string(what) + ": convention " + to_string(spec.convention) +
+                     " has no split-KV chunk to set (flashinfer has)");
+  if (spec.kv_chunk < -1)
+    throw InputError(std::string(what) + ": kv_chunk must be 0 (one pass), a key count > 0 or -1 (as FlashInfer "
+                     "plans), not " + num(spec.kv_chunk));
   if (spec.tile != 0 && (spec.tile < 16 || spec.tile > 256 || spec.tile % 16 != 0))
     throw InputError(std::string(what) + ": tile must be a multiple of 16 in [16, 256] (or 0: the convention's), not " +
                      num(spec.tile));

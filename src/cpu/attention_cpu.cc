@@ -835,8 +835,9 @@ class Worker {
         ref::triton_reduce_segments(r.segM.data(), r.segL.data(), r.segAcc.data(), S, act, Dv_, r.acc.data());
         r.L = 1.0f;
       }
+      const float rcp = fi ? ref::mufu_rcp(r.L) : 0.0f;  // (flashinfer: o·rcp(d), the kernel's OutputTransform)
       for (int64_t d = 0; d < Dv_; ++d) {
-        float o = r.acc[static_cast<size_t>(d)] / r.L;
+        float o = fi ? r.acc[static_cast<size_t>(d)] * rcp : r.acc[static_cast<size_t>(d)] / r.L;
         if (fi) {
           const float sv = svs_[static_cast<size_t>(r.kvh)];
           o = round_to(s_.out_format, o);
@@ -891,7 +892,14 @@ void paged_attention(const AttnSpec& spec, const AttnArgs& args) {
     for (int64_t i = 0; i < s.q_len; i += kChunk) units.push_back({b, i, std::min(s.q_len, i + kChunk)});
   }
   const int64_t nu = static_cast<int64_t>(units.size());
-  const AttnSpec rs = resolve_triton_launch(spec, args);  // vllm-triton-unified: vLLM's 2D or 3D kernel
+  const AttnSpec rs = resolve_launch(spec, args);  // vLLM's 2D or 3D kernel; FlashInfer's split-KV chunk
+  if (rs.convention == AttnConvention::flashinfer && rs.kv_chunk > 0) {
+    // split-KV (decode batches FlashInfer partitions): the reference's per-row chunks and merges, in parallel
+    const int64_t n = args.num_seqs * spec.num_q_heads;
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t u = 0; u < n; ++u) ref::paged_attention_head(rs, args, u / spec.num_q_heads, u % spec.num_q_heads, nullptr);
+    return;
+  }
 #pragma omp parallel
   {
     Worker w(rs, args);

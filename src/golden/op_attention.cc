@@ -214,6 +214,7 @@ AttnCase parse_attn(const Descriptor& d) {
   s.torch_lanes = static_cast<int>(int_key(d, "torch-lanes", 8, 16));
   s.tile = int_key(d, "tile", 0, 256);
   s.segments = int_key(d, "segments", -1, 64);
+  s.kv_chunk = int_key(d, "kv-chunk", -1, 1 << 24);
   const std::string& chunk = d.get("chunk");
   if (chunk != "quantized" && chunk != "unquantized")
     throw InputError(where(d) + "chunk is quantized or unquantized, not '" + chunk + "'");
@@ -481,6 +482,7 @@ OpInfo paged_attention_op() {
       {"tile", "0", "vllm-triton-unified/flashinfer: keys per online-softmax tile (0: the convention's)"},
       {"segments", "-1",
        "vllm-triton-unified: 0 one pass (2D kernel), 2..64 segments (3D; vLLM: 16), -1 as vLLM picks"},
+      {"kv-chunk", "-1", "flashinfer: split-KV chunk in keys (0: one pass), -1 as FlashInfer plans on H100/H200"},
       {"seed", "1", "case seed"},
   };
   op.make_inputs = make_attn_inputs;
@@ -495,6 +497,7 @@ OpInfo paged_attention_op() {
     Descriptor base = d;  // (each convention with its own tile and launch)
     base.set("tile", "0");
     base.set("segments", "-1");
+    base.set("kv-chunk", "-1");
     auto m = key_variants(base, "convention", {"exact", "vllm-paged-v1", "vllm-triton-unified", "flashinfer",
                                                "torch-sdpa-math", "spyre"});
     // vLLM's Triton kernels forced either way: the 2D kernel (tiles of 32, or 16), the 3D kernel (16 segments)
@@ -507,6 +510,13 @@ OpInfo paged_attention_op() {
       x.set("segments", segs);
       x.set("tile", tile);
       m.emplace_back(name, x);
+    }
+    // FlashInfer's decode without its split-KV, and with the smallest chunk its plan takes (128 keys)
+    for (const char* chunk : {"0", "128"}) {
+      Descriptor x = base;
+      x.set("convention", "flashinfer");
+      x.set("kv-chunk", chunk);
+      m.emplace_back(std::string("flashinfer kv-chunk=") + chunk, x);
     }
     return m;
   };
