@@ -237,7 +237,9 @@ def test_tile_option(fp8ref, tmp_path):
                                 ("flashinfer", ("--tile", "512"), "multiple of 16"),
                                 ("exact", ("--tile", "32"), "has no tile size"),
                                 ("vllm-triton-unified", ("--segments", "3"), "power of two"),
-                                ("flashinfer", ("--segments", "16"), "has no segments")):
+                                ("flashinfer", ("--segments", "16"), "has no segments"),
+                                ("flashinfer", ("--kv-chunk", "-2"), "--kv-chunk needs a whole number in [-1"),
+                                ("vllm-triton-unified", ("--kv-chunk", "128"), "has no split-KV chunk")):
         r = run_attention(fp8ref, tmp_path, conv, extra=extra)
         assert r.returncode == 2 and needle in r.stderr, (conv, extra, r.stderr)
         assert not (tmp_path / "out.npy").exists()
@@ -256,6 +258,25 @@ def test_segments_option_follows_vllms_launch(fp8ref, tmp_path):
             outs[extra] = np.load(tmp_path / "out.npy")
         other = ("--segments", "0") if want[1] == "16" else ("--segments", "16")
         assert np.array_equal(outs[()], outs[want]) and not np.array_equal(outs[()], outs[other]), q_lens
+
+
+def test_kv_chunk_option_follows_flashinfers_plan(fp8ref, tmp_path):
+    """flashinfer by default splits the KV as FlashInfer's DecodePlan does on an H100/H200: a small decode-only batch
+    of long sequences in chunks of 128 keys, a batch with a prefill chunk, or of short sequences, in one pass."""
+    rng = np.random.default_rng(13)
+    for seq_lens, q_lens, want in (([1000, 300, 77], [1, 1, 1], "128"), ([1000, 300, 77], [1, 5, 1], "0"),
+                                   ([100, 60, 7], [1, 1, 1], "0")):
+        attention_inputs(tmp_path, rng, seq_lens, q_lens, 2, 8, 64, 16)
+        outs = {}
+        for extra in ((), ("--kv-chunk", "128"), ("--kv-chunk", "0"), ("--kv-chunk", "-1")):
+            r = run_attention(fp8ref, tmp_path, "flashinfer", extra=extra)
+            assert r.returncode == 0, r.stderr
+            outs[extra] = np.load(tmp_path / "out.npy")
+        assert np.array_equal(outs[()], outs[("--kv-chunk", want)]), (seq_lens, q_lens)
+        assert np.array_equal(outs[()], outs[("--kv-chunk", "-1")])
+        if seq_lens[0] > 128:  # (a sequence of one chunk is the same either way)
+            other = ("--kv-chunk", "0") if want == "128" else ("--kv-chunk", "128")
+            assert not np.array_equal(outs[()], outs[other]), (seq_lens, q_lens)
 
 
 def test_bad_input_exit_2_nothing_written(fp8ref, tmp_path):
