@@ -22,10 +22,11 @@
 // reading the shuffled pages alone costs, beside the sequential read pass. --busy N: N rounds of four independent
 // 512-bit FMAs per 64-byte line of that pass (with --hot: the compute alone) — how well this machine overlaps a
 // paged read with compute that does not touch memory. --shuffle 0: the block table in page order (default 1: shuffled,
-// as a serving cache's pages are). --bs N: the cache's block size (default 16, vLLM's GPU default; a page is
+// as a serving cache's pages are). --kv-chunk N: flashinfer's split-KV chunk (default -1: FlashInfer's plan; 0: one
+// pass). --bs N: the cache's block size (default 16, vLLM's GPU default; a page is
 // N·Hkv·D bytes of K and as many of V).
 // Usage: bench_attention [--threads 2] [--reps 5] [--conv NAME|all] [--ctx 4096] [--batch 32] [--huge 0|1] [--hkv 8] [--hq 64] [--softcap 0]
-//        [--fast-paths avx512bf16,avx2,amx,portable] [--hot 0] [--qlen 1] [--paged 0|1] [--busy 0] [--shuffle 1] [--bs 16]
+//        [--fast-paths avx512bf16,avx2,amx,portable] [--hot 0] [--qlen 1] [--paged 0|1] [--busy 0] [--shuffle 1] [--bs 16] [--kv-chunk -1]
 // Run with OMP_WAIT_POLICY=passive on this 2-core VM.
 #include <immintrin.h>
 #include <omp.h>
@@ -100,7 +101,7 @@ __attribute__((target("avx512f"))) uint64_t busy(uint64_t x, int comp) {
 int main(int argc, char** argv) {
   int threads = 2, reps = 5;
   int64_t ctx = 4096, B = 32;
-  int64_t Hkv = 8, Hq = 64, hot = 0, qlen = 1, bs = 16;
+  int64_t Hkv = 8, Hq = 64, hot = 0, qlen = 1, bs = 16, kv_chunk = -1;
   double softcap = 0;
   bool huge = false, paged = false, shuffle = true;
   int busy_rounds = 0;
@@ -124,6 +125,7 @@ int main(int argc, char** argv) {
     else if (a == "--busy") busy_rounds = std::atoi(argv[i + 1]);
     else if (a == "--shuffle") shuffle = std::atoi(argv[i + 1]) != 0;
     else if (a == "--bs") bs = std::atoll(argv[i + 1]);
+    else if (a == "--kv-chunk") kv_chunk = std::atoll(argv[i + 1]);
     else {
       std::fprintf(stderr, "bench_attention: unknown option %s (see the usage at the top of bench/bench_attention.cc)\n", a.c_str());
       return 2;
@@ -282,6 +284,7 @@ int main(int argc, char** argv) {
     for (size_t c = 0; c < rows.size(); ++c) {
       spec.convention = rows[c].conv;
       spec.softcap = rows[c].softcap;
+      spec.kv_chunk = rows[c].conv == attn::AttnConvention::flashinfer ? kv_chunk : -1;
       t0 = now_s();
       if (rows[c].path >= 0) attn::cpu::paged_attention_fast(spec, a, static_cast<attn::cpu::FastPath>(rows[c].path));
       else attn::cpu::paged_attention(spec, a);

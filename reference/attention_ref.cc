@@ -51,10 +51,7 @@ uint64_t md_bits(Format md, const void* p, int64_t i) {
 }
 
 // RN to `f` (f32 identity, bf16/f16 RNE) and back to f32.
-float round_to(Format f, float x) {
-  if (f == Format::f32) return x;
-  return f32_of(static_cast<uint32_t>(fp8ref::ref::narrow(f, fp8ref::ref::narrow(Format::f32, bits_of(x), f), Format::f32)));
-}
+float round_to(Format f, float x) { return fp8ref::ref::round_through(f, x); }
 
 // A NaN result is stored as the canonical quiet NaN (+, 0x7FC00000 / 0x7FC0 / 0x7E00): which NaN operand propagates
 // (its sign and payload) depends on each implementation's operand order, not on the convention.
@@ -475,22 +472,17 @@ void row_flashinfer(const HeadCtx& c, const std::vector<float>& q, int64_t lo, i
   if (C <= 0 || n <= C) {  // one pass
     flashinfer_pass(c, q, lo, hi, 0, n, res);
     res.normalize();
-  } else {  // split-KV: chunk outputs in the output dtype with their lse, merged in L lanes, then across the lanes
-    const int64_t nc = (n + C - 1) / C, L = 128 / (Dv / std::max<int64_t>(8, Dv / 32));
-    std::vector<FiState> lane(static_cast<size_t>(L), FiState(Dv));
+  } else {  // split-KV: chunk outputs in the output dtype with their lse, merged (flashinfer_merge_chunks)
+    const int64_t nc = (n + C - 1) / C;
+    std::vector<float> o(static_cast<size_t>(nc * Dv)), m(static_cast<size_t>(nc)), d(static_cast<size_t>(nc));
     for (int64_t ch = 0; ch < nc; ++ch) {
       FiState st(Dv);
       flashinfer_pass(c, q, lo, hi, ch * C, std::min(n, ch * C + C), st);
-      st.normalize();  // (m = −inf: o = 0 and lse = −inf, as FlashInfer's OutputTransform and get_lse give)
-      for (float& x : st.o) x = round_to(of, x);
-      lane[static_cast<size_t>(ch % L)].merge(st.o, st.m == kNegInf ? kNegInf : st.lse());
+      std::copy(st.o.begin(), st.o.end(), o.begin() + ch * Dv);
+      m[static_cast<size_t>(ch)] = st.m;
+      d[static_cast<size_t>(ch)] = st.d;
     }
-    for (FiState& st : lane) {
-      st.normalize();
-      for (float& x : st.o) x = round_to(of, x);
-      res.merge(st.o, st.lse());
-    }
-    res.normalize();
+    flashinfer_merge_chunks(o.data(), m.data(), d.data(), nc, Dv, of, res.o.data());
   }
   for (int64_t d = 0; d < Dv; ++d) {
     float r = round_to(of, res.o[static_cast<size_t>(d)]);
@@ -575,6 +567,29 @@ void paged_attention(const AttnSpec& spec, const AttnArgs& args, double* exact_o
   const AttnSpec rs = resolve_launch(spec, args);
   for (int64_t b = 0; b < args.num_seqs; ++b)
     for (int64_t h = 0; h < rs.num_q_heads; ++h) paged_attention_head(rs, args, b, h, exact_out);
+}
+
+void flashinfer_merge_chunks(const float* o, const float* m, const float* d, int64_t nc, int64_t dv,
+                             Format out_format, float* out) {
+  const int64_t L = 128 / (dv / std::max<int64_t>(8, dv / 32));  // PersistentVariableLengthMergeStatesKernel's bdy
+  std::vector<FiState> lane(static_cast<size_t>(L), FiState(dv));
+  for (int64_t ch = 0; ch < nc; ++ch) {  // each chunk: OutputTransform in the output dtype, and its lse
+    FiState st(dv);
+    st.m = m[ch];
+    st.d = d[ch];
+    std::copy(o + ch * dv, o + ch * dv + dv, st.o.begin());
+    st.normalize();  // (m = −inf: o = 0, and lse = −inf as get_lse gives)
+    for (float& x : st.o) x = round_to(out_format, x);
+    lane[static_cast<size_t>(ch % L)].merge(st.o, st.m == kNegInf ? kNegInf : st.lse());
+  }
+  FiState res(dv);
+  for (FiState& st : lane) {  // threadblock_sync_state: each lane normalized, in the output dtype, with its lse
+    st.normalize();
+    for (float& x : st.o) x = round_to(out_format, x);
+    res.merge(st.o, st.lse());
+  }
+  res.normalize();
+  std::copy(res.o.begin(), res.o.end(), out);
 }
 
 float mufu_rcp(float y) {

@@ -43,6 +43,23 @@ uint8_t cpu_one(const ConversionSpec& s, float x) {
 }  // namespace
 
 TEST_SUITE("convert") {
+  TEST_CASE("round_through: bf16 by its integer RNE and f16 equal narrow's two roundings, every 4099th f32 and the edges") {
+    int bad = 0;
+    auto check = [&](uint32_t b) {
+      const float x = f32_from_bits(b);
+      for (Format f : {Format::bf16, Format::f16}) {  // (f32: x itself)
+        const uint64_t want = ref::narrow(f, ref::narrow(Format::f32, b, f), Format::f32);
+        if (bits_of_f32(ref::round_through(f, x)) != static_cast<uint32_t>(want) && bad++ < 5)
+          MESSAGE("bits " << b << " to " << std::string(format_name(f)));
+      }
+    };
+    for (uint64_t b = 0; b <= 0xFFFFFFFFu; b += 4099) check(static_cast<uint32_t>(b));
+    for (uint32_t e : {0x00000000u, 0x00008000u, 0x00018000u, 0x7F7F7FFFu, 0x7F7F8000u, 0x7F7FFFFFu, 0x7F800000u,
+                       0x7F800001u, 0x7FC00000u, 0x7FFFFFFFu, 0x3F808000u, 0x3F818000u, 0x007FFFFFu, 0x00808000u})
+      for (uint32_t s : {0u, 0x80000000u}) check(e | s);
+    CHECK(bad == 0);
+  }
+
   TEST_CASE("format table") {
     CHECK(ref::value_of(Format::e4m3fn, 0x7E) == 448.0);
     CHECK(ref::value_of(Format::e5m2, 0x7B) == 57344.0);

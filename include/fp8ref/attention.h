@@ -362,6 +362,10 @@ void paged_attention_head(const AttnSpec& spec, const AttnArgs& args, int64_t b,
 // The exp models (documented above). NaN -> NaN, x < −104 (exp) / x < −150 (exp2) -> +0.
 float exp_sleef(float x);
 float exp2_sleef(float x);
+// flashinfer's split-KV merge (the steps above, from the chunks' passes on): the nc chunks' states o[nc·dv] (unnormalized),
+// m[nc] (−inf: the chunk saw no key), d[nc] -> out[dv] (f32, before the output rounding). Shared by both backends.
+void flashinfer_merge_chunks(const float* o, const float* m, const float* d, int64_t nc, int64_t dv, Format out_format,
+                             float* out);
 // MUFU.RCP (PTX rcp.approx.ftz.f32) of a normal y > 0 whose reciprocal is normal (FlashInfer's d >= 1): T(m)·2^(127−e)
 // from the table captured on the GPU (triton_div.h).
 float mufu_rcp(float y);

@@ -134,6 +134,17 @@ double value_of(Format f, uint8_t code);
 uint64_t narrow(Format from, uint64_t bits, Format to);
 // Element i of a little-endian f32, bf16 or f16 array, widened exactly to f32.
 float load_f32(Format from, const void* p, int64_t i);
+// x rounded (RNE) to f (f32: x itself; bf16, f16) and widened back to f32, NaN as narrow quiets it; bf16 inline
+// (integer RNE on the bits: b + 0x7FFF + lsb, the same bits as narrow).
+inline float round_through(Format f, float x) {
+  if (f == Format::f32) return x;
+  uint32_t b = bits_of_f32(x);
+  if (f == Format::bf16) {
+    b = (b & 0x7FFFFFFFu) > 0x7F800000u ? (b | 0x00400000u) : b + 0x7FFFu + ((b >> 16) & 1u);
+    return f32_from_bits(b & 0xFFFF0000u);
+  }
+  return f32_from_bits(static_cast<uint32_t>(narrow(f, narrow(Format::f32, b, f), Format::f32)));
+}
 }  // namespace ref
 
 // The documented random-bit source of stochastic rounding: lowbias32 (C. Wellons) of a seed-keyed counter.

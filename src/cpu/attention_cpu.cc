@@ -428,15 +428,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 float f32_of(uint32_t b) { return fp8ref::f32_from_bits(b); }
 uint32_t bits_of(float f) { return fp8ref::bits_of_f32(f); }
 // RN to f and back; bf16 inline (integer RNE, NaN quieted with its sign and top payload: ref::narrow's rule).
-float round_to(Format f, float x) {
-  if (f == Format::f32) return x;
-  if (f == Format::bf16) {
-    uint32_t b = bits_of(x);
-    b = (b & 0x7FFFFFFFu) > 0x7F800000u ? (b | 0x00400000u) : b + 0x7FFFu + ((b >> 16) & 1u);
-    return f32_of(b & 0xFFFF0000u);
-  }
-  return f32_of(static_cast<uint32_t>(fp8ref::ref::narrow(f, fp8ref::ref::narrow(Format::f32, bits_of(x), f), Format::f32)));
-}
+float round_to(Format f, float x) { return fp8ref::ref::round_through(f, x); }
 size_t elem_size(Format f) { return static_cast<size_t>(format_info(f).bits / 8); }
 float load_md(Format md, const void* p, int64_t i) { return fp8ref::ref::load_f32(md, p, i); }
 // NaN results canonical, as ref's store_out (which NaN operand propagates is an operand-order artefact).
@@ -767,8 +759,9 @@ class Worker {
     }
     std::vector<float> x(static_cast<size_t>(T)), p(static_cast<size_t>(T));
     vt_.resize(static_cast<size_t>(Dv_ * T));
-    for (int64_t t0 = (std::max<int64_t>(ulo, 0) / T) * T; t0 <= uhi; t0 += T) {
-      const int64_t j0 = std::max(ulo, t0), j1 = std::min(uhi + 1, t0 + T);
+    // one softmax tile: keys [t0, tend), tend <= t0 + T (a split-KV chunk may end a tile early)
+    auto tile = [&](int64_t t0, int64_t tend) {
+      const int64_t j0 = std::max(ulo, t0), j1 = std::min(uhi + 1, tend);
       for (int64_t kvh = 0; kvh < s_.cache.num_kv_heads; ++kvh) {
       if (kvh == 0) prefetch_ahead(t0, uhi, true, true, T);
       select(kvh);
@@ -783,7 +776,7 @@ class Worker {
       for (size_t ri = 0; ri < rows_.size(); ++ri) {
         Row& r = rows_[ri];
         if (r.kvh != kvh) continue;
-        const int64_t a = std::max(r.lo, t0), e = std::min(r.hi, t0 + T - 1);
+        const int64_t a = std::max(r.lo, t0), e = std::min(r.hi, tend - 1);
         if (a > e) continue;
         const float* dots = dots_.data() + ri * static_cast<size_t>(T);
         const int64_t n = e - a + 1;
@@ -828,6 +821,38 @@ class Worker {
         rM = mt;
       }
       }
+    };
+    // flashinfer split-KV (kv_chunk C, a sequence of more than one chunk): each chunk a pass from m = −inf, d = 1,
+    // o = 0 with tiles from its start, its state kept (segAcc: o, segM: m, segL: d), then flashinfer_merge_chunks
+    const int64_t C = fi ? s_.kv_chunk : 0;
+    const bool split = C > 0 && len > C;
+    if (split) {
+      const int64_t nc = (len + C - 1) / C;
+      for (Row& r : rows_) {
+        r.segAcc.assign(static_cast<size_t>(nc * Dv_), 0.0f);
+        r.segM.assign(static_cast<size_t>(nc), kNegInf);
+        r.segL.assign(static_cast<size_t>(nc), 1.0f);
+      }
+      for (int64_t c = 0; c < nc; ++c) {
+        const int64_t c0 = c * C, c1 = std::min(len, c0 + C), lo = std::max(ulo, c0), hi = std::min(uhi, c1 - 1);
+        for (Row& r : rows_) {
+          r.M = kNegInf;
+          r.L = 1.0f;
+          std::fill(r.acc.begin(), r.acc.end(), 0.0f);
+        }
+        for (int64_t t0 = c0 + (lo - c0) / T * T; t0 <= hi; t0 += T) tile(t0, std::min(t0 + T, c1));
+        for (Row& r : rows_) {
+          std::copy(r.acc.begin(), r.acc.end(), r.segAcc.begin() + c * Dv_);
+          r.segM[static_cast<size_t>(c)] = r.M;
+          r.segL[static_cast<size_t>(c)] = r.L;
+        }
+      }
+      for (Row& r : rows_) {
+        ref::flashinfer_merge_chunks(r.segAcc.data(), r.segM.data(), r.segL.data(), nc, Dv_, s_.out_format, r.acc.data());
+        r.L = 1.0f;  // (the merge's own normalization: rcp(1) = 1 below)
+      }
+    } else {
+      for (int64_t t0 = (std::max<int64_t>(ulo, 0) / T) * T; t0 <= uhi; t0 += T) tile(t0, t0 + T);
     }
     for (Row& r : rows_) {
       const int64_t oidx = ((seq_.q_begin + r.i) * s_.num_q_heads + r.h) * Dv_;
@@ -893,13 +918,6 @@ void paged_attention(const AttnSpec& spec, const AttnArgs& args) {
   }
   const int64_t nu = static_cast<int64_t>(units.size());
   const AttnSpec rs = resolve_launch(spec, args);  // vLLM's 2D or 3D kernel; FlashInfer's split-KV chunk
-  if (rs.convention == AttnConvention::flashinfer && rs.kv_chunk > 0) {
-    // split-KV (decode batches FlashInfer partitions): the reference's per-row chunks and merges, in parallel
-    const int64_t n = args.num_seqs * spec.num_q_heads;
-#pragma omp parallel for schedule(dynamic)
-    for (int64_t u = 0; u < n; ++u) ref::paged_attention_head(rs, args, u / spec.num_q_heads, u % spec.num_q_heads, nullptr);
-    return;
-  }
 #pragma omp parallel
   {
     Worker w(rs, args);
