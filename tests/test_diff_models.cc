@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "fp8ref/diff.h"
@@ -138,40 +139,39 @@ TEST_CASE("diff --models: paged attention and cache-write outputs are matched to
     }
     CHECK(found);
   }
-  {  // a decode batch FlashInfer splits (chunks of 128 keys on H100/H200): a device that ran one pass is named
-    const std::string base = "paged_attention convention=flashinfer seq-lens=600,40,300 q-lens=1,1,1 seed=8";
-    Files f(golden::make_golden(golden::parse_descriptor(base)),
-            result_of("paged_attention convention=flashinfer kv-chunk=0 seq-lens=600,40,300 q-lens=1,1,1 seed=8"),
-            "fi1pass");
+  // A decode-only batch a device ran under another launch than the golden's: that launch is named first, and neither
+  // the golden's own model nor `other` reproduces the device; `more` checks the rows further.
+  using Rows = std::vector<diff::ModelDistance>;
+  auto named = [](const std::string& gold, const std::string& device, const char* tag, const char* first,
+                  const char* other, const std::function<void(const io::MappedSafetensors&, const io::MappedSafetensors&,
+                                                              const Rows&)>& more) {
+    Files f(golden::make_golden(golden::parse_descriptor(gold)), result_of(device), tag);
     const io::MappedSafetensors em(f.expected), am(f.actual);
     std::string note;
-    const auto rows = golden::model_distances(em, am, &note);
+    const Rows rows = golden::model_distances(em, am, &note);
     REQUIRE(rows.size() == 11);
-    CHECK(rows[0].name == "flashinfer kv-chunk=0");
+    CHECK(rows[0].name == first);
     CHECK(rows[0].equal == rows[0].elements);
     for (const auto& m : rows)
-      if (m.is_reference || m.name == "flashinfer kv-chunk=128") CHECK(m.equal < m.elements);
-  }
-  {  // a decode-only batch: the golden model runs vLLM's 3D kernel; a device that ran the 2D kernel is named
-    const std::string base = "paged_attention convention=vllm-triton-unified seq-lens=600,40,3 q-lens=1,1,1 seed=7";
-    Files f(golden::make_golden(golden::parse_descriptor(base)),
-            result_of("paged_attention convention=vllm-triton-unified segments=0 seq-lens=600,40,3 q-lens=1,1,1 seed=7"),
-            "attn2d");
-    const io::MappedSafetensors em(f.expected), am(f.actual);
-    std::string note;
-    const auto rows = golden::model_distances(em, am, &note);
-    REQUIRE(rows.size() == 11);
-    CHECK(rows[0].name == "vllm-triton-unified segments=0");
-    CHECK(rows[0].equal == rows[0].elements);
-    for (const auto& m : rows) {
-      if (m.is_reference || m.name == "vllm-triton-unified segments=16") CHECK(m.equal < m.elements);
-      if (m.is_reference) {  // the same pair as the diff's own report: the same largest distance (±0 one point)
-        const diff::DiffReport rep = diff::diff_files(em, am);
-        REQUIRE(rep.tensors.size() == 1);
-        CHECK(rep.tensors[0].metrics.max_ulp == m.max_ulp);
-      }
-    }
-  }
+      if (m.is_reference || m.name == other) CHECK(m.equal < m.elements);
+    more(em, am, rows);
+  };
+  // FlashInfer splits this batch (chunks of 128 keys on H100/H200); the device ran one pass
+  named("paged_attention convention=flashinfer seq-lens=600,40,300 q-lens=1,1,1 seed=8",
+        "paged_attention convention=flashinfer kv-chunk=0 seq-lens=600,40,300 q-lens=1,1,1 seed=8", "fi1pass",
+        "flashinfer kv-chunk=0", "flashinfer kv-chunk=128", [](const auto&, const auto&, const Rows&) {});
+  // the golden model runs vLLM's 3D kernel; the device ran the 2D kernel
+  named("paged_attention convention=vllm-triton-unified seq-lens=600,40,3 q-lens=1,1,1 seed=7",
+        "paged_attention convention=vllm-triton-unified segments=0 seq-lens=600,40,3 q-lens=1,1,1 seed=7", "attn2d",
+        "vllm-triton-unified segments=0", "vllm-triton-unified segments=16",
+        [](const io::MappedSafetensors& em, const io::MappedSafetensors& am, const Rows& rows) {
+          for (const auto& m : rows)
+            if (m.is_reference) {  // the same pair as the diff's own report: the same largest distance (±0 one point)
+              const diff::DiffReport rep = diff::diff_files(em, am);
+              REQUIRE(rep.tensors.size() == 1);
+              CHECK(rep.tensors[0].metrics.max_ulp == m.max_ulp);
+            }
+        });
   const std::string base = "kv_cache_write convention=exact seed=60";
   Files f(golden::make_golden(golden::parse_descriptor(base)), result_of("kv_cache_write convention=vllm-cuda seed=60"), "kv");
   const io::MappedSafetensors em(f.expected), am(f.actual);

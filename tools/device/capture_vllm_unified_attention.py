@@ -14,10 +14,12 @@ Every case runs twice: on its random inputs ("pos": logits of both signs), and w
 negative ("neg": every logit <= 0), where vLLM's where(m_j > -inf, m_j, 0) guard, which a row meets when the first
 tile its program walks holds none of its keys, shows in the bits.
 
-Writes $OUT/vllm_unified_attention.npz: per case c<i>: _q [T, Hq, D] uint16 (bf16 bits), _kc/_vc [nb, bs, Hkv, D]
-uint8 e4m3fn codes (NHD; unused slots 0x7F, a NaN code), _bt [B, maxb] int32 (-1 past a sequence's pages), _sl [B],
-_qsl [B+1] int32, _ks/_vs [1] float32, _runs [R, 2] int32 (per run: window_left, softcap·1000), _out<r>_pos /
-_out<r>_neg [T, Hq, D] uint16 (bf16 bits of run r). The neg inputs are derived: kc & 0x7F, vc unchanged, q | 0x8000.
+Writes $OUT/vllm_unified_attention.npz, outputs only: the inputs come from paged_inputs.dense_case with one
+np.random.default_rng(20261206) over the cases in order (the test replays it, casting with ml_dtypes: the same RNE as
+torch's). Per case c<i>: _case [Hkv, Hq, D, block size], _sl [B] seq_lens, _ql [B] query lengths int32, _runs [R, 2]
+int32 (per run: window_left, softcap·1000), _out<r>_pos / _out<r>_neg [T, Hq, D] uint16 (bf16 bits of run r). The
+neg inputs are derived: kc & 0x7F, vc unchanged, q | 0x8000 (the caches: NHD e4m3fn codes, unused slots 0x7F; a
+dense block table, -1 past a sequence's pages).
 """
 import importlib.util
 import logging
@@ -81,35 +83,20 @@ CASES = [  # seq_lens, q_lens, Hkv, Hq, D, block size, runs: (window_left (-1: n
     (list(range(60, 300, 20)), [1] * 12, 8, 64, 32, 16, [(50, 0.0)]),     # decode, 144 blocks x KV heads: 2D
     ([300, 77, 1, 140], [1, 3, 1, 20], 2, 16, 128, 16, [(45, 30.0), (-1, 0.0)]),  # mixed: soft-cap; no window
 ]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from paged_inputs import dense_case  # noqa: E402
+
 rng = np.random.default_rng(20261206)
 res = {}
 for i, (seq_lens, q_lens, hkv, hq, d, bs, runs) in enumerate(CASES):
-    B = len(seq_lens)
-    need = [(s + bs - 1) // bs for s in seq_lens]
-    nb = sum(need) + 3
-    perm = rng.permutation(nb).astype(np.int32)
-    maxb = max(need) + 4  # (the kernels read table entries up to the end of a tile, past the sequence's pages)
-    bt = np.full((B, maxb), -1, np.int32)
-    kc = np.full((nb, bs, hkv, d), 0x7F, np.uint8)
-    vc = np.full((nb, bs, hkv, d), 0x7F, np.uint8)
-    nxt = 0
-    for b in range(B):
-        for p in range(need[b]):
-            bt[b, p] = perm[nxt]
-            nxt += 1
-        for arr in (kc, vc):
-            vals = torch.tensor(rng.normal(0, 3, (seq_lens[b], hkv, d)), dtype=torch.float32)
-            codes = vals.to(torch.float8_e4m3fn).view(torch.uint8).numpy()
-            for j in range(seq_lens[b]):
-                arr[bt[b, j // bs], j % bs] = codes[j]
-    qsl = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+    inp = dense_case(rng, seq_lens, q_lens, hkv, hq, d, bs,
+                     lambda x: torch.tensor(x, dtype=torch.float32).to(torch.float8_e4m3fn).view(torch.uint8).numpy(),
+                     lambda x: torch.tensor(x, dtype=torch.float32).to(torch.bfloat16).view(torch.int16).numpy().view(
+                         np.uint16))
+    q16, kc, vc, bt, qsl, ks, vs = (inp[k] for k in ("q", "kc", "vc", "bt", "qsl", "ks", "vs"))
     T = int(qsl[-1])
-    q16 = torch.tensor(rng.normal(0, 1, (T, hq, d)), dtype=torch.float32).to(torch.bfloat16).view(torch.int16)
-    q16 = q16.numpy().view(np.uint16)
-    ks = np.array([np.ldexp(rng.uniform(1, 2), -int(rng.integers(3, 6)))], np.float32)
-    vs = np.array([np.ldexp(rng.uniform(1, 2), -int(rng.integers(3, 6)))], np.float32)
-    res.update({f"c{i}_q": q16, f"c{i}_kc": kc, f"c{i}_vc": vc, f"c{i}_bt": bt,
-                f"c{i}_sl": np.array(seq_lens, np.int32), f"c{i}_qsl": qsl, f"c{i}_ks": ks, f"c{i}_vs": vs,
+    res.update({f"c{i}_case": np.array([hkv, hq, d, bs], np.int32), f"c{i}_sl": np.array(seq_lens, np.int32),
+                f"c{i}_ql": np.array(q_lens, np.int32),
                 f"c{i}_runs": np.array([[w, int(round(c * 1000))] for w, c in runs], np.int32)})
     for (r, (window, cap)), variant in ((rc, v) for rc in enumerate(runs) for v in ("pos", "neg")):
         kv = kc if variant == "pos" else kc & 0x7F

@@ -8,6 +8,11 @@ decode_case(seed, seq_lens, hkv, hq, d, page) -> dict of
     zeros and subnormals included); every slot past a sequence 0x7F (a NaN code);
   indptr [B+1], indices [indptr[B]], last [B] int32: FlashInfer's CSR page table over shuffled pages (3 spare);
   ks, vs [1] float32: per-tensor scales 2^-k·(1 + f).
+
+dense_case(rng, seq_lens, q_lens, hkv, hq, d, bs, e4m3_codes, bf16_bits) -> the inputs of
+capture_vllm_unified_attention.py (its draws, in its order): a dense block table bt [B, max pages + 4] over shuffled
+pages (-1 past a sequence's), caches of e4m3_codes(normal(0, 3)) (unused slots 0x7F), q = bf16_bits(normal(0, 1))
+[T, hq, d], qsl [B+1], ks, vs [1]. The casts are the caller's (torch on the device; ml_dtypes elsewhere: both RNE).
 """
 import numpy as np
 
@@ -36,3 +41,23 @@ def decode_case(seed, seq_lens, hkv, hq, d, page):
     vs = np.array([np.ldexp(1 + rng.integers(0, 256) / 256, -int(rng.integers(2, 5)))], np.float32)
     return {"q": q, "kc": caches[0], "vc": caches[1], "indptr": indptr, "indices": indices, "last": last, "ks": ks,
             "vs": vs}
+
+
+def dense_case(rng, seq_lens, q_lens, hkv, hq, d, bs, e4m3_codes, bf16_bits):
+    B = len(seq_lens)
+    need = [(s + bs - 1) // bs for s in seq_lens]
+    nb = sum(need) + 3
+    perm = rng.permutation(nb).astype(np.int32)
+    starts = np.cumsum([0] + need)
+    bt = np.full((B, max(need) + 4), -1, np.int32)  # (the kernels read entries up to a tile's end, past the pages)
+    caches = [np.full((nb, bs, hkv, d), 0x7F, np.uint8) for _ in range(2)]
+    for b in range(B):
+        bt[b, :need[b]] = perm[starts[b]:starts[b + 1]]
+        j = np.arange(seq_lens[b])
+        for cache in caches:
+            cache[bt[b, j // bs], j % bs] = e4m3_codes(rng.normal(0, 3, (seq_lens[b], hkv, d)))
+    qsl = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+    q = bf16_bits(rng.normal(0, 1, (int(qsl[-1]), hq, d)))
+    ks = np.array([np.ldexp(rng.uniform(1, 2), -int(rng.integers(3, 6)))], np.float32)
+    vs = np.array([np.ldexp(rng.uniform(1, 2), -int(rng.integers(3, 6)))], np.float32)
+    return {"q": q, "kc": caches[0], "vc": caches[1], "bt": bt, "qsl": qsl, "ks": ks, "vs": vs}
