@@ -82,6 +82,8 @@ CASES = [  # seq_lens, q_lens, Hkv, Hq, D, block size, runs: (window_left (-1: n
     ([900, 64], [1, 1], 1, 16, 128, 64, [(63, 0.0)]),                      # decode, G = 16
     (list(range(60, 300, 20)), [1] * 12, 8, 64, 32, 16, [(50, 0.0)]),     # decode, 144 blocks x KV heads: 2D
     ([300, 77, 1, 140], [1, 3, 1, 20], 2, 16, 128, 16, [(45, 30.0), (-1, 0.0)]),  # mixed: soft-cap; no window
+    ([1000, 257, 31, 4096], [1, 1, 1, 1], 2, 16, 128, 16, [(-1, 0.0)]),   # decode, no window: 3D, 16 segments
+    ([300, 150], [12, 1], 2, 6, 64, 16, [(20, 0.0), (-1, 0.0)]),          # G = 3: a q block's last row repeats
 ]
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from paged_inputs import dense_case  # noqa: E402
