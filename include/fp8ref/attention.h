@@ -89,7 +89,9 @@
 //   then m = max_{s<act} M_s; w_s = exp(RN32(M_s − m)); den = Σ RN32(L_s·w_s), num_d = Σ RN32(acc_s,d·w_s), both
 //   over the S slots (0 for s >= act) in Triton's butterfly order (slot i + slot i + S/2, then the halves of that,
 //   ...); out = RN_out(den == 0 ? 0 : RN32(num_d / den)).
-// flashinfer (include/flashinfer/attention/decode.cuh, variants.cuh; flashinfer/decode.py; pac b.4, c.4)
+// flashinfer (include/flashinfer/attention/decode.cuh, variants.cuh; flashinfer/decode.py; pac b.4, c.4): FlashInfer's
+//   CUDA-core batch decode kernel. Rows of a prefill chunk take the same steps (one pass); FlashInfer's prefill kernel
+//   (tensor-core mma, P rounded for the PV product) is not modelled.
 //   k = f32(k8) (no scale); c = RN32(RN64(sm_scale·sk)) then c2 = RN32(c·RN32(log2 e)) (k scale folded into
 //   sm_scale on the Python side); s_j = RN32(dot(q, k_j)·c2). Online over tiles of T keys (AttnSpec::tile,
 //   16 by default), m = −inf, d = 1, o = 0:
