@@ -31,6 +31,7 @@
 #include "fp8ref/attention.h"
 #include "fp8ref/convert.h"
 #include "fp8ref/error.h"
+#include "fp8ref/mufu_ex2.h"
 #include "fp8ref/triton_div.h"
 
 namespace fp8ref::attn {
@@ -416,7 +417,7 @@ struct FiState {
   std::vector<float> o;
   explicit FiState(int64_t dv) : o(static_cast<size_t>(dv), 0.0f) {}
   void merge(const std::vector<float>& v, float s) {
-    auto ex2 = [](float x) { return exp2_sleef(std::isnan(x) ? kNegInf : x); };
+    auto ex2 = [](float x) { return fp8ref::ref::mufu_ex2(std::isnan(x) ? kNegInf : x); };
     const float mp = m;
     m = std::max(mp, s);
     const float f1 = ex2(mp - m), f2 = ex2(s - m);
@@ -452,11 +453,11 @@ void flashinfer_pass(const HeadCtx& c, const std::vector<float>& q, int64_t lo, 
       s[static_cast<size_t>(j - a)] = dot_f32(q.data(), kf.data(), c.Dk) * c2;
       mt = std::max(mt, s[static_cast<size_t>(j - a)]);
     }
-    const float sc = st.m == kNegInf ? 0.0f : exp2_sleef(st.m - mt);
+    const float sc = st.m == kNegInf ? 0.0f : fp8ref::ref::mufu_ex2(st.m - mt);
     for (float& x : st.o) x = x * sc;
     st.d = st.d * sc;
     for (int64_t j = a; j <= e; ++j) {
-      const float p = exp2_sleef(s[static_cast<size_t>(j - a)] - mt);
+      const float p = fp8ref::ref::mufu_ex2(s[static_cast<size_t>(j - a)] - mt);
       st.d = st.d + p;
       const uint8_t* v = c.vrow(j);
       for (int64_t d = 0; d < c.Dv; ++d) st.o[static_cast<size_t>(d)] = std::fma(p, c.code(v[d]), st.o[static_cast<size_t>(d)]);

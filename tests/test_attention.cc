@@ -17,6 +17,8 @@
 #include "fp8ref/attention.h"
 #include "fp8ref/convert.h"
 #include "fp8ref/error.h"
+#include "fp8ref/io.h"
+#include "fp8ref/mufu_ex2.h"
 #include "support/attention_cases.h"
 #include "support/simd_targets.h"
 
@@ -346,8 +348,9 @@ int check_triton_unified(PagedProblem& p, bool guard = true) {
 
 // flashinfer, re-implemented densely from FlashInfer's decode kernel as attention.h states it (pac b.4): the K
 // scale folded into the softmax scale (sm·sk in double, then ·log2 e in f32), raw codes in the dot, base-2 online
-// softmax over T-key tiles from m = −inf, d = 1, o = 0 with f32 probabilities; o·rcp(d) (OutputTransform, rcp the
-// GPU's MUFU.RCP) rounded to the output dtype, then ·sv in the output dtype.
+// softmax over T-key tiles from m = −inf, d = 1, o = 0 with f32 probabilities and the GPU's exp2 (MUFU.EX2,
+// ref::mufu_ex2); o·rcp(d) (OutputTransform, rcp the GPU's MUFU.RCP) rounded to the output dtype, then ·sv in the
+// output dtype.
 // Split-KV (kv_chunk C > 0, or FlashInfer's plan for −1, and a sequence longer than C): every chunk of C keys is such a
 // pass (tiles from the chunk's start; m = −inf, d = 0, o = 0 where it sees no key), its o·rcp(d) rounded to the output
 // dtype and its lse = m + log2(d) (−inf without a key); PersistentVariableLengthMergeStatesKernel merges them in
@@ -360,7 +363,7 @@ void check_flashinfer(PagedProblem& p) {
   const int64_t Dk = s.cache.head_dim, Dv = s.dv(), T = s.tile_keys();
   const int64_t C = s.kv_chunk >= 0 ? s.kv_chunk : attn::flashinfer_plan_chunk(s, p.args());
   const int64_t L = 128 / (Dv / std::max<int64_t>(8, Dv / 32));
-  auto ex2 = [](float x) { return attn::ref::exp2_sleef(std::isnan(x) ? -INFINITY : x); };
+  auto ex2 = [](float x) { return ref::mufu_ex2(std::isnan(x) ? -INFINITY : x); };
   struct St {
     float m = -INFINITY, d = 1.0f;
     std::vector<float> o;
@@ -403,11 +406,11 @@ void check_flashinfer(PagedProblem& p) {
           S.push_back(dot * c2);
           mj = std::max(mj, S.back());
         }
-        const float a = attn::ref::exp2_sleef(st.m - mj);
+        const float a = ref::mufu_ex2(st.m - mj);
         for (float& x : st.o) x *= a;
         st.d *= a;
         for (size_t k = 0; k < tile.size(); ++k) {
-          const float pj = attn::ref::exp2_sleef(S[k] - mj);
+          const float pj = ref::mufu_ex2(S[k] - mj);
           st.d += pj;
           for (int64_t d = 0; d < Dv; ++d) st.o[static_cast<size_t>(d)] = std::fma(pj, v_code(p, b, tile[k], kvh, d), st.o[static_cast<size_t>(d)]);
         }
@@ -451,6 +454,29 @@ bool has_nan(const PagedProblem& p) {
 }  // namespace
 
 TEST_SUITE("attention") {
+  TEST_CASE("mufu_ex2: PTX ex2.approx.ftz on the H100's captured pairs, bit for bit (Sleef exp2 is not)") {
+    // tests/data/h200/mufu_ex2_pairs.npy: (x, ex2.approx.ftz x) bit patterns from tools/device/capture_mufu_ex2.py —
+    // the edges, every binade's ends down to −2^-149, random x in [-1, 0] and [-150, 0]
+    const io::Tensor t = io::read_npy(std::string(FP8REF_TEST_DATA) + "/h200/mufu_ex2_pairs.npy");
+    REQUIRE(t.shape.size() == 2);
+    REQUIRE(t.shape[1] == 2);
+    const int64_t n = t.shape[0];
+    CHECK(n >= 65536);
+    std::vector<uint32_t> w(static_cast<size_t>(n) * 2);
+    std::memcpy(w.data(), t.data.data(), w.size() * 4);
+    int64_t bad = 0, sleef_differs = 0, zeros = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = f32_from_bits(w[2 * i]);
+      const uint32_t want = w[2 * i + 1], got = bits_of_f32(ref::mufu_ex2(x));
+      if (got != want && bad++ < 5) MESSAGE("x bits ", w[2 * i], ": GPU ", want, " fp8ref ", got);
+      if (bits_of_f32(attn::ref::exp2_sleef(x)) != want) ++sleef_differs;
+      zeros += want == 0;
+    }
+    CHECK(bad == 0);
+    CHECK(sleef_differs > 1000);  // the control: another exp2 is not the GPU's
+    CHECK(zeros > 100);           // (ftz and underflow covered)
+  }
+
   TEST_CASE("exp models: the SIMD twins equal the scalar reference; exp within 1 ulp of exp") {
     std::mt19937_64 rng(7);
     std::vector<float> x;

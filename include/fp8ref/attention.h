@@ -93,8 +93,10 @@
 //   CUDA-core batch decode kernel. Rows of a prefill chunk take the same steps (one pass); FlashInfer's prefill kernel
 //   (tensor-core mma, P rounded for the PV product) is not modelled.
 //   k = f32(k8) (no scale); c = RN32(RN64(sm_scale·sk)) then c2 = RN32(c·RN32(log2 e)) (k scale folded into
-//   sm_scale on the Python side); s_j = RN32(dot(q, k_j)·c2). Online over tiles of T keys (AttnSpec::tile,
-//   16 by default), m = −inf, d = 1, o = 0:
+//   sm_scale on the Python side); s_j = RN32(dot(q, k_j)·c2). exp2 here is the GPU's: MUFU.EX2 (ex2.approx.ftz,
+//   ref::mufu_ex2, include/fp8ref/mufu_ex2.h); lg2 the exact log2 rounded to f32 (fp8ref's stand-in for lg2.approx,
+//   whose results it misses by <= 2^-22.6). Online over tiles of T keys (AttnSpec::tile, 16 by default), m = −inf,
+//   d = 1, o = 0:
 //     m' = max(m, max s_j); a = exp2(RN32(m − m')); o_d = RN32(o_d·a); d = RN32(d·a);
 //     p_j = exp2(RN32(s_j − m')); per key in order: d = RN32(d + p_j), o_d = fma(p_j, f32(v8_jd), o_d); m = m'
 //   o = RN_out(RN32(o_d·rcp(d))), rcp = MUFU.RCP (rcp.approx.ftz: ref::mufu_rcp, the captured table of
@@ -102,13 +104,13 @@
 //   out = RN_out(RN32(f32(o)·sv)).  No soft-cap (FlashInfer's variant is not modelled).
 //   Split-KV (AttnSpec::kv_chunk = C > 0, a sequence of more than one chunk; decode.cuh partition_kv, cascade.cuh
 //   PersistentVariableLengthMergeStatesKernel): each chunk [C·c, C·c + C) runs the pass above from m = −inf, d = 1,
-//   o = 0 and gives v_c = RN_out(RN32(o_d·rcp(d))) (0 where it sees no key) and s_c = RN32(m + lg2(d)) (lg2 =
-//   RN32 of the exact log2: fp8ref's stand-in for lg2.approx; −inf where it sees no key). The merge runs in
-//   L = 128 / (Dv / max(8, Dv/32)) lanes: lane l takes chunks l, l + L, ... in order into a state (m = −inf, d = 1,
-//   o = 0): m' = max(m, s_c); f1 = exp2(RN32(m − m')) (0 when both are −inf), f2 = exp2(RN32(s_c − m'));
-//   d = RN32(RN32(d·f1) + f2); o_d = fma(v_c,d, f2, RN32(o_d·f1)); m = m'; then each lane's w_l = RN_out(RN32(o_d·
-//   rcp(d))) and lse_l = RN32(m + lg2(d)), merged the same way over l = 0..L−1 in order, and out =
-//   RN_out(RN32(o_d·rcp(d))) (then the v scale as above).
+//   o = 0 and gives v_c = RN_out(RN32(o_d·rcp(d))) (0 where it sees no key) and s_c = RN32(m + lg2(d)) (−inf where
+//   it sees no key). The merge runs in L = 128 / (Dv / max(8, Dv/32)) lanes: lane l takes chunks l, l + L, ... in
+//   order into a state (m = −inf, d = 1, o = 0): m' = max(m, s_c); f1 = exp2(RN32(m − m')) (0 when both are −inf),
+//   f2 = exp2(RN32(s_c − m')); d = fma(d, f1, f2); o_d = fma(o_d, f1, RN32(v_c,d·f2)) (state_t::merge as nvcc 13.0
+//   contracts it, read in its PTX); m = m'; then each lane's w_l = RN_out(RN32(o_d·rcp(d))) (0 for d = 0) and
+//   lse_l = RN32(m + lg2(d)), merged the same way over l = 0..L−1 in order, and out = RN_out(RN32(o_d·rcp(d))) (then
+//   the v scale as above).
 // torch-sdpa-math (aten/src/ATen/native/transformers/attention.cpp _scaled_dot_product_attention_math, CPU; pac b.1.7)
 //   K̂, V̂ = deq_md (the dequantized cache as md tensors); c = RN32(sqrt(sm_scale)) (double sqrt, then the f32
 //   opmath scalar); q' = RN32(f32(q)·c); k'_j = RN32(k̂_j·c) (q·√s and kᵀ·√s, applied separately);

@@ -31,6 +31,7 @@
 #include <cstring>
 
 #include "fp8ref/attention.h"
+#include "fp8ref/mufu_ex2.h"
 #include "cpu/attention_fast.h"
 #include "cpu/fp8_lanes-inl.h"
 #include "fp8ref/convert.h"
@@ -801,10 +802,14 @@ class Worker {
           mt = std::max(mt, v);
         }
         float alpha;
-        if (fi) alpha = rM == kNegInf ? 0.0f : ref::exp2_sleef(rM - mt);
+        if (fi) alpha = rM == kNegInf ? 0.0f : fp8ref::ref::mufu_ex2(rM - mt);
         else alpha = rM == kNegInf ? 0.0f : ref::exp_sleef(rM - mt);
         for (int64_t j = 0; j < n; ++j) x[j] = x[j] - mt;
-        HWY_DYNAMIC_DISPATCH(ExpArray)(x.data(), p.data(), static_cast<size_t>(n), fi);
+        if (fi) {  // FlashInfer: the GPU's exp2 (MUFU.EX2, table lookups)
+          for (int64_t j = 0; j < n; ++j) p[j] = fp8ref::ref::mufu_ex2(x[j]);
+        } else {
+          HWY_DYNAMIC_DISPATCH(ExpArray)(x.data(), p.data(), static_cast<size_t>(n), false);
+        }
         const float* vt = vt_.data() + (a - j0) * Dv_;
         if (fi) {
           rL = rL * alpha;
