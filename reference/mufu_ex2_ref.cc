@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <vector>
 
@@ -16,33 +17,45 @@ extern const size_t kMufuEx2ZlibSize;
 }  // namespace detail
 
 namespace {
-constexpr size_t kSteps = size_t{1} << 23;  // T[1] - T[0] .. T[2^23] - T[2^23 - 1]
+constexpr size_t kSteps = size_t{1} << 23;  // per table: entry k + 1 − entry k, k = 0 .. 2^23 − 1
 
-// T's bit patterns: 0x3F800000 (T[0] = 1.0), then the inflated steps summed.
-const std::vector<uint32_t>& table() {
+// The bit patterns of T (x <= 0, entries 0 .. 2^23) then P (x >= 0, entries 2^23 + 1 .. 2^24 + 1): each from 1.0
+// (0x3F800000) plus its inflated steps summed.
+const std::vector<uint32_t>& tables() {
   static std::vector<uint32_t> t;
   static std::once_flag once;
   std::call_once(once, [] {
     std::vector<int8_t> steps;
     std::once_flag inflate;
-    detail::inflate_once(inflate, steps, detail::kMufuEx2Zlib, detail::kMufuEx2ZlibSize, kSteps, "ex2 table");
-    std::vector<uint32_t> v(kSteps + 1);
-    v[0] = 0x3F800000u;
-    for (size_t k = 0; k < kSteps; ++k) v[k + 1] = v[k] + static_cast<uint32_t>(static_cast<int32_t>(steps[k]));
+    detail::inflate_once(inflate, steps, detail::kMufuEx2Zlib, detail::kMufuEx2ZlibSize, 2 * kSteps, "ex2 table");
+    std::vector<uint32_t> v(2 * (kSteps + 1));
+    for (size_t h = 0; h < 2; ++h) {
+      uint32_t* o = v.data() + h * (kSteps + 1);
+      o[0] = 0x3F800000u;
+      for (size_t k = 0; k < kSteps; ++k) o[k + 1] = o[k] + static_cast<uint32_t>(static_cast<int32_t>(steps[h * kSteps + k]));
+    }
     t.swap(v);
   });
   return t;
 }
+
+// ±2^n·table[trunc(f·2^23)] for |x| = n + f (T for x <= 0, P for x > 0), in f32 (subnormals rounded to nearest even),
+// results below 2^-126 flushed to 0 if ftz; |x| >= 128 and x > 0: +Inf.
+float ex2(float x, bool ftz) {
+  if (std::isnan(x)) return x;
+  if (x >= 128.0f) return std::numeric_limits<float>::infinity();
+  if (x < -160.0f) return 0.0f;
+  static const uint32_t* const t = tables().data();
+  const bool pos = x > 0.0f;
+  const double m = std::fabs(static_cast<double>(x)), n = std::floor(m), f = m - n;  // exact
+  const uint32_t e = t[(pos ? kSteps + 1 : 0) + static_cast<size_t>(std::floor(f * 0x1p23))];
+  const float r = static_cast<float>(std::ldexp(static_cast<double>(f32_from_bits(e)), pos ? static_cast<int>(n) : -static_cast<int>(n)));
+  return ftz && r < 0x1p-126f ? 0.0f : r;
+}
 }  // namespace
 
-float mufu_ex2(float x) {
-  if (std::isnan(x)) return x;
-  if (x > 0.0f) return static_cast<float>(std::exp2(static_cast<double>(x)));  // (not captured)
-  if (x < -150.0f) return 0.0f;
-  static const uint32_t* const t = table().data();
-  const double m = -static_cast<double>(x), n = std::floor(m), f = m - n;  // exact
-  const float r = std::ldexp(f32_from_bits(t[static_cast<size_t>(std::floor(f * 0x1p23))]), -static_cast<int>(n));
-  return r < 0x1p-126f ? 0.0f : r;  // (ftz)
-}
+float mufu_ex2(float x) { return ex2(x, true); }
+
+float triton_exp(float x) { return ex2(x * f32_from_bits(0x3FB8AA3Bu), false); }
 
 }  // namespace fp8ref::ref

@@ -477,6 +477,33 @@ TEST_SUITE("attention") {
     CHECK(zeros > 100);           // (ftz and underflow covered)
   }
 
+  TEST_CASE("triton_exp: Triton's tl.exp on the H200's pairs — every normal result bit for bit, most subnormal ones") {
+    // tests/data/h200/triton_exp_pairs.npy (tools/device/capture_triton_exp.py): x in [-1, 0] and [-110, 0]
+    const io::Tensor t = io::read_npy(std::string(FP8REF_TEST_DATA) + "/h200/triton_exp_pairs.npy");
+    REQUIRE(t.shape.size() == 2);
+    REQUIRE(t.shape[1] == 2);
+    std::vector<uint32_t> w(static_cast<size_t>(t.shape[0]) * 2);
+    std::memcpy(w.data(), t.data.data(), w.size() * 4);
+    int64_t normal = 0, normal_bad = 0, sub = 0, sub_bad = 0, sleef_differs = 0;
+    for (size_t i = 0; i < w.size(); i += 2) {
+      const float x = f32_from_bits(w[i]), want = f32_from_bits(w[i + 1]);
+      const bool miss = bits_of_f32(ref::triton_exp(x)) != w[i + 1];
+      if (want >= 0x1p-126f) {
+        ++normal;
+        if (miss && normal_bad++ < 5) MESSAGE("x bits ", w[i], ": GPU ", w[i + 1]);
+      } else if (want > 0) {
+        ++sub;
+        sub_bad += miss;
+      }
+      sleef_differs += bits_of_f32(attn::ref::exp_sleef(x)) != w[i + 1];
+    }
+    CHECK(normal > 50000);
+    CHECK(normal_bad == 0);
+    CHECK(sub > 1000);
+    CHECK(sub_bad * 20 < sub);    // subnormal results: the table rounded, the GPU's own rounding otherwise (~4 %)
+    CHECK(sleef_differs > 1000);  // the control
+  }
+
   TEST_CASE("exp models: the SIMD twins equal the scalar reference; exp within 1 ulp of exp") {
     std::mt19937_64 rng(7);
     std::vector<float> x;

@@ -92,10 +92,61 @@ __global__ void lg2_scaling(const float* t, unsigned long long* counts, uint32_t
   }
 }
 
+// the positive side: P[k] = ex2(k·2^-23), k = 0 .. 2^23
+__global__ void pos_table(float* t) {
+  const uint32_t k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k < kN) t[k] = ex2(static_cast<float>(k) * 0x1p-23f);
+}
+
+// every f32 y in (0, 128) (bits 0x00000001 .. 0x42FFFFFF): with n = floor(y), f = y - n, ex2(y) against
+// 2^n·P[trunc(f·2^23)]: counts[0] the misses
+__global__ void pos_scaling(const float* t, unsigned long long* counts, uint32_t* first) {
+  for (uint64_t b = 1ull + blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; b < 0x43000000ull;
+       b += uint64_t(gridDim.x) * blockDim.x) {
+    const float y = __uint_as_float(static_cast<uint32_t>(b));
+    const double m = static_cast<double>(y), n = floor(m), f = m - n;
+    const float w = ldexpf(t[static_cast<uint32_t>(floor(f * 8388608.0))], static_cast<int>(n));
+    if (ex2(y) != w) {
+      const unsigned long long i = atomicAdd(&counts[0], 1ull);
+      if (i < 8) first[i] = static_cast<uint32_t>(b);
+    }
+  }
+}
+
 // ex2 of n given inputs (the test pairs)
 __global__ void apply(const float* x, float* y, uint32_t n) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) y[i] = ex2(x[i]);
+}
+
+// One table of n entries (fill<<<>>>) and one check over it (check<<<>>>: counts[0] misses, first[0..7] the first
+// ones), printed after `what`; the table written to `out`.
+int table_and_check(uint32_t n, void (*fill)(float*), void (*check)(const float*, unsigned long long*, uint32_t*),
+                    const char* what, const char* out) {
+  float* t = nullptr;
+  unsigned long long* counts = nullptr;
+  uint32_t* first = nullptr;
+  CK(cudaMalloc(&t, n * sizeof(float)));
+  CK(cudaMalloc(&counts, sizeof(unsigned long long)));
+  CK(cudaMalloc(&first, 8 * sizeof(uint32_t)));
+  CK(cudaMemset(counts, 0, sizeof(unsigned long long)));
+  CK(cudaMemset(first, 0, 8 * sizeof(uint32_t)));
+  fill<<<(n + 255) / 256, 256>>>(t);
+  check<<<4096, 256>>>(t, counts, first);
+  CK(cudaDeviceSynchronize());
+  std::vector<float> h(n);
+  unsigned long long c = 0;
+  uint32_t f[8];
+  CK(cudaMemcpy(h.data(), t, n * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(&c, counts, sizeof c, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(f, first, sizeof f, cudaMemcpyDeviceToHost));
+  std::printf("%s: %llu; first:", what, c);
+  for (int i = 0; i < 8; ++i) std::printf(" %08x", f[i]);
+  std::printf("\n");
+  FILE* o = std::fopen(out, "wb");
+  if (!o || std::fwrite(h.data(), 4, n, o) != n) return 1;
+  std::fclose(o);
+  return 0;
 }
 
 int main(int argc, char** argv) {
@@ -119,32 +170,10 @@ int main(int argc, char** argv) {
     std::fclose(o);
     return 0;
   }
-  if (argc == 3 && std::string(argv[1]) == "--lg2") {  // capture_mufu_ex2 --lg2 OUT.bin: L and the scaling check
-    float* t = nullptr;
-    unsigned long long* counts = nullptr;
-    uint32_t* first = nullptr;
-    CK(cudaMalloc(&t, (1u << 23) * sizeof(float)));
-    CK(cudaMalloc(&counts, sizeof(unsigned long long)));
-    CK(cudaMalloc(&first, 8 * sizeof(uint32_t)));
-    CK(cudaMemset(counts, 0, sizeof(unsigned long long)));
-    CK(cudaMemset(first, 0, 8 * sizeof(uint32_t)));
-    lg2_table<<<(1u << 23) / 256, 256>>>(t);
-    lg2_scaling<<<4096, 256>>>(t, counts, first);
-    CK(cudaDeviceSynchronize());
-    std::vector<float> h(1u << 23);
-    unsigned long long c = 0;
-    uint32_t f[8];
-    CK(cudaMemcpy(h.data(), t, h.size() * 4, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(&c, counts, sizeof c, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(f, first, sizeof f, cudaMemcpyDeviceToHost));
-    std::printf("lg2 misses of RN32(e + L[m]) over [2^-20, 2^40): %llu; first:", c);
-    for (int i = 0; i < 8; ++i) std::printf(" %08x", f[i]);
-    std::printf("\n");
-    FILE* o = std::fopen(argv[2], "wb");
-    if (!o || std::fwrite(h.data(), 4, h.size(), o) != h.size()) return 1;
-    std::fclose(o);
-    return 0;
-  }
+  if (argc == 3 && std::string(argv[1]) == "--pos")  // capture_mufu_ex2 --pos OUT.bin: P and its scaling check
+    return table_and_check(kN, pos_table, pos_scaling, "positive misses of 2^n·P[trunc(f·2^23)] over (0, 128)", argv[2]);
+  if (argc == 3 && std::string(argv[1]) == "--lg2")  // capture_mufu_ex2 --lg2 OUT.bin: L and the scaling check
+    return table_and_check(1u << 23, lg2_table, lg2_scaling, "lg2 misses of RN32(e + L[m]) over [2^-20, 2^40)", argv[2]);
   if (argc != 2) return 2;
   float* t = nullptr;
   unsigned long long* counts = nullptr;
