@@ -95,7 +95,7 @@
 //   k = f32(k8) (no scale); c = RN32(RN64(sm_scale·sk)) then c2 = RN32(c·RN32(log2 e)) (k scale folded into
 //   sm_scale on the Python side); s_j = RN32(dot(q, k_j)·c2). exp2 here is the GPU's: MUFU.EX2 (ex2.approx.ftz,
 //   ref::mufu_ex2, include/fp8ref/mufu_ex2.h); lg2 the exact log2 rounded to f32 (fp8ref's stand-in for lg2.approx,
-//   whose results it misses by <= 2^-22.6). Online over tiles of T keys (AttnSpec::tile, 16 by default), m = −inf,
+//   on [1, 2) within 2^-22.6 of it). Online over tiles of T keys (AttnSpec::tile, 16 by default), m = −inf,
 //   d = 1, o = 0:
 //     m' = max(m, max s_j); a = exp2(RN32(m − m')); o_d = RN32(o_d·a); d = RN32(d·a);
 //     p_j = exp2(RN32(s_j − m')); per key in order: d = RN32(d + p_j), o_d = fma(p_j, f32(v8_jd), o_d); m = m'
