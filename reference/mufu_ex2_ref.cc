@@ -1,10 +1,12 @@
 // fp8ref reference — the MUFU.EX2 model (include/fp8ref/mufu_ex2.h) from its embedded table.
 #include "fp8ref/mufu_ex2.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <mutex>
+#include <stdexcept>
 #include <vector>
 
 #include "embedded.h"
@@ -19,22 +21,44 @@ extern const size_t kMufuEx2ZlibSize;
 namespace {
 constexpr size_t kSteps = size_t{1} << 23;  // per table: entry k + 1 − entry k, k = 0 .. 2^23 − 1
 
-// The bit patterns of T (x <= 0, entries 0 .. 2^23) then P (x >= 0, entries 2^23 + 1 .. 2^24 + 1): each from 1.0
-// (0x3F800000) plus its inflated steps summed.
-const std::vector<uint32_t>& tables() {
-  static std::vector<uint32_t> t;
+// T (x <= 0) and P (x > 0), each kept compact so that random lookups stay in cache (8 MiB + 128 KiB a table, not 32
+// MiB): every 256th bit pattern (S), and per entry the int8 difference between the exact pattern and the integer
+// interpolation S[j] + ((S[j+1] − S[j])·r >> 8), k = 256j + r. Built once from the exact patterns — 1.0 (0x3F800000)
+// plus the inflated steps summed — so a lookup returns exactly those.
+constexpr size_t kStride = 256, kSamples = kSteps / kStride + 2;
+struct Table {
+  std::vector<uint32_t> s;    // [kSamples]
+  std::vector<int8_t> corr;   // [kSteps + 1]
+  uint32_t interp(size_t k) const {
+    const size_t j = k / kStride;
+    const int64_t a = s[j], b = s[j + 1], r = static_cast<int64_t>(k % kStride);
+    return static_cast<uint32_t>(a + (((b - a) * r) >> 8));  // (arithmetic shift: floor)
+  }
+  uint32_t at(size_t k) const { return interp(k) + static_cast<uint32_t>(static_cast<int32_t>(corr[k])); }
+};
+
+const Table* tables() {
+  static Table t[2];
   static std::once_flag once;
   std::call_once(once, [] {
     std::vector<int8_t> steps;
     std::once_flag inflate;
     detail::inflate_once(inflate, steps, detail::kMufuEx2Zlib, detail::kMufuEx2ZlibSize, 2 * kSteps, "ex2 table");
-    std::vector<uint32_t> v(2 * (kSteps + 1));
+    std::vector<uint32_t> exact(kSteps + 1);
     for (size_t h = 0; h < 2; ++h) {
-      uint32_t* o = v.data() + h * (kSteps + 1);
-      o[0] = 0x3F800000u;
-      for (size_t k = 0; k < kSteps; ++k) o[k + 1] = o[k] + static_cast<uint32_t>(static_cast<int32_t>(steps[h * kSteps + k]));
+      exact[0] = 0x3F800000u;
+      for (size_t k = 0; k < kSteps; ++k)
+        exact[k + 1] = exact[k] + static_cast<uint32_t>(static_cast<int32_t>(steps[h * kSteps + k]));
+      Table& tb = t[h];
+      tb.s.resize(kSamples);
+      for (size_t j = 0; j < kSamples; ++j) tb.s[j] = exact[std::min(j * kStride, kSteps)];
+      tb.corr.resize(kSteps + 1);
+      for (size_t k = 0; k <= kSteps; ++k) {
+        const int64_t c = static_cast<int64_t>(exact[k]) - static_cast<int64_t>(tb.interp(k));
+        if (c < -128 || c > 127) throw std::runtime_error("fp8ref: the ex2 table does not interpolate");
+        tb.corr[k] = static_cast<int8_t>(c);
+      }
     }
-    t.swap(v);
   });
   return t;
 }
@@ -45,16 +69,28 @@ float ex2(float x, bool ftz) {
   if (std::isnan(x)) return x;
   if (x >= 128.0f) return std::numeric_limits<float>::infinity();
   if (x < -160.0f) return 0.0f;
-  static const uint32_t* const t = tables().data();
+  static const Table* const t = tables();
   const bool pos = x > 0.0f;
   const double m = std::fabs(static_cast<double>(x)), n = std::floor(m), f = m - n;  // exact
-  const uint32_t e = t[(pos ? kSteps + 1 : 0) + static_cast<size_t>(std::floor(f * 0x1p23))];
+  const uint32_t e = t[pos ? 1 : 0].at(static_cast<size_t>(std::floor(f * 0x1p23)));
   const float r = static_cast<float>(std::ldexp(static_cast<double>(f32_from_bits(e)), pos ? static_cast<int>(n) : -static_cast<int>(n)));
   return ftz && r < 0x1p-126f ? 0.0f : r;
 }
 }  // namespace
 
-float mufu_ex2(float x) { return ex2(x, true); }
+float mufu_ex2(float x) {
+  // x in (−128, −0] (FlashInfer's arguments) in integer steps: |x|·2^23 truncated = n·2^23 + k, then T[k]·2^-n by
+  // its exponent field (a result under 2^-126 flushes); the same values as ex2(x, true), which takes the rest
+  const uint32_t b = bits_of_f32(x), a = b & 0x7FFFFFFFu;
+  if (b >> 31 == 0 || a >= 0x43000000u) return ex2(x, true);
+  static const Table* const t = tables();
+  const int e = static_cast<int>(a >> 23);
+  const uint64_t mant = e ? (a & 0x7FFFFFu) | 0x800000u : a;  // |x| = mant·2^(max(e, 1) − 150)
+  const int sh = std::max(e, 1) - 127;                              // |x|·2^23 = mant·2^sh
+  const uint64_t fx = sh >= 0 ? mant << sh : (sh > -32 ? mant >> -sh : 0);
+  const uint32_t n = static_cast<uint32_t>(fx >> 23), r = t[0].at(static_cast<size_t>(fx & 0x7FFFFFu));
+  return static_cast<int>(r >> 23) - static_cast<int>(n) <= 0 ? 0.0f : f32_from_bits(r - (n << 23));
+}
 
 float triton_exp(float x) { return ex2(x * f32_from_bits(0x3FB8AA3Bu), false); }
 

@@ -8,8 +8,8 @@
 //   ex2(x) = 2^n · P[trunc(f · 2^23)]   for x > 0 (+Inf from 128)
 // (f truncated to the 2^-23 grid; rounding it to nearest or away from zero misses), where T[k] = ex2(-k·2^-23) and
 // P[k] = ex2(k·2^-23), k = 0 .. 2^23: two tables (P is not T mirrored), embedded from reference/data/
-// mufu_ex2_sm90.zlib (the int8 steps between consecutive bit patterns, T[0] = P[0] = 1.0; inflated to 64 MiB on first
-// use). ±0 -> 1, −Inf -> +0, NaN -> NaN.
+// mufu_ex2_sm90.zlib (the int8 steps between consecutive bit patterns, T[0] = P[0] = 1.0; on first use rebuilt as
+// every 256th pattern plus an int8 correction per entry: 16 MiB in all). ±0 -> 1, −Inf -> +0, NaN -> NaN.
 #pragma once
 
 // triton_exp(x): Triton's tl.exp for f32 on NVIDIA (3.6.0, read in a kernel's PTX on the H200): mul.f32 by
