@@ -63,34 +63,34 @@ const Table* tables() {
   return t;
 }
 
-// ±2^n·table[trunc(f·2^23)] for |x| = n + f (T for x <= 0, P for x > 0), in f32 (subnormals rounded to nearest even),
-// results below 2^-126 flushed to 0 if ftz; |x| >= 128 and x > 0: +Inf.
+// ±2^n·table[trunc(f·2^23)] for |x| = n + f (T for x <= 0, P for x > 0), in integer steps on the bits: |x|·2^23
+// truncated = n·2^23 + k, then the table's pattern with n added to or taken from its exponent field; a result under
+// 2^-126 flushes to 0 if ftz, else is rounded to nearest even into a subnormal; x >= 128: +Inf.
 float ex2(float x, bool ftz) {
-  if (std::isnan(x)) return x;
-  if (x >= 128.0f) return std::numeric_limits<float>::infinity();
-  if (x < -160.0f) return 0.0f;
-  static const Table* const t = tables();
-  const bool pos = x > 0.0f;
-  const double m = std::fabs(static_cast<double>(x)), n = std::floor(m), f = m - n;  // exact
-  const uint32_t e = t[pos ? 1 : 0].at(static_cast<size_t>(std::floor(f * 0x1p23)));
-  const float r = static_cast<float>(std::ldexp(static_cast<double>(f32_from_bits(e)), pos ? static_cast<int>(n) : -static_cast<int>(n)));
-  return ftz && r < 0x1p-126f ? 0.0f : r;
-}
-}  // namespace
-
-float mufu_ex2(float x) {
-  // x in (−128, −0] (FlashInfer's arguments) in integer steps: |x|·2^23 truncated = n·2^23 + k, then T[k]·2^-n by
-  // its exponent field (a result under 2^-126 flushes); the same values as ex2(x, true), which takes the rest
   const uint32_t b = bits_of_f32(x), a = b & 0x7FFFFFFFu;
-  if (b >> 31 == 0 || a >= 0x43000000u) return ex2(x, true);
+  if (a > 0x7F800000u) return x;                           // NaN
+  const bool pos = (b >> 31) == 0 && a != 0;
+  if (pos && a >= 0x43000000u) return std::numeric_limits<float>::infinity();
+  if (!pos && a >= 0x43200000u) return 0.0f;               // x <= −160 (and −Inf): below every subnormal
   static const Table* const t = tables();
   const int e = static_cast<int>(a >> 23);
   const uint64_t mant = e ? (a & 0x7FFFFFu) | 0x800000u : a;  // |x| = mant·2^(max(e, 1) − 150)
-  const int sh = std::max(e, 1) - 127;                              // |x|·2^23 = mant·2^sh
+  const int sh = std::max(e, 1) - 127;                              // |x|·2^23 = mant·2^sh (|x| < 160: < 2^31)
   const uint64_t fx = sh >= 0 ? mant << sh : (sh > -32 ? mant >> -sh : 0);
-  const uint32_t n = static_cast<uint32_t>(fx >> 23), r = t[0].at(static_cast<size_t>(fx & 0x7FFFFFu));
-  return static_cast<int>(r >> 23) - static_cast<int>(n) <= 0 ? 0.0f : f32_from_bits(r - (n << 23));
+  const uint32_t n = static_cast<uint32_t>(fx >> 23), r = t[pos ? 1 : 0].at(static_cast<size_t>(fx & 0x7FFFFFu));
+  if (pos) return f32_from_bits(r + (n << 23));  // (P < 2, n <= 127: finite)
+  const int exponent = static_cast<int>(r >> 23) - static_cast<int>(n);
+  if (exponent > 0) return f32_from_bits(r - (n << 23));
+  if (ftz) return 0.0f;
+  // a subnormal: the 24-bit significand shifted right by 1 − exponent, rounded to nearest even
+  const int s = 1 - exponent;
+  if (s > 25) return 0.0f;
+  const uint32_t sig = (r & 0x7FFFFFu) | 0x800000u, q = sig >> s, rem = sig & ((1u << s) - 1u), half = 1u << (s - 1);
+  return f32_from_bits(q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u));
 }
+}  // namespace
+
+float mufu_ex2(float x) { return ex2(x, true); }
 
 float triton_exp(float x) { return ex2(x * f32_from_bits(0x3FB8AA3Bu), false); }
 
