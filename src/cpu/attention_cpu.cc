@@ -31,10 +31,10 @@
 #include <cstring>
 
 #include "fp8ref/attention.h"
-#include "fp8ref/mufu_ex2.h"
 #include "cpu/attention_fast.h"
 #include "cpu/fp8_lanes-inl.h"
 #include "fp8ref/convert.h"
+#include "fp8ref/mufu_ex2.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace fp8ref::HWY_NAMESPACE {

@@ -31,8 +31,8 @@ def decode_case(seed, seq_lens, hkv, hq, d, page):
         cache = np.full((pages, page, hkv, d), 0x7F, np.uint8)
         for b in range(B):
             codes = (rng.integers(0, 0x50, (seq_lens[b], hkv, d)) | (rng.integers(0, 2, (seq_lens[b], hkv, d)) << 7))
-            for j in range(seq_lens[b]):
-                cache[indices[indptr[b] + j // page], j % page] = codes[j].astype(np.uint8)
+            j = np.arange(seq_lens[b])
+            cache[indices[indptr[b] + j // page], j % page] = codes.astype(np.uint8)
         caches.append(cache)
     sign = rng.integers(0, 2, (B, hq, d)).astype(np.uint16) << 15
     q = sign | (rng.integers(119, 128, (B, hq, d)).astype(np.uint16) << 7) | rng.integers(0, 128, (B, hq, d)).astype(
