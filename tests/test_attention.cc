@@ -504,6 +504,44 @@ TEST_SUITE("attention") {
     CHECK(sleef_differs > 1000);  // the control
   }
 
+  TEST_CASE("flashinfer_plan_chunk: FlashInfer's max_grid_size on the H100, every head dim x window x group size") {
+    // tests/data/h200/flashinfer_occupancy.npy: rows (D, window variant, G, SMs, max_grid_size) as FlashInfer's
+    // work estimation computed them. The plan shows max_grid_size g exactly (one KV head, decode, pages of 16: one
+    // sequence of 256 keys, the others of 128): num_seqs >= g never splits; num_seqs = g − 1 fits its num_seqs + 1
+    // chunks of 8 pages (128 keys) in the grid and splits.
+    const io::Tensor t = io::read_npy(std::string(FP8REF_TEST_DATA) + "/h200/flashinfer_occupancy.npy");
+    REQUIRE(t.shape.size() == 2);
+    REQUIRE(t.shape[1] == 5);
+    std::vector<int32_t> occ(static_cast<size_t>(t.shape[0] * 5));
+    std::memcpy(occ.data(), t.data.data(), occ.size() * 4);
+    auto plan = [](int64_t d, bool window, int64_t g, int64_t B) {
+      AttnSpec s = base_spec(16, 1, g, d);
+      s.convention = AttnConvention::flashinfer;
+      s.window_left = window ? 100 : -1;
+      std::vector<int32_t> qsl(static_cast<size_t>(B + 1)), sl(static_cast<size_t>(B), 128), bt(static_cast<size_t>(B * 16), 0);
+      sl[0] = 256;
+      for (int64_t b = 0; b <= B; ++b) qsl[static_cast<size_t>(b)] = static_cast<int32_t>(b);
+      attn::AttnArgs a;
+      a.num_seqs = a.num_tokens = B;
+      a.query_start_loc = qsl.data();
+      a.table.block_table = bt.data();
+      a.table.max_blocks = 16;
+      a.table.seq_lens = sl.data();
+      return attn::flashinfer_plan_chunk(s, a);
+    };
+    CHECK(occ.size() == 42 * 5);
+    for (size_t r = 0; r + 5 <= occ.size(); r += 5) {
+      const int64_t d = occ[r], g = occ[r + 2], grid = occ[r + 4];
+      const bool window = occ[r + 1] != 0;
+      CAPTURE(d);
+      CAPTURE(window);
+      CAPTURE(g);
+      CHECK(occ[r + 3] == 132);
+      CHECK(plan(d, window, g, grid - 1) == 128);
+      CHECK(plan(d, window, g, grid) == 0);
+    }
+  }
+
   TEST_CASE("exp models: the SIMD twins equal the scalar reference; exp within 1 ulp of exp") {
     std::mt19937_64 rng(7);
     std::vector<float> x;

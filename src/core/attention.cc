@@ -99,8 +99,8 @@ int64_t AttnSpec::tile_keys() const {
 namespace {
 // FlashInfer 0.7.4's max_grid_size (blocks per SM by occupancy × 132 SMs) for its CUDA-core batch decode kernel
 // over an e4m3 cache with bf16 q/out, by head dim, sliding-window variant and group size G, as its work estimation
-// computed it on an H100 (nvcc 13.0; tools/device/capture_flashinfer_decode.py, tests/data/h200/flashinfer_decode.npz
-// "occupancy"). 0: no such kernel (FlashInfer refuses; fp8ref takes one pass).
+// computed it on an H100 (nvcc 13.0; tools/device/capture_flashinfer_decode.py, tests/data/h200/flashinfer_occupancy.npy,
+// which a test holds this table to). 0: no such kernel (FlashInfer refuses; fp8ref takes one pass).
 int64_t flashinfer_max_grid(int64_t d, bool window, int64_t g) {
   static constexpr int64_t kG[7] = {1, 2, 3, 4, 6, 8, 16};
   static constexpr int64_t kGrid[3][2][7] = {

@@ -1,6 +1,7 @@
 """fp8ref's `flashinfer` paged attention against FlashInfer's own batch decode kernel run on an H100
 (tools/device/capture_flashinfer_decode.py + .cu: FlashInfer 0.7.4's headers, driven as its csrc/batch_decode.cu does,
-DecodePlan included; tests/data/h200/flashinfer_decode.npz keeps the outputs, the plans and the occupancy table, and
+DecodePlan included; tests/data/h200/flashinfer_decode.npz keeps the outputs and the plans (flashinfer_occupancy.npy
+the occupancy table, which tests/test_attention.cc holds fp8ref's plan to), and
 tools/device/paged_inputs.py regenerates the inputs from their seeds).
 
 Nine decode batches (G = 1, 2, 4, 6, 8; D = 64, 128, 256; pages of 1, 16, 64; sliding windows; one batch FlashInfer

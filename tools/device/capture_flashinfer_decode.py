@@ -15,8 +15,8 @@ double) and the V scale applied after the kernel in the output dtype, (out.float
 v_scale == 1.
 
 The inputs come from tools/device/paged_inputs.py (numpy only, from a seed), so the capture keeps only what the GPU
-gave. Writes $OUT/flashinfer_decode.npz: occupancy [N, 5] int32 (head dim, window variant, group size, SMs,
-FlashInfer's max_grid_size); per case c<i>: _case [seed, Hkv, Hq, D, page, window_left (-1: none)] int64,
+gave. Writes $OUT/flashinfer_occupancy.npy [N, 5] int32 (head dim, window variant, group size, SMs, FlashInfer's
+max_grid_size) and $OUT/flashinfer_decode.npz: per case c<i>: _case [seed, Hkv, Hq, D, page, window_left (-1: none)] int64,
 _seq_lens [B] int32, _plan [split_kv, kv_chunk_size] int32 (what FlashInfer's DecodePlan chose), _out [B, Hq, D]
 uint16 (bf16 bits, after the V scale).
 """
@@ -82,7 +82,8 @@ CASES = [  # seed, seq_lens, Hkv, Hq, D, page size, window_left (-1: none)
     (9, list(range(20, 660, 10)), 2, 12, 64, 1, -1),      # page size 1, G = 6, 64 sequences
 ]
 
-res = {"occupancy": np.array(occ, np.int32)}
+np.save(os.path.join(out_dir, "flashinfer_occupancy.npy"), np.array(occ, np.int32))
+res = {}
 for i, (seed, seq_lens, hkv, hq, d, page, window) in enumerate(CASES):
     B = len(seq_lens)
     c = decode_case(seed, seq_lens, hkv, hq, d, page)
