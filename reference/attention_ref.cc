@@ -31,6 +31,7 @@
 #include "fp8ref/attention.h"
 #include "fp8ref/convert.h"
 #include "fp8ref/error.h"
+#include "fp8ref/mma.h"
 #include "fp8ref/mufu_ex2.h"
 #include "fp8ref/triton_div.h"
 
@@ -339,45 +340,82 @@ void row_vllm_paged_v1(const HeadCtx& c, const std::vector<float>& q, int64_t lo
   for (int64_t d = 0; d < c.Dv; ++d) store_out(c.spec.out_format, out, oidx + d, acc[static_cast<size_t>(d)]);
 }
 
-// Triton apply_softcap: x·(p1 − p2)/(p1 + p2), p1 = exp(S/x), p2 = exp(−S/x).
-float softcap_triton(float s, float cap) {
-  const float t = s / cap;
-  const float p1 = exp_sleef(t), p2 = exp_sleef(-t);
-  return (cap * (p1 - p2)) / (p1 + p2);
+}  // namespace
+
+// Triton apply_softcap: x·(p1 − p2)/(p1 + p2), p1 = exp(S/x), p2 = exp(−S/x), with tl.exp and Triton's division.
+float triton_softcap(float s, float cap) {
+  const float t = fp8ref::ref::triton_nv_div(s, cap);
+  const float p1 = fp8ref::ref::triton_exp(t), p2 = fp8ref::ref::triton_exp(-t);
+  return fp8ref::ref::triton_nv_div(cap * (p1 - p2), p1 + p2);
 }
+
+float triton_row_sum(const float* p, int64_t T) {
+  const int64_t tiles = T / 8, warps = std::min<int64_t>(4, tiles);
+  float w[4];
+  for (int64_t wi = 0; wi < warps; ++wi) {
+    float lane[4];  // the thread's own columns (q: its pair in each n8 tile), in register order
+    for (int64_t q = 0; q < 4; ++q) {
+      float acc = 0.0f;
+      bool first = true;
+      for (int64_t t = wi; t < tiles; t += 4)
+        for (int64_t c = 0; c < 2; ++c) {
+          const float x = p[8 * t + 2 * q + c];
+          acc = first ? x : acc + x;
+          first = false;
+        }
+      lane[q] = acc;
+    }
+    w[wi] = (lane[0] + lane[2]) + (lane[1] + lane[3]);  // shfl.bfly 2, then 1
+  }
+  if (warps == 1) return w[0];
+  if (warps == 2) return w[0] + w[1];
+  return (w[0] + w[2]) + (w[1] + w[3]);  // across the warps through shared memory: bfly 2, then 1
+}
+
+namespace {
 
 // The online steps over the tiles of keys [lo, hi] into (M, L, acc).
 void triton_online(const HeadCtx& c, const std::vector<float>& q, int64_t lo, int64_t hi, float& M, float& L,
                    float* acc) {
   const float sm = static_cast<float>(c.spec.scale());
   const float cap = static_cast<float>(c.spec.softcap);
+  const Format md = c.spec.q_format;
+  const bool tc = triton_tensor_cores(md);  // tl.dot on HMMA.16816 (bf16/f16); else f32 FMAs in order
   std::vector<float> kh(static_cast<size_t>(c.Dk)), t(static_cast<size_t>(c.Dv));
   const int64_t T = c.spec.tile_keys();
-  std::vector<float> l(static_cast<size_t>(T));
+  std::vector<float> l(static_cast<size_t>(T)), pt(static_cast<size_t>(T)), vd(static_cast<size_t>(T));
   for (int64_t t0 = (lo / T) * T; t0 <= hi; t0 += T) {
     const int64_t a = std::max(lo, t0), e = std::min(hi, t0 + T - 1);
     float mt = M;
     for (int64_t j = a; j <= e; ++j) {
       for (int64_t d = 0; d < c.Dk; ++d) kh[static_cast<size_t>(d)] = c.kv(true, j, d, false);
-      float x = sm * dot_f32(q.data(), kh.data(), c.Dk);
-      if (cap > 0) x = softcap_triton(x, cap);
+      float x = sm * (tc ? fp8ref::ref::hmma16_dot(md, q.data(), kh.data(), c.Dk, 0.0f) : dot_f32(q.data(), kh.data(), c.Dk));
+      if (cap > 0) x = triton_softcap(x, cap);
       l[static_cast<size_t>(j - a)] = x;
       mt = std::max(mt, x);
     }
-    const float alpha = M == kNegInf ? 0.0f : exp_sleef(M - mt);
+    const float alpha = M == kNegInf ? 0.0f : fp8ref::ref::triton_exp(M - mt);
     for (int64_t d = 0; d < c.Dv; ++d) {
       acc[static_cast<size_t>(d)] = acc[static_cast<size_t>(d)] * alpha;
       t[static_cast<size_t>(d)] = 0.0f;
     }
-    float lsum = 0.0f;
-    for (int64_t j = a; j <= e; ++j) {
-      const float P = exp_sleef(l[static_cast<size_t>(j - a)] - mt);
-      lsum = lsum + P;
-      const float Pm = round_to(c.spec.q_format, P);
-      for (int64_t d = 0; d < c.Dv; ++d) t[static_cast<size_t>(d)] = std::fma(Pm, c.kv(false, j, d, false), t[static_cast<size_t>(d)]);
+    std::fill(pt.begin(), pt.end(), 0.0f);  // P over the tile's keys t0 + k (0 where the row sees none)
+    for (int64_t j = a; j <= e; ++j) pt[static_cast<size_t>(j - t0)] = fp8ref::ref::triton_exp(l[static_cast<size_t>(j - a)] - mt);
+    const float lsum = triton_row_sum(pt.data(), T);  // (f32 P; the dot takes them rounded to md)
+    for (int64_t j = a; j <= e; ++j) pt[static_cast<size_t>(j - t0)] = round_to(md, pt[static_cast<size_t>(j - t0)]);
+    if (tc) {  // acc = tl.dot(P, V, acc): steps of 16 keys from t0, chained through acc
+      std::fill(vd.begin(), vd.end(), 0.0f);
+      for (int64_t d = 0; d < c.Dv; ++d) {
+        for (int64_t j = a; j <= e; ++j) vd[static_cast<size_t>(j - t0)] = c.kv(false, j, d, false);
+        acc[static_cast<size_t>(d)] = fp8ref::ref::hmma16_dot(md, pt.data(), vd.data(), T, acc[static_cast<size_t>(d)]);
+      }
+    } else {
+      for (int64_t j = a; j <= e; ++j)
+        for (int64_t d = 0; d < c.Dv; ++d)
+          t[static_cast<size_t>(d)] = std::fma(pt[static_cast<size_t>(j - t0)], c.kv(false, j, d, false), t[static_cast<size_t>(d)]);
+      for (int64_t d = 0; d < c.Dv; ++d) acc[static_cast<size_t>(d)] = acc[static_cast<size_t>(d)] + t[static_cast<size_t>(d)];
     }
-    for (int64_t d = 0; d < c.Dv; ++d) acc[static_cast<size_t>(d)] = acc[static_cast<size_t>(d)] + t[static_cast<size_t>(d)];
-    L = L * alpha + lsum;
+    L = std::fma(L, alpha, lsum);  // (L * alpha + l_j: contracted by Triton)
     M = mt;
   }
 }
@@ -393,7 +431,7 @@ void row_triton_unified(const HeadCtx& c, const std::vector<float>& q, int64_t i
     float M = z ? 0.0f : kNegInf, L = z ? 0.0f : 1.0f;
     std::vector<float> acc(static_cast<size_t>(Dv), 0.0f);
     triton_online(c, q, lo, hi, M, L, acc.data());
-    for (int64_t d = 0; d < Dv; ++d) res[static_cast<size_t>(d)] = acc[static_cast<size_t>(d)] / L;
+    for (int64_t d = 0; d < Dv; ++d) res[static_cast<size_t>(d)] = fp8ref::ref::triton_nv_div(acc[static_cast<size_t>(d)], L);
   } else {  // the 3D kernel: segments of tps tiles, then reduce_segments
     const int64_t T = c.spec.tile_keys(), n = c.seq.seq_len;
     const int64_t tps = (n + S * T - 1) / (S * T), act = tps > 0 ? (n + tps * T - 1) / (tps * T) : 0;
@@ -603,7 +641,7 @@ void triton_reduce_segments(const float* M, const float* L, const float* acc, in
   float m = kNegInf;
   for (int64_t s = 0; s < act; ++s) m = std::max(m, M[s]);
   std::vector<float> w(static_cast<size_t>(S), 0.0f), v(static_cast<size_t>(S));
-  for (int64_t s = 0; s < act; ++s) w[static_cast<size_t>(s)] = exp_sleef(M[s] - m);
+  for (int64_t s = 0; s < act; ++s) w[static_cast<size_t>(s)] = fp8ref::ref::triton_exp(M[s] - m);
   auto butterfly = [&](auto term) {  // slot i + slot i + n/2, halving n
     for (int64_t s = 0; s < S; ++s) v[static_cast<size_t>(s)] = s < act ? term(s) : 0.0f;
     for (size_t n = static_cast<size_t>(S); n > 1; n /= 2)
@@ -611,9 +649,32 @@ void triton_reduce_segments(const float* M, const float* L, const float* acc, in
     return v[0];
   };
   const float den = butterfly([&](int64_t s) { return L[s] * w[static_cast<size_t>(s)]; });
+  // tl.sum(segm_output, axis=0) over the [S, Dpad] tile in its blocked layout (4 warps, 4 dims a thread): td threads
+  // of a warp along the dims, tr = 32/td along the segments, wd warps along the dims, wr along the segments. Thread
+  // (w, l) adds its segments k·tr·wr + w·tr + l in order; then the lanes, then the warps, halving (bfly).
+  int64_t dpad = 1;
+  while (dpad < dv) dpad *= 2;
+  const int64_t td = std::min<int64_t>(32, std::max<int64_t>(dpad / 4, 1)), wd = std::min<int64_t>(4, std::max<int64_t>(dpad / (4 * td), 1));
+  const int64_t tr = std::min<int64_t>(32 / td, S), wr = std::min<int64_t>(4 / wd, std::max<int64_t>(S / tr, 1));
+  const int64_t per = S / (tr * wr);
+  std::vector<float> lanes(static_cast<size_t>(tr)), warps(static_cast<size_t>(wr));
+  auto halve = [](std::vector<float>& x) {
+    for (size_t n = x.size(); n > 1; n /= 2)
+      for (size_t i = 0; i < n / 2; ++i) x[i] = x[i] + x[i + n / 2];
+    return x[0];
+  };
   for (int64_t d = 0; d < dv; ++d) {
-    const float num = butterfly([&](int64_t s) { return acc[s * dv + d] * w[static_cast<size_t>(s)]; });
-    out[d] = den == 0.0f ? 0.0f : num / den;
+    for (int64_t s = 0; s < S; ++s) v[static_cast<size_t>(s)] = s < act ? acc[s * dv + d] * w[static_cast<size_t>(s)] : 0.0f;
+    for (int64_t wi = 0; wi < wr; ++wi) {
+      for (int64_t l = 0; l < tr; ++l) {
+        float x = v[static_cast<size_t>(wi * tr + l)];
+        for (int64_t k = 1; k < per; ++k) x = x + v[static_cast<size_t>(k * tr * wr + wi * tr + l)];
+        lanes[static_cast<size_t>(l)] = x;
+      }
+      warps[static_cast<size_t>(wi)] = halve(lanes);
+    }
+    const float num = halve(warps);
+    out[d] = den == 0.0f ? 0.0f : fp8ref::ref::triton_nv_div(num, den);
   }
 }
 

@@ -18,6 +18,7 @@
 // Specials (measured: tests/data/h200/mma_sm90, "special"/"zerosign" tiles): a NaN input, Inf·0, or +Inf and −Inf
 // among a block's products and accumulator make the block NaN; otherwise an Inf product makes it ±Inf; every
 // NaN result of the instruction is the canonical 0x7FFFFFFF (C's NaN payload and sign are not kept).
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -165,6 +166,109 @@ float hmma_block(const Term* p, int half, float acc) {
 }
 
 }  // namespace
+
+float hmma16_step(Format f, const float* a, const float* b, int n, float c) {
+  // The usual case in integer and double steps (the same arithmetic as hmma16_step_literal below, which takes the
+  // rest): every input finite and normal or zero, c too. Products of two 16-bit values are exact in double; a term's
+  // truncation onto the grid clears its low bits; the sum of 17 multiples of 2^grid below 2^(e+7) is exact in double;
+  // the result keeps its top 24 bits (a normal f32 result; else the literal steps).
+  uint32_t ub[16];
+  const uint32_t emin = f == Format::f16 ? 127 - 14 : 1;  // f16 subnormals (normal in f32): exponent −14 (literal)
+  int e = INT_MIN;
+  bool fast = n <= 16;
+  for (int k = 0; k < n && fast; ++k) {
+    const uint32_t x = bits_of_f32(a[k]), y = bits_of_f32(b[k]);
+    ub[k] = x;
+    const uint32_t ex = (x >> 23) & 0xFF, ey = (y >> 23) & 0xFF;
+    if ((x & 0x7FFFFFFFu) == 0 || (y & 0x7FFFFFFFu) == 0) {
+      if (ex == 0xFF || ey == 0xFF) fast = false;  // Inf·0 or NaN·0
+      ub[k] = 0;
+      continue;
+    }
+    if (ex == 0 || ey == 0 || ex == 0xFF || ey == 0xFF) fast = false;
+    e = std::max(e, static_cast<int>(std::max(ex, emin) + std::max(ey, emin)) - 254);
+  }
+  const uint32_t cb = bits_of_f32(c), ec = (cb >> 23) & 0xFF;
+  if ((cb & 0x7FFFFFFFu) != 0) {
+    if (ec == 0 || ec == 0xFF) fast = false;
+    e = std::max(e, static_cast<int>(ec) - 127);
+  }
+  if (fast) {
+    if (e == INT_MIN) return 0.0f;
+    const int grid = e - kFractionBits;
+    auto trunc_to_grid = [grid](double p) {  // |p| toward zero onto multiples of 2^grid (p normal, nonzero)
+      uint64_t pb;
+      std::memcpy(&pb, &p, 8);
+      const int drop = grid - (static_cast<int>((pb >> 52) & 0x7FF) - 1023 - 52);
+      if (drop <= 0) return p;
+      if (drop > 52) return 0.0;
+      pb &= ~((uint64_t{1} << drop) - 1);
+      std::memcpy(&p, &pb, 8);
+      return p;
+    };
+    double s = 0;
+    for (int k = 0; k < n; ++k)
+      if (ub[k] != 0) s += trunc_to_grid(static_cast<double>(a[k]) * static_cast<double>(b[k]));
+    if ((cb & 0x7FFFFFFFu) != 0) s += trunc_to_grid(static_cast<double>(c));
+    if (s == 0) return 0.0f;
+    uint64_t sb;
+    std::memcpy(&sb, &s, 8);
+    sb &= ~((uint64_t{1} << 29) - 1);  // 24 significant bits, toward zero
+    std::memcpy(&s, &sb, 8);
+    if (std::fabs(s) >= 0x1p-126 && std::fabs(s) <= 0x1.fffffep127) return static_cast<float>(s);
+  }
+  return hmma16_step_literal(f, a, b, n, c);
+}
+
+float hmma16_step_literal(Format f, const float* a, const float* b, int n, float c) {
+  const int emin = f == Format::f16 ? -14 : -126;
+  bool nan = std::isnan(c), pinf = c == std::numeric_limits<float>::infinity(),
+       ninf = c == -std::numeric_limits<float>::infinity();
+  int e = INT_MIN;
+  for (int k = 0; k < n; ++k) {
+    const float x = a[k], y = b[k];
+    if (std::isnan(x) || std::isnan(y) || (std::isinf(x) && y == 0) || (std::isinf(y) && x == 0)) {
+      nan = true;
+    } else if (std::isinf(x) || std::isinf(y)) {
+      (std::signbit(x) != std::signbit(y) ? ninf : pinf) = true;
+    } else if (x != 0 && y != 0) {
+      const int nx = std::max(std::ilogb(x), emin), ny = std::max(std::ilogb(y), emin);
+      e = std::max(e, nx + ny);
+    }
+  }
+  if (nan || (pinf && ninf)) return f32_from_bits(kCanonicalNan);
+  if (pinf || ninf) return pinf ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
+  if (c != 0) e = std::max(e, std::ilogb(c));
+  if (e == INT_MIN) return 0.0f;  // no non-zero term: +0
+  const int grid = e - kFractionBits;
+  // every term: |t|·2^-grid < 2^27 (a product of two 16-bit values is exact in double), truncated exactly
+  double s = 0;
+  for (int k = 0; k < n; ++k) {
+    const double p = static_cast<double>(a[k]) * static_cast<double>(b[k]);
+    const double m = std::trunc(std::ldexp(std::fabs(p), -grid));
+    s += p < 0 ? -m : m;  // (integers below 2^32: exact)
+  }
+  if (c != 0) {
+    const double m = std::trunc(std::ldexp(std::fabs(static_cast<double>(c)), -grid));
+    s += c < 0 ? -m : m;
+  }
+  if (s == 0) return 0.0f;
+  // S·2^grid truncated toward zero to 24 significant bits
+  const bool neg = s < 0;
+  uint64_t mag = static_cast<uint64_t>(neg ? -s : s);
+  int exp = grid;
+  while (mag >= (uint64_t{1} << 24)) {
+    mag >>= 1;
+    ++exp;
+  }
+  const double r = std::ldexp(static_cast<double>(mag), exp);
+  return static_cast<float>(neg ? -r : r);
+}
+
+float hmma16_dot(Format f, const float* a, const float* b, int64_t n, float c) {
+  for (int64_t k = 0; k < n; k += 16) c = hmma16_step(f, a + k, b + k, static_cast<int>(std::min<int64_t>(16, n - k)), c);
+  return c;
+}
 
 float mma_sm90_element(Format fa, Format fb, const uint8_t* a, const uint8_t* b, float c) {
   Term p[32];

@@ -18,7 +18,9 @@
 #include "fp8ref/convert.h"
 #include "fp8ref/error.h"
 #include "fp8ref/io.h"
+#include "fp8ref/mma.h"
 #include "fp8ref/mufu_ex2.h"
+#include "fp8ref/triton_div.h"
 #include "support/attention_cases.h"
 #include "support/simd_targets.h"
 
@@ -233,6 +235,55 @@ std::vector<std::vector<int64_t>> tiles_of(const std::vector<int64_t>& js, int64
   return t;
 }
 
+// Triton's tl.sum(x, axis=1) of one row of a [16, T] f32 tile in the MMAv2 layout of 4 warps (measured for T = 16,
+// 32: tests/data/h200/triton_rowsum.npz, tools/device/capture_triton_rowsum.py): the owner of slot k is warp
+// (k / 8) % 4, lane q = (k % 8) / 2; each thread adds its slots in increasing k, then the lanes q, q ^ 2 and q, q ^ 1,
+// then the warps likewise.
+float mma_row_sum(const std::vector<float>& x) {
+  const size_t T = x.size(), nw = std::min<size_t>(4, T / 8);
+  std::vector<float> own(16, 0.0f);
+  std::vector<bool> has(16, false);
+  for (size_t k = 0; k < T; ++k) {
+    const size_t o = (k / 8) % 4 * 4 + (k % 8) / 2;
+    own[o] = has[o] ? own[o] + x[k] : x[k];
+    has[o] = true;
+  }
+  auto pair = [](const float* v) { return (v[0] + v[2]) + (v[1] + v[3]); };
+  float w[4];
+  for (size_t i = 0; i < nw; ++i) w[i] = pair(&own[4 * i]);
+  return nw == 1 ? w[0] : nw == 2 ? w[0] + w[1] : pair(w);
+}
+
+// Triton's tl.sum(o, axis=0) of reduce_segments' [S, Dpad] tile (Dpad = Dv rounded up to a power of two) in its
+// blocked layout (4 dims a thread; tests/data/h200/triton_segsum.npz): thread lanes along the dims min(32, Dpad/4),
+// the other lanes of a warp along the segments, then warps along the dims first; each thread adds its segments in
+// order, then the lanes and the warps along the segments pairwise, halving.
+float blocked_axis0_sum(const std::vector<float>& v, int64_t dv) {
+  int64_t dpad = 1;
+  while (dpad < dv) dpad *= 2;
+  const int64_t S = static_cast<int64_t>(v.size());
+  const int64_t lanes_d = std::min<int64_t>(32, std::max<int64_t>(1, dpad / 4));
+  const int64_t warps_d = std::min<int64_t>(4, std::max<int64_t>(1, dpad / (4 * lanes_d)));
+  const int64_t lanes_s = std::min<int64_t>(32 / lanes_d, S);
+  const int64_t warps_s = std::min<int64_t>(4 / warps_d, std::max<int64_t>(1, S / lanes_s));
+  std::vector<float> part(static_cast<size_t>(lanes_s * warps_s), 0.0f);
+  std::vector<bool> has(part.size(), false);
+  for (int64_t sg = 0; sg < S; ++sg) {  // segment sg: thread (warp, lane) = ((sg / lanes_s) % warps_s, sg % lanes_s)
+    const size_t o = static_cast<size_t>((sg / lanes_s) % warps_s * lanes_s + sg % lanes_s);
+    part[o] = has[o] ? part[o] + v[static_cast<size_t>(sg)] : v[static_cast<size_t>(sg)];
+    has[o] = true;
+  }
+  auto halve = [](std::vector<float> x) {
+    for (size_t n = x.size(); n > 1; n /= 2)
+      for (size_t i = 0; i < n / 2; ++i) x[i] = x[i] + x[i + n / 2];
+    return x[0];
+  };
+  std::vector<float> warp(static_cast<size_t>(warps_s));
+  for (int64_t w = 0; w < warps_s; ++w)
+    warp[static_cast<size_t>(w)] = halve(std::vector<float>(part.begin() + w * lanes_s, part.begin() + (w + 1) * lanes_s));
+  return halve(warp);
+}
+
 // vllm-triton-unified, re-implemented densely from vLLM's kernel_unified_attention_2d as attention.h states it
 // (pac b.3): deq_md K/V, S = RN32(sm)·dot, Triton's soft-cap formula, online softmax over T-key tiles from M = −inf,
 // L = 1, acc = 0; unnormalized P rounded to md before P·V; acc / L at the end.
@@ -259,6 +310,7 @@ int check_triton_unified(PagedProblem& p, bool guard = true) {
     S = max_q <= 1 && (p.T / block_q + p.B) * Hkv <= 128 ? 16 : 0;
   }
   const int64_t T = s.tile > 0 ? s.tile : S > 0 ? 16 : 32;
+  const bool tc = s.q_format != Format::f32;  // bf16/f16: the dots on the tensor cores (f32: FMAs in order)
   int bad = 0;
   for_each_row(p, [&](int64_t b, int64_t row, int64_t h, int64_t kvh, int64_t si, const std::vector<int64_t>& all) {
     const int64_t n = p.seq_lens[b], tps = S > 0 ? (n + S * T - 1) / (S * T) : 0;
@@ -286,11 +338,21 @@ int check_triton_unified(PagedProblem& p, bool guard = true) {
       std::vector<float> S;
       for (int64_t j : tile) {
         float dot = 0;
-        for (int64_t d = 0; d < Dk; ++d) dot = std::fma(q_val(p, row, h, d), round_to(s.q_format, k_code(p, b, j, kvh, d) * p.ks[si]), dot);
+        if (tc) {  // tl.dot on HMMA.16816: the head dim in steps of 16 from +0
+          std::vector<float> qv, kv;
+          for (int64_t d = 0; d < Dk; ++d) {
+            qv.push_back(q_val(p, row, h, d));
+            kv.push_back(round_to(s.q_format, k_code(p, b, j, kvh, d) * p.ks[si]));
+          }
+          for (int64_t d0 = 0; d0 < Dk; d0 += 16)
+            dot = ref::hmma16_step(s.q_format, &qv[d0], &kv[d0], static_cast<int>(std::min<int64_t>(16, Dk - d0)), dot);
+        } else {
+          for (int64_t d = 0; d < Dk; ++d) dot = std::fma(q_val(p, row, h, d), round_to(s.q_format, k_code(p, b, j, kvh, d) * p.ks[si]), dot);
+        }
         float x = sm * dot;
-        if (cap > 0) {  // apply_softcap: x·(p1 − p2)/(p1 + p2), p1 = exp(x/cap), p2 = exp(−x/cap)
-          const float z = x / cap, p1 = attn::ref::exp_sleef(z), p2 = attn::ref::exp_sleef(-z);
-          x = cap * (p1 - p2) / (p1 + p2);
+        if (cap > 0) {  // apply_softcap: x·(p1 − p2)/(p1 + p2), p1 = exp(x/cap), p2 = exp(−x/cap); Triton's / and exp
+          const float z = ref::triton_nv_div(x, cap), p1 = ref::triton_exp(z), p2 = ref::triton_exp(-z);
+          x = ref::triton_nv_div(cap * (p1 - p2), p1 + p2);
         }
         S.push_back(x);
       }
@@ -298,20 +360,32 @@ int check_triton_unified(PagedProblem& p, bool guard = true) {
       for (float x : S) mj = std::max(mj, x);
       if (!(mj > -INFINITY) && guard) mj = 0.0f;  // where(m_j > -inf, m_j, 0)
       if (mj == -INFINITY) continue;             // (the mutant: nothing seen yet, the state stays)
-      const float alpha = attn::ref::exp_sleef(M - mj);
-      std::vector<float> P;
-      float lj = 0;
-      for (float x : S) {
-        P.push_back(attn::ref::exp_sleef(x - mj));
-        lj += P.back();
+      const float alpha = ref::triton_exp(M - mj);
+      std::vector<float> P, slots(static_cast<size_t>(T), 0.0f);  // P by the key's slot in the tile
+      for (size_t n = 0; n < tile.size(); ++n) {
+        P.push_back(ref::triton_exp(S[n] - mj));
+        slots[static_cast<size_t>(tile[n] - t * T)] = P.back();
       }
+      const float lj = mma_row_sum(slots);
       for (int64_t d = 0; d < Dv; ++d) {
-        float t = 0;
-        for (size_t n = 0; n < tile.size(); ++n)
-          t = std::fma(round_to(s.q_format, P[n]), round_to(s.q_format, v_code(p, b, tile[n], kvh, d) * v_scale(p, si)), t);
-        acc[static_cast<size_t>(d)] = acc[static_cast<size_t>(d)] * alpha + t;
+        if (tc) {  // acc = tl.dot(P, V, acc·α): steps of 16 slots of the tile, chained through the accumulator
+          std::vector<float> pv(static_cast<size_t>(T), 0.0f), vv(static_cast<size_t>(T), 0.0f);
+          for (size_t n = 0; n < tile.size(); ++n) {
+            const size_t k = static_cast<size_t>(tile[n] - t * T);
+            pv[k] = round_to(s.q_format, P[n]);
+            vv[k] = round_to(s.q_format, v_code(p, b, tile[n], kvh, d) * v_scale(p, si));
+          }
+          float a = acc[static_cast<size_t>(d)] * alpha;
+          for (int64_t k0 = 0; k0 < T; k0 += 16) a = ref::hmma16_step(s.q_format, &pv[k0], &vv[k0], 16, a);
+          acc[static_cast<size_t>(d)] = a;
+        } else {
+          float t = 0;
+          for (size_t n = 0; n < tile.size(); ++n)
+            t = std::fma(round_to(s.q_format, P[n]), round_to(s.q_format, v_code(p, b, tile[n], kvh, d) * v_scale(p, si)), t);
+          acc[static_cast<size_t>(d)] = acc[static_cast<size_t>(d)] * alpha + t;
+        }
       }
-      L = L * alpha + lj;
+      L = std::fma(L, alpha, lj);
       M = mj;
     }
     segM.push_back(M);
@@ -319,7 +393,7 @@ int check_triton_unified(PagedProblem& p, bool guard = true) {
     segAcc.push_back(acc);
     }
     if (S == 0) {
-      for (int64_t d = 0; d < Dv; ++d) expect_out(p, row, h, d, segAcc[0][static_cast<size_t>(d)] / segL[0], &bad, guard);
+      for (int64_t d = 0; d < Dv; ++d) expect_out(p, row, h, d, ref::triton_nv_div(segAcc[0][static_cast<size_t>(d)], segL[0]), &bad, guard);
       return;
     }
     float mx = -INFINITY;
@@ -332,15 +406,16 @@ int check_triton_unified(PagedProblem& p, bool guard = true) {
     };
     std::vector<float> w, den_terms;
     for (size_t sg = 0; sg < segM.size(); ++sg) {
-      w.push_back(attn::ref::exp_sleef(segM[sg] - mx));
+      w.push_back(ref::triton_exp(segM[sg] - mx));
       den_terms.push_back(segL[sg] * w.back());
     }
     const float den = tree(den_terms);
     for (int64_t d = 0; d < Dv; ++d) {
       std::vector<float> num_terms;
       for (size_t sg = 0; sg < segM.size(); ++sg) num_terms.push_back(segAcc[sg][static_cast<size_t>(d)] * w[sg]);
-      const float num = tree(num_terms);
-      expect_out(p, row, h, d, den == 0.0f ? 0.0f : num / den, &bad, guard);
+      num_terms.resize(static_cast<size_t>(S), 0.0f);
+      const float num = blocked_axis0_sum(num_terms, Dv);
+      expect_out(p, row, h, d, den == 0.0f ? 0.0f : ref::triton_nv_div(num, den), &bad, guard);
     }
   });
   return bad;
@@ -502,6 +577,80 @@ TEST_SUITE("attention") {
     CHECK(sub > 1000);
     CHECK(sub_bad * 20 < sub);    // subnormal results: the table rounded, the GPU's own rounding otherwise (~4 %)
     CHECK(sleef_differs > 1000);  // the control
+  }
+
+  TEST_CASE("triton_row_sum and L = fma(L, α, l): Triton's tl.sum over a tensor-core tile on an H100, every row") {
+    // tests/data/h200/triton_rowsum/ (tools/device/capture_triton_rowsum.py): tl.sum(x, axis=1) of [16, T] tiles in
+    // the dot's layout, values spread over 2^±20 so that each order rounds differently; and L * alpha + l.
+    const std::string base = std::string(FP8REF_TEST_DATA) + "/h200/triton_rowsum/";
+    auto load = [&](const std::string& n) {
+      const io::Tensor t = io::read_npy(base + n + ".npy");
+      std::vector<float> v(t.data.size() / 4);
+      std::memcpy(v.data(), t.data.data(), t.data.size());
+      return v;
+    };
+    for (int64_t T : {16, 32}) {
+      CAPTURE(T);
+      const std::string p = "t" + std::to_string(T) + "_";
+      const auto v = load(p + "v"), sum = load(p + "sum");
+      const size_t rows = sum.size();
+      REQUIRE(v.size() == rows * static_cast<size_t>(T));
+      int bad = 0, seq_bad = 0;
+      for (size_t r = 0; r < rows; ++r) {
+        const float* x = &v[r * static_cast<size_t>(T)];
+        bad += bits_of_f32(attn::ref::triton_row_sum(x, T)) != bits_of_f32(sum[r]);
+        float s = x[0];
+        for (int64_t k = 1; k < T; ++k) s = s + x[k];
+        seq_bad += bits_of_f32(s) != bits_of_f32(sum[r]);
+      }
+      CHECK(rows == 1024);
+      CHECK(bad == 0);
+      CHECK(seq_bad > 300);  // the control: in order, most rows differ
+      const auto L = load(p + "l"), al = load(p + "alpha"), ls = load(p + "ls"), out = load(p + "lout");
+      int fma_bad = 0, mul_add_bad = 0;
+      for (size_t r = 0; r < rows; ++r) {
+        fma_bad += bits_of_f32(std::fma(L[r], al[r], ls[r])) != bits_of_f32(out[r]);
+        mul_add_bad += bits_of_f32(L[r] * al[r] + ls[r]) != bits_of_f32(out[r]);
+      }
+      CHECK(fma_bad == 0);
+      CHECK(mul_add_bad > 50);
+    }
+  }
+
+  TEST_CASE("triton_reduce_segments: reduce_segments' sum over 16 segments in Triton's layout on an H100, every dim") {
+    // tests/data/h200/triton_segsum/ (tools/device/capture_triton_segsum.py): tl.sum(o, axis=0) of [16, D] tiles loaded
+    // as reduce_segments loads them. Through the model itself: M = 0 and L = 1 for every segment give weights
+    // tl.exp(0) = 1, den = 16 and out_d = num_d / 16 (exact: MUFU.RCP(16) = 2^-4), so 16·out_d is the axis-0 sum.
+    const std::string base = std::string(FP8REF_TEST_DATA) + "/h200/triton_segsum/";
+    for (int64_t D : {32, 64, 128, 256}) {
+      CAPTURE(D);
+      const io::Tensor to = io::read_npy(base + "d" + std::to_string(D) + "_out.npy");
+      const io::Tensor ts = io::read_npy(base + "d" + std::to_string(D) + "_osum.npy");
+      std::vector<float> o(to.data.size() / 4), want(ts.data.size() / 4);
+      std::memcpy(o.data(), to.data.data(), to.data.size());
+      std::memcpy(want.data(), ts.data.data(), ts.data.size());
+      const size_t R = want.size() / static_cast<size_t>(D);
+      REQUIRE(o.size() == R * 16 * static_cast<size_t>(D));
+      const std::vector<float> M(16, 0.0f), L(16, 1.0f);
+      std::vector<float> out(static_cast<size_t>(D));
+      int bad = 0, bfly_bad = 0;
+      for (size_t r = 0; r < R; ++r) {
+        const float* acc = &o[r * 16 * static_cast<size_t>(D)];
+        attn::ref::triton_reduce_segments(M.data(), L.data(), acc, 16, 16, D, out.data());
+        for (int64_t d = 0; d < D; ++d) {
+          const float w = want[r * static_cast<size_t>(D) + static_cast<size_t>(d)];
+          bad += bits_of_f32(out[static_cast<size_t>(d)] * 16.0f) != bits_of_f32(w);
+          std::vector<float> v(16);  // the control: the 1D butterfly (slot i + slot i + n/2) for every dim
+          for (int s = 0; s < 16; ++s) v[static_cast<size_t>(s)] = acc[s * D + d];
+          for (size_t n = 16; n > 1; n /= 2)
+            for (size_t i = 0; i < n / 2; ++i) v[i] = v[i] + v[i + n / 2];
+          bfly_bad += bits_of_f32(v[0]) != bits_of_f32(w);
+        }
+      }
+      CHECK(R == 16);
+      CHECK(bad == 0);
+      if (D != 128) CHECK(bfly_bad > static_cast<int>(R) * D / 10);  // (at D = 128 one thread holds 4 segments: ~80 % agree)
+    }
   }
 
   TEST_CASE("flashinfer_plan_chunk: FlashInfer's max_grid_size on the H100, every head dim x window x group size") {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -154,4 +155,135 @@ TEST_CASE("mma-sync-sm90 rejects other formats") {
   MmaModel m;
   CHECK(parse_mma_model("mma-sync-sm90", &m));
   CHECK(!parse_mma_model("mma-sync-sm89", &m));
+}
+
+// ---- hmma16: mma.sync m16n8k16 with bf16/f16 operands, as Triton's tl.dot builds it ----------------------------
+
+namespace {
+
+template <class T>
+std::vector<T> npy_values(const std::string& path, std::vector<int64_t>* shape) {
+  const io::Tensor t = io::read_npy(path);
+  *shape = t.shape;
+  std::vector<T> v(t.data.size() / sizeof(T));
+  std::memcpy(v.data(), t.data.data(), v.size() * sizeof(T));
+  return v;
+}
+
+float half_value(Format f, uint16_t b) { return ref::load_f32(f, &b, 0); }
+
+}  // namespace
+
+TEST_CASE("hmma16_dot reproduces Triton's tl.dot on an H100 (mma.sync m16n8k16 bf16 and f16), every output") {
+  // tests/data/h200/triton_dot/ (tools/device/capture_triton_dot.py): D = tl.dot(A[16, K], B[K, 16], C) per tile.
+  const std::string base = std::string(FP8REF_TEST_DATA) + "/h200/triton_dot/";
+  int64_t total = 0;
+  for (const char* name : {"rand", "acc", "spread", "cancel", "attn", "f16"}) {
+    CAPTURE(name);
+    const Format f = std::string(name) == "f16" ? Format::f16 : Format::bf16;
+    std::vector<int64_t> sa, sb, sc, sd;
+    const auto a = npy_values<uint16_t>(base + name + "_a.npy", &sa);
+    const auto b = npy_values<uint16_t>(base + name + "_b.npy", &sb);
+    const auto c = npy_values<float>(base + name + "_c.npy", &sc);
+    const auto d = npy_values<uint32_t>(base + name + "_d.npy", &sd);
+    REQUIRE(sa.size() == 3);
+    const int64_t T = sa[0], K = sa[2];
+    REQUIRE(sb == std::vector<int64_t>{T, K, 16});
+    REQUIRE(sd == std::vector<int64_t>{T, 16, 16});
+    int bad = 0, bad_k8 = 0, bad_fma = 0;
+    std::vector<float> x(static_cast<size_t>(K)), y(static_cast<size_t>(K));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < 16; ++i)
+        for (int64_t j = 0; j < 16; ++j) {
+          for (int64_t k = 0; k < K; ++k) {
+            x[static_cast<size_t>(k)] = half_value(f, a[static_cast<size_t>((t * 16 + i) * K + k)]);
+            y[static_cast<size_t>(k)] = half_value(f, b[static_cast<size_t>((t * K + k) * 16 + j)]);
+          }
+          const size_t o = static_cast<size_t>((t * 16 + i) * 16 + j);
+          const uint32_t want = d[o];
+          if (bits_of(ref::hmma16_dot(f, x.data(), y.data(), K, c[o])) != want && bad++ < 5)
+            MESSAGE("tile " << t << " (" << i << ", " << j << "): GPU " << f32_of(want));
+          // controls: steps of 8 k instead of 16; f32 FMAs in order
+          float h = c[o], r = c[o];
+          for (int64_t k = 0; k < K; k += 8) h = ref::hmma16_step(f, &x[static_cast<size_t>(k)], &y[static_cast<size_t>(k)], 8, h);
+          for (int64_t k = 0; k < K; ++k) r = std::fma(x[static_cast<size_t>(k)], y[static_cast<size_t>(k)], r);
+          bad_k8 += bits_of(h) != want;
+          bad_fma += bits_of(r) != want;
+          ++total;
+        }
+    CHECK(bad == 0);
+    CHECK(bad_k8 > T * 256 / 5);
+    CHECK(bad_fma > T * 256 / 5);
+  }
+  CHECK(total == 6 * 16 * 256);
+}
+
+TEST_CASE("hmma16_step: the model's steps, hand-derived") {
+  const Format bf = Format::bf16;
+  // one term: exact (the grid 2^(e-25) is far below its 8 bits)
+  float a[16] = {1.5f}, b[16] = {3.0f};
+  CHECK(ref::hmma16_step(bf, a, b, 1, 0.0f) == 4.5f);
+  // a small term against a large accumulator: truncated onto 2^(e-25) toward zero, then the sum to 24 bits
+  a[0] = 1.0f;
+  b[0] = 0x1p-30f;
+  CHECK(ref::hmma16_step(bf, a, b, 1, 1.0f) == 1.0f);             // 2^-30 < the grid 2^-25: dropped
+  b[0] = 0x1.8p-24f;                                                 // 3 grid units, kept by the sum ...
+  CHECK(ref::hmma16_step(bf, a, b, 1, 1.0f) == 1.0f);             // ... 1 + 0.75 ulp truncated (RN: 1 + 2^-23)
+  b[0] = -0x1.8p-24f;
+  CHECK(ref::hmma16_step(bf, a, b, 1, 1.0f) == 1.0f - 0x1p-23f);  // 1 − 3·2^-25 toward zero (ulp 2^-24 there)
+  // nominal exponents: 1.5·1.5 = 2.25 counts as 2^0, so the grid is 2^-25 and each of 15 terms 1.5·2^-25 keeps one
+  // unit: 2.25 + 15·2^-25 -> 2.25 + 2^-22 (with the product's true exponent, 2^1, they would all be dropped)
+  a[0] = 1.5f;
+  b[0] = 1.5f;
+  for (int k = 1; k < 16; ++k) {
+    a[k] = 1.0f;
+    b[k] = 0x1.8p-25f;
+  }
+  CHECK(ref::hmma16_step(bf, a, b, 16, 0.0f) == 2.25f + 0x1p-22f);
+  // cancellation to zero gives +0; NaN and Inf
+  a[0] = 2.0f;
+  b[0] = 1.0f;
+  a[1] = -2.0f;
+  b[1] = 1.0f;
+  const float z = ref::hmma16_step(bf, a, b, 2, 0.0f);
+  CHECK((z == 0.0f && !std::signbit(z)));
+  a[1] = INFINITY;
+  CHECK(std::isinf(ref::hmma16_step(bf, a, b, 2, 0.0f)));
+  b[1] = 0.0f;
+  CHECK(std::isnan(ref::hmma16_step(bf, a, b, 2, 0.0f)));
+}
+
+TEST_CASE("hmma16_step's fast path equals the model's literal steps, bf16 and f16, over many magnitudes") {
+  std::mt19937 rng(20261206);
+  std::uniform_int_distribution<int> ex(-30, 30), kind(0, 19), len(1, 16);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  int64_t checked = 0, bad = 0;
+  for (Format f : {Format::bf16, Format::f16}) {
+    const int lo = f == Format::f16 ? -14 : -130, hi = f == Format::f16 ? 15 : 120;
+    std::uniform_int_distribution<int> wide(lo, hi);
+    auto draw = [&](bool big) {
+      const int k = kind(rng);
+      float x = std::ldexp(nd(rng), big ? wide(rng) : ex(rng));
+      if (k == 0) x = 0.0f;
+      if (k == 1) x = -0.0f;
+      if (k == 2) x = std::ldexp(1.0f, big ? wide(rng) : ex(rng));
+      return ref::round_through(f, x);
+    };
+    for (int it = 0; it < 200000; ++it) {
+      const bool big = it % 4 == 0;
+      float a[16], b[16];
+      const int n = len(rng);
+      for (int k = 0; k < n; ++k) {
+        a[k] = draw(big);
+        b[k] = draw(big);
+      }
+      float c = it % 3 == 0 ? 0.0f : std::ldexp(nd(rng), big ? wide(rng) : ex(rng));
+      if (it % 7 == 0) c = a[0] * b[0] * -1.0f;  // cancellations
+      const uint32_t x = bits_of(ref::hmma16_step(f, a, b, n, c)), y = bits_of(ref::hmma16_step_literal(f, a, b, n, c));
+      if (x != y && bad++ < 5) MESSAGE("n " << n << " c " << c << ": " << f32_of(x) << " vs " << f32_of(y));
+      ++checked;
+    }
+  }
+  CHECK(checked == 400000);
+  CHECK(bad == 0);
 }

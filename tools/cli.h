@@ -25,9 +25,11 @@
 #include <utility>
 #include <vector>
 
+#include "fp8ref/golden.h"
+
 namespace fp8ref::cli {
 
-constexpr const char* kVersion = "0.3.0";
+constexpr const char* kVersion = fp8ref::golden::kVersion;  // (one version: the golden files' fp8ref.version)
 
 struct Command {
   const char* name;

@@ -72,23 +72,33 @@
 //   4. p̃_j = RN_md(RN32(p_j·inv))  (normalized, then from_float to md)
 //   5. v̂ = as k̂; acc_d = Σ_j p̃_j·v̂_jd (f32, j in order, fma from +0); out = RN_out(acc_d)
 // vllm-triton-unified (vllm/attention/ops/triton_unified_attention.py kernel_unified_attention_2d; pac b.3, c.3)
-//   k̂, v̂ = deq_md; l_j = RN32(RN32(sm_scale)·dot(q, k̂_j)); soft-cap: l = RN32(RN32(cap·RN32(p1 − p2)) / RN32(p1 +
-//   p2)) with p1 = exp(RN32(l/cap)), p2 = exp(−RN32(l/cap)) (Triton apply_softcap). Online over tiles of T keys
+//   vLLM's kernels as Triton 3.6 builds them for an NVIDIA GPU, step by step (each measured on an H100:
+//   tests/data/h200/triton_dot/, triton_rowsum/, triton_segsum/, triton_exp_pairs.npy; the kernels themselves:
+//   vllm_unified_attention.npz). With md = bf16 or f16 (triton_tensor_cores) the two tl.dot run on the tensor cores:
+//   mma.sync m16n8k16 steps of 16 along k from k = 0, chained through the accumulator (TC(a·b, c) =
+//   fp8ref::ref::hmma16_dot, include/fp8ref/mma.h: per step the terms truncated onto 2^(e−25) below the largest
+//   nominal exponent, summed exactly, truncated to 24 bits); with md = f32 (TF32 in Triton: not modelled) the dots are
+//   f32 FMAs in order (TC(a·b, c) = fma chain from c). exp = tl.exp = ex2.approx(RN32(x·RN32(log2 e)))
+//   (fp8ref::ref::triton_exp); x ÷ y = Triton's division (div.full.f32: RN32(x·MUFU.RCP(y)), fp8ref::ref::triton_nv_div).
+//   k̂, v̂ = deq_md; l_j = RN32(RN32(sm_scale)·TC(q·k̂_j, +0)); soft-cap: l = RN32(cap·RN32(p1 − p2)) ÷ RN32(p1 + p2)
+//   with p1 = exp(l ÷ cap), p2 = exp(−(l ÷ cap)) (Triton apply_softcap). Online over tiles of T keys
 //   (T = AttnSpec::tile, 32 by default: [Tt, Tt+T) of the sequence; a tile with no visible key changes nothing
 //   once M is finite); M = −inf, L = 1, acc = 0 — or M = 0, L = 0 where the first tile vLLM's kernel walks for the
 //   row holds no visible key (triton_starts_at_zero: vLLM's where(m_j > −inf, m_j, 0) guard, with a sliding
-//   window); per tile:
+//   window); per tile (P_j = 0 in the slots of keys the row does not see):
 //     m' = max(M, max l_j); P_j = exp(RN32(l_j − m')); α = exp(RN32(M − m'))  (M = −inf: α = 0)
-//     acc_d = RN32(acc_d·α); t_d = Σ_tile RN_md(P_j)·v̂_jd (fma from +0); acc_d = RN32(acc_d + t_d)
-//     L = RN32(RN32(L·α) + Σ_tile P_j (f32 from +0, in order)); M = m'
-//   out = RN_out(RN32(acc_d / L))
+//     l = tl.sum(P) over the tile's T slots in Triton's order (triton_row_sum below); L = fma(L, α, l) (contracted)
+//     acc_d = TC(Σ_slots RN_md(P_j)·v̂_jd, RN32(acc_d·α)) (md f32: RN32(RN32(acc_d·α) + Σ fma from +0)); M = m'
+//   out = RN_out(acc_d ÷ L)
 //   With S segments (AttnSpec::segments; vLLM's 3D decode kernel): tps = cdiv(seq_len, S·T) tiles per segment,
 //   act = cdiv(seq_len, tps·T) segments hold keys; segment s runs the steps above over the tiles [s·tps, (s+1)·tps)
 //   from M = −inf, L = 1, acc = 0 (M = 0, L = 0 where its first tile holds no visible key: the guard above), giving
 //   (M_s, L_s, acc_s) (a segment whose tiles the kernel does not walk stays at −inf, 1, 0);
-//   then m = max_{s<act} M_s; w_s = exp(RN32(M_s − m)); den = Σ RN32(L_s·w_s), num_d = Σ RN32(acc_s,d·w_s), both
-//   over the S slots (0 for s >= act) in Triton's butterfly order (slot i + slot i + S/2, then the halves of that,
-//   ...); out = RN_out(den == 0 ? 0 : RN32(num_d / den)).
+//   then m = max_{s<act} M_s; w_s = exp(RN32(M_s − m)); den = Σ RN32(L_s·w_s) over the S slots (0 for s >= act) in
+//   Triton's butterfly order (slot i + slot i + S/2, then the halves of that, ...); num_d = Σ RN32(acc_s,d·w_s) in
+//   the order of reduce_segments' [S, Dpad] blocked layout (triton_reduce_segments below);
+//   out = RN_out(den == 0 ? 0 : num_d ÷ den).
+//   Against vLLM's own kernels on an H100: 99.992 % of 335,872 bf16 outputs bit-equal (docs/attention.md).
 // flashinfer (include/flashinfer/attention/decode.cuh, variants.cuh; flashinfer/decode.py; pac b.4, c.4): FlashInfer's
 //   CUDA-core batch decode kernel. Rows of a prefill chunk take the same steps (one pass); FlashInfer's prefill kernel
 //   (tensor-core mma, P rounded for the PV product) is not modelled.
@@ -348,6 +358,10 @@ int64_t flashinfer_plan_chunk(const AttnSpec& spec, const AttnArgs& args);
 // block's first allowed key; the 3D kernel walks tiles [s·tps, (s+1)·tps) up to the block's causal end.
 bool triton_starts_at_zero(const AttnSpec& spec, int64_t seq_len, int64_t q_len, int64_t i, int64_t lo, int64_t hi,
                            int64_t segment);
+// vllm-triton-unified: whether its two tl.dot products run on the tensor cores as modelled, i.e. md is bf16 or f16
+// (HMMA.16816.F32: fp8ref::ref::hmma16_dot, include/fp8ref/mma.h). An f32 md (TF32 in Triton, not measured) keeps
+// f32 FMAs in order.
+inline bool triton_tensor_cores(Format md) { return md == Format::bf16 || md == Format::f16; }
 
 // The derived bound of the exact convention's f64 path (see "exact" above) for one output element.
 double bound_exact_f64(int64_t dk, int64_t n_keys, double sm_scale, double max_abs_qk_sum, double max_abs_v,
@@ -373,8 +387,20 @@ void flashinfer_merge_chunks(const float* o, const float* m, const float* d, int
 // MUFU.RCP (PTX rcp.approx.ftz.f32) of a normal y > 0 whose reciprocal is normal (FlashInfer's d >= 1): T(m)·2^(127−e)
 // from the table captured on the GPU (triton_div.h).
 float mufu_rcp(float y);
+// vllm-triton-unified's f32 steps between its dots, as Triton 3.6 builds them on NVIDIA (shared by both backends):
+// apply_softcap with tl.exp (ref::triton_exp) and Triton's division (ref::triton_nv_div); and l_j = tl.sum(P, axis=1)
+// over a tile of T keys (T = 16, 32: measured, tests/data/h200/triton_rowsum.npz) in the MMAv2 layout of 4 warps:
+// thread q of n8 tile t holds columns 8t + 2q, 8t + 2q + 1 (tiles t, t + 4, … in one warp, summed in that order);
+// lanes by shfl.bfly 2 then 1 — W_t = ((x0 + x1) + (x4 + x5)) + ((x2 + x3) + (x6 + x7)) — and the warps likewise:
+// T = 16: W0 + W1; T = 32: (W0 + W2) + (W1 + W3).
+float triton_softcap(float s, float cap);
+float triton_row_sum(const float* p, int64_t T);
 // vllm-triton-unified's reduce_segments (above): the S segment states (M[S], L[S], acc[S·dv], slots >= act ignored)
-// -> out[dv] (f32, before the output rounding). Shared by both backends.
+// -> out[dv] (f32, before the output rounding). Shared by both backends. num_d's order: reduce_segments' [S, Dpad]
+// tile (Dpad = dv rounded up to a power of two) in Triton's blocked layout of 4 warps, 4 dims a thread: td =
+// min(32, Dpad/4) lanes along the dims and tr = 32/td along the segments, wd = min(4, Dpad/(4·td)) warps along the
+// dims and wr = 4/wd along the segments; thread (w, l) adds segments k·tr·wr + w·tr + l in increasing k, then the
+// lanes and then the warps pairwise, halving (measured for D = 32, 64, 128, 256: tests/data/h200/triton_segsum/).
 void triton_reduce_segments(const float* M, const float* L, const float* acc, int64_t S, int64_t act, int64_t dv,
                             float* out);
 }  // namespace ref

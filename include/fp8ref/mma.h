@@ -34,6 +34,24 @@ namespace ref {
 // One output element: d = model(Σ_k a[k]·b[k] + c) over k = 0..31 (a: A's row, b: B's column = BT's row).
 float mma_sm90_element(Format fa, Format fb, const uint8_t* a, const uint8_t* b, float c);
 
+// HMMA.16816.F32 with bf16 or f16 operands on sm_90: `mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{...}.f32`,
+// the instruction Triton builds tl.dot from for a block of 16 rows (MMAv2; vLLM's unified attention). One output
+// element over one step of up to 16 k: d = blk(a_k·b_k for k < n, c) with blk as step 4 of mma_sm90_element — the
+// exponent e = max(nominal product exponents floor(log2|a|) + floor(log2|b|), floor(log2|c|)), every product and c
+// truncated toward zero onto the grid 2^(e−25), summed exactly, the sum truncated to 24 significant bits; no
+// separate add of c. `f` (bf16 or f16) clamps the nominal exponent of a subnormal input at the format's smallest
+// normal exponent (−126 / −14; not measured). a and b hold values of that format (exact in f32); n <= 16.
+// Measured: tests/data/h200/triton_dot.npz (tools/device/capture_triton_dot.py, Triton's tl.dot on an H100): every
+// output of random, accumulator, exponent-spread, cancelling and attention-like tiles, bf16 and f16.
+float hmma16_step(Format f, const float* a, const float* b, int n, float c);
+// The same step as the model states it (exponents by ilogb, each term scaled and truncated, the sum an integer):
+// slow; hmma16_step takes it for specials, subnormals and results outside f32's normal range, and the tests check
+// that the two agree.
+float hmma16_step_literal(Format f, const float* a, const float* b, int n, float c);
+// Triton's tl.dot(a, b, acc) along k for one element: steps of 16 k from k = 0 in order (the last one short),
+// chained through the accumulator from c. n = 0 returns c.
+float hmma16_dot(Format f, const float* a, const float* b, int64_t n, float c);
+
 // T consecutive tiles (a: T·512 codes, bt: T·256 codes, c and d: T·128 f32). Throws InputError if the model does
 // not support (fa, fb).
 void mma_m16n8k32(MmaModel model, Format fa, Format fb, const uint8_t* a, const uint8_t* bt, const float* c,

@@ -34,7 +34,9 @@
 #include "cpu/attention_fast.h"
 #include "cpu/fp8_lanes-inl.h"
 #include "fp8ref/convert.h"
+#include "fp8ref/mma.h"
 #include "fp8ref/mufu_ex2.h"
+#include "fp8ref/triton_div.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace fp8ref::HWY_NAMESPACE {
@@ -610,6 +612,28 @@ class Worker {
     HWY_DYNAMIC_DISPATCH(QkTileRows)(kT_.data(), qptr_.data(), qptr_.size(), static_cast<size_t>(Dk_), tmp_.data());
     for (size_t n = 0; n < idx_.size(); ++n) std::memcpy(&dots_[idx_[n] * stride + off], &tmp_[n * kTile], kTile * 4);
   }
+  // vllm-triton-unified on the tensor cores (ref::triton_online): dots_[ri·stride + off + j] = tl.dot's S for the
+  // keys j in [j0, j1) of the current K tile (kr_ rows from its start) and every row of KV head kvh.
+  void tc_dots(int64_t kvh, size_t stride, int64_t off, int64_t j0, int64_t j1) {
+    dots_.resize(rows_.size() * stride);
+    for (size_t ri = 0; ri < rows_.size(); ++ri) {
+      if (rows_[ri].kvh != kvh) continue;
+      for (int64_t j = j0; j < j1; ++j)
+        dots_[ri * stride + static_cast<size_t>(off + j)] =
+            fp8ref::ref::hmma16_dot(s_.q_format, rows_[ri].q.data(), kr_.data() + j * Dk_, Dk_, 0.0f);
+    }
+  }
+  // acc_d = tl.dot(P, V, RN32(acc_d·alpha)) over a softmax tile of T keys: p[0, n) are the P of the keys from
+  // offset `off` in the tile (the rest 0), vt their V rows (ref::triton_online).
+  void pv_tc(const float* vt, const float* p, int64_t off, int64_t n, int64_t T, float* acc, float alpha) {
+    pt_.assign(static_cast<size_t>(T), 0.0f);
+    vcol_.assign(static_cast<size_t>(T), 0.0f);
+    std::copy(p, p + n, pt_.begin() + off);
+    for (int64_t d = 0; d < Dv_; ++d) {
+      for (int64_t j = 0; j < n; ++j) vcol_[static_cast<size_t>(off + j)] = vt[j * Dv_ + d];
+      acc[d] = fp8ref::ref::hmma16_dot(s_.q_format, pt_.data(), vcol_.data(), T, acc[d] * alpha);
+    }
+  }
   // Prefetches the K and/or V rows of every KV head for keys [j0, j1) into L2 (called once per tile, kAhead tiles
   // ahead: the pages are scattered, so the hardware prefetcher cannot follow them).
   void prefetch(int64_t j0, int64_t j1, bool k, bool v) const {
@@ -731,6 +755,7 @@ class Worker {
     const float sm = static_cast<float>(s_.scale());
     const float cap = static_cast<float>(s_.softcap);
     const Deq how = fi ? Deq::raw : Deq::md;
+    const bool tc = !fi && triton_tensor_cores(s_.q_format);  // vllm-triton-unified's tl.dot on HMMA.16816
     int64_t ulo = seq_.seq_len, uhi = -1;
     for (const Row& r : rows_) {
       ulo = std::min(ulo, r.lo);
@@ -771,7 +796,8 @@ class Worker {
         const int64_t a = std::max(j0, k0), e = std::min(j1, k0 + kTile);
         if (a >= e) continue;
         k_tile(k0, a, e, how, 0.0f);
-        all_dots(kvh, static_cast<size_t>(T), static_cast<size_t>(k0 - t0));
+        if (tc) tc_dots(kvh, static_cast<size_t>(T), k0 - t0, a - k0, e - k0);
+        else all_dots(kvh, static_cast<size_t>(T), static_cast<size_t>(k0 - t0));
       }
       deq_rows(false, j0, j1, how, sv_, vt_.data());
       for (size_t ri = 0; ri < rows_.size(); ++ri) {
@@ -792,37 +818,34 @@ class Worker {
             v = dots[j - t0] * c2;
           } else {
             v = sm * dots[j - t0];
-            if (cap > 0) {
-              const float t = v / cap;
-              const float p1 = ref::exp_sleef(t), p2 = ref::exp_sleef(-t);
-              v = (cap * (p1 - p2)) / (p1 + p2);
-            }
+            if (cap > 0) v = ref::triton_softcap(v, cap);
           }
           x[j - a] = v;
           mt = std::max(mt, v);
         }
         float alpha;
         if (fi) alpha = rM == kNegInf ? 0.0f : fp8ref::ref::mufu_ex2(rM - mt);
-        else alpha = rM == kNegInf ? 0.0f : ref::exp_sleef(rM - mt);
+        else alpha = rM == kNegInf ? 0.0f : fp8ref::ref::triton_exp(rM - mt);
         for (int64_t j = 0; j < n; ++j) x[j] = x[j] - mt;
         if (fi) {  // FlashInfer: the GPU's exp2 (MUFU.EX2, table lookups)
           for (int64_t j = 0; j < n; ++j) p[j] = fp8ref::ref::mufu_ex2(x[j]);
-        } else {
-          HWY_DYNAMIC_DISPATCH(ExpArray)(x.data(), p.data(), static_cast<size_t>(n), false);
+        } else {  // vLLM: tl.exp (ex2.approx of RN32(x·log2 e))
+          for (int64_t j = 0; j < n; ++j) p[j] = fp8ref::ref::triton_exp(x[j]);
         }
         const float* vt = vt_.data() + (a - j0) * Dv_;
         if (fi) {
           rL = rL * alpha;
           for (int64_t j = 0; j < n; ++j) rL = rL + p[j];
         } else {
-          float lsum = 0.0f;
-          for (int64_t j = 0; j < n; ++j) {
-            lsum = lsum + p[j];
-            p[j] = round_to(s_.q_format, p[j]);
-          }
-          rL = rL * alpha + lsum;
+          // l_j = tl.sum(P) over the tile's T slots in Triton's order (0 where the row sees no key); L = fma
+          prow_.assign(static_cast<size_t>(T), 0.0f);
+          std::copy(p.begin(), p.begin() + n, prow_.begin() + (a - t0));
+          const float lsum = ref::triton_row_sum(prow_.data(), T);
+          for (int64_t j = 0; j < n; ++j) p[j] = round_to(s_.q_format, p[j]);
+          rL = std::fma(rL, alpha, lsum);
         }
-        HWY_DYNAMIC_DISPATCH(PvTile)(vt, p.data(), static_cast<size_t>(n), static_cast<size_t>(Dv_), racc, alpha, !fi);
+        if (tc) pv_tc(vt, p.data(), a - t0, n, T, racc, alpha);
+        else HWY_DYNAMIC_DISPATCH(PvTile)(vt, p.data(), static_cast<size_t>(n), static_cast<size_t>(Dv_), racc, alpha, !fi);
         rM = mt;
       }
       }
@@ -867,7 +890,7 @@ class Worker {
       }
       const float rcp = fi ? ref::mufu_rcp(r.L) : 0.0f;  // (flashinfer: o·rcp(d), the kernel's OutputTransform)
       for (int64_t d = 0; d < Dv_; ++d) {
-        float o = fi ? r.acc[static_cast<size_t>(d)] * rcp : r.acc[static_cast<size_t>(d)] / r.L;
+        float o = fi ? r.acc[static_cast<size_t>(d)] * rcp : fp8ref::ref::triton_nv_div(r.acc[static_cast<size_t>(d)], r.L);
         if (fi) {
           const float sv = svs_[static_cast<size_t>(r.kvh)];
           o = round_to(s_.out_format, o);
@@ -894,7 +917,7 @@ class Worker {
   float sk_ = 1, sv_ = 1;
   std::vector<float> sks_, svs_;  // per KV head
   std::vector<Row> rows_;
-  std::vector<float> kT_, kr_, vt_, logits_, dots_, tmp_;
+  std::vector<float> kT_, kr_, vt_, logits_, dots_, tmp_, pt_, vcol_, prow_;
   bool lut_ok_ = false;
   Deq lut_how_ = Deq::md;
   std::vector<float> lut_;        // [Hkv][K, V][256]

@@ -9,12 +9,15 @@ G = 3 with and without a window (a q block's last row repeats the next block's f
 <= 0 ("neg": K codes positive, q negative), where vLLM's where(m_j > -inf, m_j, 0) guard sets M = 0 for a row whose
 first walked tile holds none of its keys, and fp8ref 0.3.0 models that (docs/attention.md).
 
-Not a bitwise oracle: on the GPU tl.dot runs on tensor cores and tl.exp is the hardware's approximate exp2. Measured
-at capture (335,872 bf16 outputs): 99.93 % bit-equal, each run >= 99.78 % (G = 3 without a window lowest),
-every other output within one bf16 ulp of its row's largest output. fp8ref without the guard (0.2.0) matched the
-neg variants of the windowed batches in 98.0 % only: 80.3 % on the 3D decode batch, 90.3 % on G = 1 prefill, 94.9 %
-on G = 4 (the pos variants and the unwindowed batch: unchanged). The assertions hold these facts with a margin:
->= 99.9 % over each group, >= 99.5 % in each run.
+Not every output bit for bit, but close: fp8ref 0.4.0 models the GPU's steps between the kernels' lines — tl.dot as
+chained mma.sync m16n8k16 steps (ref::hmma16_dot, measured in tests/data/h200/triton_dot/), tl.exp as ex2.approx
+(ref::triton_exp), Triton's division (div.full.f32: ref::triton_nv_div), L * alpha + l_j contracted to an FMA, and
+tl.sum's orders in the dot's layout and in reduce_segments' blocked layout (tests/data/h200/triton_rowsum/,
+triton_segsum/). Measured (335,872 bf16 outputs): 28 differ, 99.992 % bit-equal; no run below 99.84 % (the 3D decode
+batch with a 4096-key context, all logits <= 0); fp8ref 0.3.0 (f32 FMA dots, Sleef's exp, IEEE division, sums in
+order) matched 99.936 % (215 differ), and 0.2.0 (no guard) 98.0 % on the neg variants of the windowed batches (80.3 %
+on the 3D decode batch, 90.3 % on G = 1 prefill, 94.9 % on G = 4). The assertions hold these facts with a margin:
+>= 99.98 % over all, >= 99.95 % over each group, >= 99.8 % in each run (0.3.0 fails the first).
 """
 import pathlib
 import sys
@@ -68,8 +71,11 @@ def test_vllm_triton_unified_against_vllms_kernels_with_sliding_windows(fp8ref, 
                 st[2] = max(st[2], float(np.max(row_ulps(values(ours), values(gpu)))))
                 print(f"{c} run {r} {variant} window {window} cap {cap_milli / 1000}: bit-equal "
                       f"{np.mean(ours == gpu):.5f} of {ours.size}")
-                assert np.mean(ours == gpu) >= 0.995, (c, r, variant)
+                assert np.mean(ours == gpu) >= 0.998, (c, r, variant)
     for key, (eq, n, mx) in sorted(stats.items()):
         print(f"{key}: bit-equal {eq / n:.5f} of {n}, max {mx:.3f} bf16 ulps of the row's max |out|")
-        assert eq / n >= 0.999 and mx <= 1.0, (key, stats)
+        assert eq / n >= 0.9995 and mx <= 1.0, (key, stats)
+    total = [sum(st[i] for st in stats.values()) for i in (0, 1)]
+    print(f"all: bit-equal {total[0] / total[1]:.5f} of {total[1]}")
+    assert total[0] / total[1] >= 0.9998, stats
     assert set(stats) == {("pos", "window"), ("neg", "window"), ("pos", "none"), ("neg", "none")}
