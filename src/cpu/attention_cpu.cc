@@ -324,6 +324,127 @@ void PvTile(const float* v, const float* p, size_t nk, size_t dv, float* acc, fl
   }
 }
 
+// vllm-triton-unified's tensor-core step (fp8ref::ref::hmma16_step, include/fp8ref/mma.h) for N outputs at once,
+// one per lane: c[l] = step(a[k]·B(k)[l] for k < n, c[l]) for lanes l in [l0, l1), where a holds the n <= 16 shared
+// operands (q's dims, or P's slots) and B(k) = b + (row0 + k)·stride for k in [k_lo, k_hi), 0 (not read) elsewhere.
+// The usual case in 32-bit lanes, the same arithmetic as hmma16_step's: nominal exponents from the bits (f16
+// subnormals at −14); the products exact in f32 (normal operands, nominal exponent in [−125, 125]); each term's
+// 24-bit significand shifted onto the grid 2^(e−25) toward zero (< 2^27), summed exactly in two int32 halves
+// (8 terms each: < 2^30); the sum's top 24 bits in the scalar finish. A lane with a special or subnormal operand, or a
+// result outside f32's normal range, takes ref::hmma16_step.
+size_t FloatLanes() { return hn::Lanes(DF()); }
+
+// HmmaLanes' lane l through ref::hmma16_step (its operands gathered; inactive slots 0).
+void LiteralLane(Format f, const float* a, int n, int k_lo, int k_hi, const float* b, ptrdiff_t row0, size_t stride,
+                 size_t l, float* c) {
+  float bl[16], al[16];
+  for (int k = 0; k < n; ++k) {
+    const bool on = k >= k_lo && k < k_hi;
+    al[k] = on ? a[k] : 0.0f;
+    bl[k] = on ? b[(row0 + k) * static_cast<ptrdiff_t>(stride) + static_cast<ptrdiff_t>(l)] : 0.0f;
+  }
+  c[l] = fp8ref::ref::hmma16_step(f, al, bl, n, c[l]);
+}
+void HmmaLanes(uint8_t fmt, const float* a, int n, int k_lo, int k_hi, const float* b, ptrdiff_t row0, size_t stride,
+               float* c, size_t l0, size_t l1) {
+  const DF df;
+  const DI di;
+  const size_t N = hn::Lanes(df);
+  const Format f = static_cast<Format>(fmt);
+  const int32_t emin = f == Format::f16 ? 127 - 14 : 1;
+  const auto mexp = hn::Set(di, 0xFF), mmag = hn::Set(di, 0x7FFFFFFF), mman = hn::Set(di, 0x7FFFFF),
+             hidden = hn::Set(di, 0x800000), zero = hn::Zero(di);
+  const auto cb = hn::BitCast(di, hn::LoadU(df, c));
+  const auto ec = hn::And(hn::ShiftRight<23>(cb), mexp);
+  const auto cnz = hn::Ne(hn::And(cb, mmag), zero);
+  auto slow = hn::And(cnz, hn::Or(hn::Eq(ec, zero), hn::Eq(ec, mexp)));
+  // e: the step's exponent + 127 (−10^6: no non-zero term yet)
+  auto e = hn::IfThenElse(cnz, ec, hn::Set(di, -1000000));
+  bool all_slow = false;
+  int32_t ea[16];  // a[k]'s nominal exponent (clamped), −1000 for a zero a[k]
+  for (int k = k_lo; k < k_hi; ++k) {
+    const uint32_t x = fp8ref::bits_of_f32(a[k]), ex = (x >> 23) & 0xFF;
+    ea[k] = (x & 0x7FFFFFFFu) == 0 ? -1000 : std::max(static_cast<int32_t>(ex), emin) - 127;
+    if ((x & 0x7FFFFFFFu) != 0 && (ex == 0 || ex == 0xFF)) all_slow = true;
+  }
+  if (!all_slow) {
+    for (int k = k_lo; k < k_hi; ++k) {
+      const auto bk = hn::BitCast(di, hn::LoadU(df, b + (row0 + k) * static_cast<ptrdiff_t>(stride)));
+      const auto eb = hn::And(hn::ShiftRight<23>(bk), mexp);
+      // a special b takes the literal steps (0·NaN, 0·Inf included); a zero product does not join the exponent
+      slow = hn::Or(slow, hn::Eq(eb, mexp));
+      if (ea[k] == -1000) continue;
+      const auto bnz = hn::Ne(hn::And(bk, mmag), zero);
+      const auto nb = hn::Add(hn::Max(eb, hn::Set(di, emin)), hn::Set(di, ea[k]));
+      slow = hn::Or(slow, hn::And(bnz, hn::Or(hn::Eq(eb, zero),
+                                              hn::Or(hn::Lt(nb, hn::Set(di, 2)), hn::Gt(nb, hn::Set(di, 252))))));
+      e = hn::IfThenElse(bnz, hn::Max(e, nb), e);
+    }
+    const auto grid = hn::Sub(e, hn::Set(di, 25));
+    // a term's significand m (24 bits, with the hidden one) and biased exponent x, onto the grid toward zero, signed
+    auto term = [&](hn::Vec<DI> bits, hn::Mask<DI> nz) {
+      const auto x = hn::And(hn::ShiftRight<23>(bits), mexp);
+      const auto m = hn::BitCast(hn::RebindToUnsigned<DI>(), hn::Or(hn::And(bits, mman), hidden));
+      const auto sh = hn::Sub(hn::Sub(x, hn::Set(di, 23)), grid);
+      const hn::RebindToUnsigned<DI> du;
+      const auto up = hn::Shl(m, hn::BitCast(du, hn::Max(sh, zero)));
+      const auto dn = hn::Shr(m, hn::BitCast(du, hn::Min(hn::Neg(sh), hn::Set(di, 31))));
+      auto t = hn::BitCast(di, hn::IfThenElse(hn::RebindMask(du, hn::Gt(sh, zero)), up, dn));
+      t = hn::IfThenElseZero(nz, t);
+      return hn::IfThenElse(hn::Lt(bits, zero), hn::Neg(t), t);
+    };
+    auto s0 = zero, s1 = zero;
+    for (int k = k_lo; k < k_hi; ++k) {
+      if (ea[k] == -1000) continue;
+      const auto bv = hn::LoadU(df, b + (row0 + k) * static_cast<ptrdiff_t>(stride));
+      const auto pb = hn::BitCast(di, hn::Mul(hn::Set(df, a[k]), bv));
+      const auto t = term(pb, hn::Ne(hn::And(pb, mmag), zero));
+      if (k < 8) s0 = hn::Add(s0, t);
+      else s1 = hn::Add(s1, t);
+    }
+    const auto sc = term(cb, cnz);
+    HWY_ALIGN int32_t v0[16], v1[16], vc[16], vg[16], vs[16];
+    hn::Store(s0, di, v0);
+    hn::Store(s1, di, v1);
+    hn::Store(sc, di, vc);
+    hn::Store(e, di, vg);
+    hn::Store(hn::VecFromMask(di, slow), di, vs);
+    for (size_t l = l0; l < l1 && l < N; ++l) {
+      if (vs[l] != 0) continue;  // (below)
+      if (vg[l] == -1000000) {
+        c[l] = 0.0f;
+        continue;
+      }
+      const int64_t S = static_cast<int64_t>(v0[l]) + v1[l] + vc[l];
+      if (S == 0) {
+        c[l] = 0.0f;
+        continue;
+      }
+      uint64_t mag = static_cast<uint64_t>(S < 0 ? -S : S);
+      const int bl = 64 - __builtin_clzll(mag);
+      const int drop = bl > 24 ? bl - 24 : 0;
+      mag >>= drop;
+      const int be = vg[l] - 25 + drop + (bl - drop) - 1;  // biased exponent of the result
+      if (be < 1 || be > 254) {
+        vs[l] = 1;
+        continue;
+      }
+      const uint32_t r = (S < 0 ? 0x80000000u : 0u) | (static_cast<uint32_t>(be) << 23) |
+                         ((static_cast<uint32_t>(mag) << (24 - (bl - drop))) & 0x7FFFFFu);
+      c[l] = fp8ref::f32_from_bits(r);
+    }
+    bool any = false;
+    for (size_t l = l0; l < l1 && l < N; ++l) any = any || vs[l] != 0;
+    if (!any) return;
+    for (size_t l = l0; l < l1 && l < N; ++l) {
+      if (vs[l] == 0) continue;
+      LiteralLane(f, a, n, k_lo, k_hi, b, row0, stride, l, c);
+    }
+    return;
+  }
+  for (size_t l = l0; l < l1 && l < N; ++l) LiteralLane(f, a, n, k_lo, k_hi, b, row0, stride, l, c);
+}
+
 using VU = hn::Vec<DU>;
 
 // ---- kv_cache_write lanes ------------------------------------------------------------------------------------------
@@ -419,6 +540,8 @@ HWY_EXPORT(PvRows);
 HWY_EXPORT(TransposeTile);
 HWY_EXPORT(QkTileRows);
 HWY_EXPORT(PvTile);
+HWY_EXPORT(HmmaLanes);
+HWY_EXPORT(FloatLanes);
 HWY_EXPORT(KvMdQuotRows);
 HWY_EXPORT(KvRowAbsMax);
 
@@ -614,24 +737,48 @@ class Worker {
   }
   // vllm-triton-unified on the tensor cores (ref::triton_online): dots_[ri·stride + off + j] = tl.dot's S for the
   // keys j in [j0, j1) of the current K tile (kr_ rows from its start) and every row of KV head kvh.
+  static size_t lanes_() { return HWY_DYNAMIC_DISPATCH(FloatLanes)(); }
+  // The 16 keys of the tile are the lanes of HmmaLanes (kT_[d·16 + j]), a step per 16 dims of q.
   void tc_dots(int64_t kvh, size_t stride, int64_t off, int64_t j0, int64_t j1) {
     dots_.resize(rows_.size() * stride);
+    const size_t N = lanes_();
+    const uint8_t fmt = static_cast<uint8_t>(s_.q_format);
     for (size_t ri = 0; ri < rows_.size(); ++ri) {
       if (rows_[ri].kvh != kvh) continue;
-      for (int64_t j = j0; j < j1; ++j)
-        dots_[ri * stride + static_cast<size_t>(off + j)] =
-            fp8ref::ref::hmma16_dot(s_.q_format, rows_[ri].q.data(), kr_.data() + j * Dk_, Dk_, 0.0f);
+      float c[kTile] = {};
+      for (size_t g = 0; g < static_cast<size_t>(kTile); g += N) {
+        const size_t l0 = static_cast<size_t>(std::max<int64_t>(j0 - static_cast<int64_t>(g), 0));
+        const size_t l1 = static_cast<size_t>(std::min<int64_t>(j1 - static_cast<int64_t>(g), static_cast<int64_t>(N)));
+        if (l0 >= l1 || j1 <= static_cast<int64_t>(g)) continue;
+        for (int64_t d0 = 0; d0 < Dk_; d0 += 16) {
+          const int nd = static_cast<int>(std::min<int64_t>(16, Dk_ - d0));
+          HWY_DYNAMIC_DISPATCH(HmmaLanes)(fmt, rows_[ri].q.data() + d0, nd, 0, nd, kT_.data() + g, d0, kTile, c + g, l0, l1);
+        }
+      }
+      for (int64_t j = j0; j < j1; ++j) dots_[ri * stride + static_cast<size_t>(off + j)] = c[j];
     }
   }
   // acc_d = tl.dot(P, V, RN32(acc_d·alpha)) over a softmax tile of T keys: p[0, n) are the P of the keys from
   // offset `off` in the tile (the rest 0), vt their V rows (ref::triton_online).
+  // The dims are the lanes of HmmaLanes (a tail of Dv_ % N through hmma16_dot), a step per 16 slots of the tile.
   void pv_tc(const float* vt, const float* p, int64_t off, int64_t n, int64_t T, float* acc, float alpha) {
     pt_.assign(static_cast<size_t>(T), 0.0f);
-    vcol_.assign(static_cast<size_t>(T), 0.0f);
     std::copy(p, p + n, pt_.begin() + off);
-    for (int64_t d = 0; d < Dv_; ++d) {
+    for (int64_t d = 0; d < Dv_; ++d) acc[d] = acc[d] * alpha;
+    const int64_t N = static_cast<int64_t>(lanes_());
+    const uint8_t fmt = static_cast<uint8_t>(s_.q_format);
+    int64_t d = 0;
+    for (; d + N <= Dv_; d += N)
+      for (int64_t k0 = 0; k0 < T; k0 += 16) {
+        const int k_lo = static_cast<int>(std::clamp<int64_t>(off - k0, 0, 16));
+        const int k_hi = static_cast<int>(std::clamp<int64_t>(off + n - k0, 0, 16));
+        HWY_DYNAMIC_DISPATCH(HmmaLanes)(fmt, pt_.data() + k0, 16, k_lo, std::max(k_lo, k_hi), vt + d, k0 - off,
+                                        static_cast<size_t>(Dv_), acc + d, 0, static_cast<size_t>(N));
+      }
+    vcol_.assign(static_cast<size_t>(T), 0.0f);
+    for (; d < Dv_; ++d) {
       for (int64_t j = 0; j < n; ++j) vcol_[static_cast<size_t>(off + j)] = vt[j * Dv_ + d];
-      acc[d] = fp8ref::ref::hmma16_dot(s_.q_format, pt_.data(), vcol_.data(), T, acc[d] * alpha);
+      acc[d] = fp8ref::ref::hmma16_dot(s_.q_format, pt_.data(), vcol_.data(), T, acc[d]);
     }
   }
   // Prefetches the K and/or V rows of every KV head for keys [j0, j1) into L2 (called once per tile, kAhead tiles
