@@ -579,6 +579,57 @@ TEST_SUITE("attention") {
     CHECK(sleef_differs > 1000);  // the control
   }
 
+  TEST_CASE("cpu hmma16_lanes == ref::hmma16_step lane by lane, every SIMD target, specials and subnormals included") {
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int> ex(-20, 20), kind(0, 39), pick(0, 15);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    const std::vector<std::string> ran = test::for_test_targets([&] {
+      const size_t N = attn::cpu::float_lanes();
+      REQUIRE(N <= 16);
+      int64_t bad = 0, checked = 0;
+      for (Format f : {Format::bf16, Format::f16}) {
+        auto draw = [&]() {
+          switch (kind(rng)) {
+            case 0: return 0.0f;
+            case 1: return -0.0f;
+            case 2: return std::numeric_limits<float>::quiet_NaN();
+            case 3: return -std::numeric_limits<float>::infinity();
+            case 4: return ref::round_through(f, std::ldexp(nd(rng), f == Format::f16 ? -20 : -135));  // a subnormal
+            case 5: return ref::round_through(f, std::ldexp(nd(rng), f == Format::f16 ? 14 : 120));    // large products
+            default: return ref::round_through(f, std::ldexp(nd(rng), ex(rng)));
+          }
+        };
+        for (int it = 0; it < 3000; ++it) {
+          float a[16], b[16 * 16], c[16], c0[16];
+          const bool clean = it % 2 == 0;  // half the cases without specials: the vector path itself
+          for (float& x : a) x = clean ? ref::round_through(f, std::ldexp(nd(rng), ex(rng))) : draw();
+          for (float& x : b) x = clean ? ref::round_through(f, std::ldexp(nd(rng), ex(rng))) : draw();
+          for (float& x : c) x = it % 3 == 0 ? 0.0f : clean ? std::ldexp(nd(rng), ex(rng)) : draw();
+          if (it % 5 == 0) a[pick(rng)] = 0.0f;
+          const int n = 1 + pick(rng), k_lo = std::min(pick(rng) % 4, n), k_hi = std::max(k_lo, n - pick(rng) % 4);
+          const size_t l0 = static_cast<size_t>(pick(rng)) % N, l1 = std::min(N, l0 + 1 + static_cast<size_t>(pick(rng)));
+          std::copy(c, c + 16, c0);
+          attn::cpu::hmma16_lanes(f, a, n, k_lo, k_hi, b, 0, 16, c, l0, l1);
+          for (size_t l = 0; l < N; ++l) {
+            float al[16], bl[16];
+            for (int k = 0; k < n; ++k) {
+              const bool on = k >= k_lo && k < k_hi;
+              al[k] = on ? a[k] : 0.0f;
+              bl[k] = on ? b[k * 16 + static_cast<int>(l)] : 0.0f;
+            }
+            const float want = l >= l0 && l < l1 ? ref::hmma16_step(f, al, bl, n, c0[l]) : c0[l];
+            const bool same = bits_of_f32(want) == bits_of_f32(c[l]) || (std::isnan(want) && std::isnan(c[l]));
+            if (!same && bad++ < 5) MESSAGE(cpu::simd_target() << " lane " << l << ": " << c[l] << " vs " << want);
+            ++checked;
+          }
+        }
+      }
+      CHECK(bad == 0);
+      CHECK(checked >= 6000);
+    });
+    MESSAGE("SIMD targets checked: " << ran.size());
+  }
+
   TEST_CASE("triton_row_sum and L = fma(L, α, l): Triton's tl.sum over a tensor-core tile on an H100, every row") {
     // tests/data/h200/triton_rowsum/ (tools/device/capture_triton_rowsum.py): tl.sum(x, axis=1) of [16, T] tiles in
     // the dot's layout, values spread over 2^±20 so that each order rounds differently; and L * alpha + l.

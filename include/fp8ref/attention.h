@@ -422,6 +422,12 @@ void paged_attention_fast_bound(const AttnSpec& spec, const AttnArgs& args, doub
 // The SIMD twin of ref::exp_sleef / exp2_sleef over an array (for the tests).
 void exp_sleef(const float* x, float* y, size_t n);
 void exp2_sleef(const float* x, float* y, size_t n);
+// vllm-triton-unified's tensor-core step in the dispatched target's lanes (for the tests): for lanes l in [l0, l1)
+// of the first float_lanes() (<= 16), c[l] = ref::hmma16_step(f, a', B_l, n, c[l]) with a'[k] = a[k] and B_l[k] =
+// b[(row0 + k)·stride + l] for k in [k_lo, k_hi), both 0 elsewhere (b not read there). c holds float_lanes() values.
+void hmma16_lanes(Format f, const float* a, int n, int k_lo, int k_hi, const float* b, ptrdiff_t row0, size_t stride,
+                  float* c, size_t l0, size_t l1);
+size_t float_lanes();
 }  // namespace cpu
 
 }  // namespace fp8ref::attn

@@ -1102,6 +1102,11 @@ void paged_attention(const AttnSpec& spec, const AttnArgs& args) {
 }
 
 void exp_sleef(const float* x, float* y, size_t n) { HWY_DYNAMIC_DISPATCH(ExpArray)(x, y, n, false); }
+void hmma16_lanes(Format f, const float* a, int n, int k_lo, int k_hi, const float* b, ptrdiff_t row0, size_t stride,
+                  float* c, size_t l0, size_t l1) {
+  HWY_DYNAMIC_DISPATCH(HmmaLanes)(static_cast<uint8_t>(f), a, n, k_lo, k_hi, b, row0, stride, c, l0, l1);
+}
+size_t float_lanes() { return HWY_DYNAMIC_DISPATCH(FloatLanes)(); }
 void exp2_sleef(const float* x, float* y, size_t n) { HWY_DYNAMIC_DISPATCH(ExpArray)(x, y, n, true); }
 
 }  // namespace attn::cpu
