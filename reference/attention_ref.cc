@@ -389,7 +389,7 @@ void triton_online(const HeadCtx& c, const std::vector<float>& q, int64_t lo, in
     float mt = M;
     for (int64_t j = a; j <= e; ++j) {
       for (int64_t d = 0; d < c.Dk; ++d) kh[static_cast<size_t>(d)] = c.kv(true, j, d, false);
-      float x = sm * (tc ? fp8ref::ref::hmma16_dot(md, q.data(), kh.data(), c.Dk, 0.0f) : dot_f32(q.data(), kh.data(), c.Dk));
+      float x = sm * (tc ? fp8ref::ref::hmma16_dot_kw4(md, q.data(), kh.data(), c.Dk, 0.0f) : dot_f32(q.data(), kh.data(), c.Dk));
       if (cap > 0) x = triton_softcap(x, cap);
       l[static_cast<size_t>(j - a)] = x;
       mt = std::max(mt, x);
@@ -403,11 +403,11 @@ void triton_online(const HeadCtx& c, const std::vector<float>& q, int64_t lo, in
     for (int64_t j = a; j <= e; ++j) pt[static_cast<size_t>(j - t0)] = fp8ref::ref::triton_exp(l[static_cast<size_t>(j - a)] - mt);
     const float lsum = triton_row_sum(pt.data(), T);  // (f32 P; the dot takes them rounded to md)
     for (int64_t j = a; j <= e; ++j) pt[static_cast<size_t>(j - t0)] = round_to(md, pt[static_cast<size_t>(j - t0)]);
-    if (tc) {  // acc = tl.dot(P, V, acc): steps of 16 keys from t0, chained through acc
+    if (tc) {  // acc = tl.dot(P, V, acc): the tile's slots in the kWidth-4 order, chained through acc
       std::fill(vd.begin(), vd.end(), 0.0f);
       for (int64_t d = 0; d < c.Dv; ++d) {
         for (int64_t j = a; j <= e; ++j) vd[static_cast<size_t>(j - t0)] = c.kv(false, j, d, false);
-        acc[static_cast<size_t>(d)] = fp8ref::ref::hmma16_dot(md, pt.data(), vd.data(), T, acc[static_cast<size_t>(d)]);
+        acc[static_cast<size_t>(d)] = fp8ref::ref::hmma16_dot_kw4(md, pt.data(), vd.data(), T, acc[static_cast<size_t>(d)]);
       }
     } else {
       for (int64_t j = a; j <= e; ++j)

@@ -270,6 +270,36 @@ float hmma16_dot(Format f, const float* a, const float* b, int64_t n, float c) {
   return c;
 }
 
+int hmma16_kw4_step(int64_t n, int s, int64_t* base, int* kidx) {
+  if (n <= 16) {
+    if (s > 0) return -1;
+    *base = 0;
+    for (int k = 0; k < n; ++k) kidx[k] = k;
+    return static_cast<int>(n);
+  }
+  *base = int64_t{32} * (s / 2);
+  if (*base >= n) return -1;
+  int m = 0;
+  for (int k = 0; k < 32; ++k)
+    if (((k >> 1) & 1) == s % 2 && *base + k < n) kidx[m++] = k;
+  return m;
+}
+
+float hmma16_dot_kw4(Format f, const float* a, const float* b, int64_t n, float c) {
+  int64_t base = 0;
+  int kidx[16];
+  float x[16], y[16];
+  for (int s = 0;; ++s) {
+    const int m = hmma16_kw4_step(n, s, &base, kidx);
+    if (m < 0) return c;
+    for (int i = 0; i < m; ++i) {
+      x[i] = a[base + kidx[i]];
+      y[i] = b[base + kidx[i]];
+    }
+    c = hmma16_step(f, x, y, m, c);
+  }
+}
+
 float mma_sm90_element(Format fa, Format fb, const uint8_t* a, const uint8_t* b, float c) {
   Term p[32];
   for (int k = 0; k < 32; ++k) p[k] = product(decode(fa, a[k]), decode(fb, b[k]));  // steps 1-2

@@ -235,6 +235,24 @@ std::vector<std::vector<int64_t>> tiles_of(const std::vector<int64_t>& js, int64
   return t;
 }
 
+// tl.dot(a, b, c) of vLLM's kernels (operands converted from fp8: Triton's kWidth-4 layout) as mma.sync steps
+// (ref::hmma16_step): up to 16 k one step; else each 32 k (zero-padded) as the k with bit 1 clear, then set.
+float kw4_dot(Format f, const std::vector<float>& a, const std::vector<float>& b, float c) {
+  const size_t n = a.size();
+  if (n <= 16) return ref::hmma16_step(f, a.data(), b.data(), static_cast<int>(n), c);
+  for (size_t b0 = 0; b0 < n; b0 += 32)
+    for (size_t bit = 0; bit < 2; ++bit) {
+      std::vector<float> x, y;
+      for (size_t k = b0; k < b0 + 32; ++k)
+        if (((k >> 1) & 1) == bit) {
+          x.push_back(k < n ? a[k] : 0.0f);
+          y.push_back(k < n ? b[k] : 0.0f);
+        }
+      c = ref::hmma16_step(f, x.data(), y.data(), 16, c);
+    }
+  return c;
+}
+
 // Triton's tl.sum(x, axis=1) of one row of a [16, T] f32 tile in the MMAv2 layout of 4 warps (measured for T = 16,
 // 32: tests/data/h200/triton_rowsum.npz, tools/device/capture_triton_rowsum.py): the owner of slot k is warp
 // (k / 8) % 4, lane q = (k % 8) / 2; each thread adds its slots in increasing k, then the lanes q, q ^ 2 and q, q ^ 1,
@@ -344,8 +362,7 @@ int check_triton_unified(PagedProblem& p, bool guard = true) {
             qv.push_back(q_val(p, row, h, d));
             kv.push_back(round_to(s.q_format, k_code(p, b, j, kvh, d) * p.ks[si]));
           }
-          for (int64_t d0 = 0; d0 < Dk; d0 += 16)
-            dot = ref::hmma16_step(s.q_format, &qv[d0], &kv[d0], static_cast<int>(std::min<int64_t>(16, Dk - d0)), dot);
+          dot = kw4_dot(s.q_format, qv, kv, 0.0f);
         } else {
           for (int64_t d = 0; d < Dk; ++d) dot = std::fma(q_val(p, row, h, d), round_to(s.q_format, k_code(p, b, j, kvh, d) * p.ks[si]), dot);
         }
@@ -375,9 +392,7 @@ int check_triton_unified(PagedProblem& p, bool guard = true) {
             pv[k] = round_to(s.q_format, P[n]);
             vv[k] = round_to(s.q_format, v_code(p, b, tile[n], kvh, d) * v_scale(p, si));
           }
-          float a = acc[static_cast<size_t>(d)] * alpha;
-          for (int64_t k0 = 0; k0 < T; k0 += 16) a = ref::hmma16_step(s.q_format, &pv[k0], &vv[k0], 16, a);
-          acc[static_cast<size_t>(d)] = a;
+          acc[static_cast<size_t>(d)] = kw4_dot(s.q_format, pv, vv, acc[static_cast<size_t>(d)] * alpha);
         } else {
           float t = 0;
           for (size_t n = 0; n < tile.size(); ++n)

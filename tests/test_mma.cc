@@ -287,3 +287,68 @@ TEST_CASE("hmma16_step's fast path equals the model's literal steps, bf16 and f1
   CHECK(checked == 400000);
   CHECK(bad == 0);
 }
+
+TEST_CASE("hmma16_dot_kw4 reproduces Triton's tl.dot of fp8-converted operands on an H100 (vLLM's S = Q·K and P·V)") {
+  // tests/data/h200/triton_dot_fp8/ (tools/device/capture_triton_dot_fp8.py): K and V converted from e4m3fn codes in
+  // registers, S = RN32(scale·tl.dot(Q, K)) over the head dim 128, A = tl.dot(RN_dt(P), V) over a tile of 32 keys.
+  const std::string base = std::string(FP8REF_TEST_DATA) + "/h200/triton_dot_fp8/";
+  for (const char* name : {"f16", "bf16"}) {
+    CAPTURE(name);
+    const Format f = std::string(name) == "f16" ? Format::f16 : Format::bf16;
+    std::vector<int64_t> sh;
+    const auto q = npy_values<uint16_t>(base + name + "_q.npy", &sh);
+    const int64_t R = sh[0], D = sh[2];
+    const auto k8 = npy_values<uint8_t>(base + name + "_k.npy", &sh);
+    const int64_t T = sh[2];
+    const auto v8 = npy_values<uint8_t>(base + name + "_v.npy", &sh);
+    const auto sc = npy_values<float>(base + name + "_scales.npy", &sh);
+    const auto S = npy_values<uint32_t>(base + name + "_s.npy", &sh);
+    const auto P = npy_values<float>(base + name + "_p.npy", &sh);
+    const auto A = npy_values<uint32_t>(base + name + "_a.npy", &sh);
+    REQUIRE(sc.size() == 3);
+    auto deq = [&](uint8_t code, float s) { return ref::round_through(f, ref::decode_f32(Format::e4m3fn, code) * s); };
+    int s_bad = 0, s_inorder = 0, a_bad = 0, a_inorder = 0;
+    std::vector<float> x(static_cast<size_t>(D)), y(static_cast<size_t>(D));
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t i = 0; i < 16; ++i) {
+        for (int64_t t = 0; t < T; ++t) {  // S[i][t] over the head dim
+          for (int64_t d = 0; d < D; ++d) {
+            x[static_cast<size_t>(d)] = half_value(f, q[static_cast<size_t>((r * 16 + i) * D + d)]);
+            y[static_cast<size_t>(d)] = deq(k8[static_cast<size_t>((r * D + d) * T + t)], sc[0]);
+          }
+          const uint32_t want = S[static_cast<size_t>((r * 16 + i) * T + t)];
+          s_bad += bits_of(sc[2] * ref::hmma16_dot_kw4(f, x.data(), y.data(), D, 0.0f)) != want;
+          s_inorder += bits_of(sc[2] * ref::hmma16_dot(f, x.data(), y.data(), D, 0.0f)) != want;
+        }
+        for (int64_t d = 0; d < D; ++d) {  // A[i][d] over the tile's keys
+          for (int64_t t = 0; t < T; ++t) {
+            x[static_cast<size_t>(t)] = ref::round_through(f, P[static_cast<size_t>((r * 16 + i) * T + t)]);
+            y[static_cast<size_t>(t)] = deq(v8[static_cast<size_t>((r * T + t) * D + d)], sc[1]);
+          }
+          const uint32_t want = A[static_cast<size_t>((r * 16 + i) * D + d)];
+          a_bad += bits_of(ref::hmma16_dot_kw4(f, x.data(), y.data(), T, 0.0f)) != want;
+          a_inorder += bits_of(ref::hmma16_dot(f, x.data(), y.data(), T, 0.0f)) != want;
+        }
+      }
+    CHECK(R * 16 * T == 8192);
+    CHECK(s_bad == 0);
+    CHECK(a_bad == 0);
+    CHECK(s_inorder > 8192 / 4);          // the control: in order, as 16-bit loads go
+    CHECK(a_inorder > 16 * 16 * 128 / 100);
+  }
+}
+
+TEST_CASE("hmma16_kw4_step: the order's steps") {
+  int64_t base = -1;
+  int kidx[16];
+  CHECK(ref::hmma16_kw4_step(16, 0, &base, kidx) == 16);  // one step up to 16 k
+  CHECK((base == 0 && kidx[15] == 15));
+  CHECK(ref::hmma16_kw4_step(16, 1, &base, kidx) == -1);
+  CHECK(ref::hmma16_kw4_step(80, 0, &base, kidx) == 16);  // k mod 4 in {0, 1}: 0, 1, 4, 5, ...
+  CHECK((base == 0 && kidx[0] == 0 && kidx[1] == 1 && kidx[2] == 4 && kidx[15] == 29));
+  CHECK(ref::hmma16_kw4_step(80, 1, &base, kidx) == 16);  // then 2, 3, 6, 7, ...
+  CHECK((kidx[0] == 2 && kidx[15] == 31));
+  CHECK(ref::hmma16_kw4_step(80, 4, &base, kidx) == 8);   // the last block: 64..79, zero past 80
+  CHECK((base == 64 && kidx[7] == 13));
+  CHECK(ref::hmma16_kw4_step(80, 6, &base, kidx) == -1);
+}

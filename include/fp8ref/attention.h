@@ -73,12 +73,13 @@
 //   5. v̂ = as k̂; acc_d = Σ_j p̃_j·v̂_jd (f32, j in order, fma from +0); out = RN_out(acc_d)
 // vllm-triton-unified (vllm/attention/ops/triton_unified_attention.py kernel_unified_attention_2d; pac b.3, c.3)
 //   vLLM's kernels as Triton 3.6 builds them for an NVIDIA GPU, step by step (each measured on an H100:
-//   tests/data/h200/triton_dot/, triton_rowsum/, triton_segsum/, triton_exp_pairs.npy; the kernels themselves:
-//   vllm_unified_attention.npz). With md = bf16 or f16 (triton_tensor_cores) the two tl.dot run on the tensor cores:
-//   mma.sync m16n8k16 steps of 16 along k from k = 0, chained through the accumulator (TC(a·b, c) =
-//   fp8ref::ref::hmma16_dot, include/fp8ref/mma.h: per step the terms truncated onto 2^(e−25) below the largest
-//   nominal exponent, summed exactly, truncated to 24 bits); with md = f32 (TF32 in Triton: not modelled) the dots are
-//   f32 FMAs in order (TC(a·b, c) = fma chain from c). exp = tl.exp = ex2.approx(RN32(x·RN32(log2 e)))
+//   tests/data/h200/triton_dot/, triton_dot_fp8/, triton_rowsum/, triton_segsum/, triton_exp_pairs.npy; the kernels
+//   themselves: vllm_unified_attention.npz, _f16.npz). With md = bf16 or f16 (triton_tensor_cores) the two tl.dot run
+//   on the tensor cores: mma.sync m16n8k16 steps chained through the accumulator, in the k order Triton gives operands
+//   converted from fp8 in registers — up to 16 k one step, else each block of 32 k as the k with k mod 4 in {0, 1},
+//   then {2, 3} (TC(a·b, c) = fp8ref::ref::hmma16_dot_kw4, include/fp8ref/mma.h; per step the terms truncated onto
+//   2^(e−25) below the largest nominal exponent, summed exactly, truncated to 24 bits); with md = f32 (TF32 in Triton:
+//   not modelled) the dots are f32 FMAs in order (TC(a·b, c) = fma chain from c). exp = tl.exp = ex2.approx(RN32(x·RN32(log2 e)))
 //   (fp8ref::ref::triton_exp); x ÷ y = Triton's division (div.full.f32: RN32(x·MUFU.RCP(y)), fp8ref::ref::triton_nv_div).
 //   k̂, v̂ = deq_md; l_j = RN32(RN32(sm_scale)·TC(q·k̂_j, +0)); soft-cap: l = RN32(cap·RN32(p1 − p2)) ÷ RN32(p1 + p2)
 //   with p1 = exp(l ÷ cap), p2 = exp(−(l ÷ cap)) (Triton apply_softcap). Online over tiles of T keys
@@ -98,7 +99,8 @@
 //   Triton's butterfly order (slot i + slot i + S/2, then the halves of that, ...); num_d = Σ RN32(acc_s,d·w_s) in
 //   the order of reduce_segments' [S, Dpad] blocked layout (triton_reduce_segments below);
 //   out = RN_out(den == 0 ? 0 : num_d ÷ den).
-//   Against vLLM's own kernels on an H100: 99.992 % of 335,872 bf16 outputs bit-equal (docs/attention.md).
+//   Against vLLM's own kernels on an H100: 335,871 of 335,872 bf16 and 172,028 of 172,032 f16 outputs bit-equal
+//   (docs/attention.md).
 // flashinfer (include/flashinfer/attention/decode.cuh, variants.cuh; flashinfer/decode.py; pac b.4, c.4): FlashInfer's
 //   CUDA-core batch decode kernel. Rows of a prefill chunk take the same steps (one pass); FlashInfer's prefill kernel
 //   (tensor-core mma, P rounded for the PV product) is not modelled.
@@ -359,7 +361,7 @@ int64_t flashinfer_plan_chunk(const AttnSpec& spec, const AttnArgs& args);
 bool triton_starts_at_zero(const AttnSpec& spec, int64_t seq_len, int64_t q_len, int64_t i, int64_t lo, int64_t hi,
                            int64_t segment);
 // vllm-triton-unified: whether its two tl.dot products run on the tensor cores as modelled, i.e. md is bf16 or f16
-// (HMMA.16816.F32: fp8ref::ref::hmma16_dot, include/fp8ref/mma.h). An f32 md (TF32 in Triton, not measured) keeps
+// (HMMA.16816.F32: fp8ref::ref::hmma16_dot_kw4, include/fp8ref/mma.h). An f32 md (TF32 in Triton, not measured) keeps
 // f32 FMAs in order.
 inline bool triton_tensor_cores(Format md) { return md == Format::bf16 || md == Format::f16; }
 

@@ -49,8 +49,17 @@ float hmma16_step(Format f, const float* a, const float* b, int n, float c);
 // that the two agree.
 float hmma16_step_literal(Format f, const float* a, const float* b, int n, float c);
 // Triton's tl.dot(a, b, acc) along k for one element: steps of 16 k from k = 0 in order (the last one short),
-// chained through the accumulator from c. n = 0 returns c.
+// chained through the accumulator from c — the order of operands Triton loads as 16-bit values (the capture above).
+// n = 0 returns c.
 float hmma16_dot(Format f, const float* a, const float* b, int64_t n, float c);
+// The same dot in the k order Triton 3.6 gives operands in its "kWidth = 4" register layout, which a dot gets when an
+// operand was converted from an 8-bit type in registers (vLLM's K and V from an fp8 cache; measured with Triton's
+// tl.dot of fp8-converted tiles, tests/data/h200/triton_dot_fp8/): n <= 16 is one step; else k in blocks of 32 from
+// k = 0 (k >= n counts as zero), each block two steps, first the k with k mod 4 in {0, 1}, then k mod 4 in {2, 3}.
+float hmma16_dot_kw4(Format f, const float* a, const float* b, int64_t n, float c);
+// Step s (0, 1, ...) of that order for a dot of n k: sets *base (the block's first k) and kidx[0, m) (offsets from
+// base, ascending) and returns m (0 <= m <= 16), or −1 after the last step.
+int hmma16_kw4_step(int64_t n, int s, int64_t* base, int* kidx);
 
 // T consecutive tiles (a: T·512 codes, bt: T·256 codes, c and d: T·128 f32). Throws InputError if the model does
 // not support (fa, fb).

@@ -325,8 +325,9 @@ void PvTile(const float* v, const float* p, size_t nk, size_t dv, float* acc, fl
 }
 
 // vllm-triton-unified's tensor-core step (fp8ref::ref::hmma16_step, include/fp8ref/mma.h) for N outputs at once,
-// one per lane: c[l] = step(a[k]·B(k)[l] for k < n, c[l]) for lanes l in [l0, l1), where a holds the n <= 16 shared
-// operands (q's dims, or P's slots) and B(k) = b + (row0 + k)·stride for k in [k_lo, k_hi), 0 (not read) elsewhere.
+// one per lane: c[l] = step(a[k_i]·B(k_i)[l] for i < n, c[l]) for lanes l in [l0, l1), with the n <= 16 k_i = kidx[i]
+// (a step's k, ascending); a holds the shared operands (q's dims, or P's slots) and B(k) = b + (row0 + k)·stride for
+// k in [k_lo, k_hi), 0 (not read) elsewhere.
 // The usual case in 32-bit lanes, the same arithmetic as hmma16_step's: nominal exponents from the bits (f16
 // subnormals at −14); the products exact in f32 (normal operands, nominal exponent in [−125, 125]); each term's
 // 24-bit significand shifted onto the grid 2^(e−25) toward zero (< 2^27), summed exactly in two int32 halves
@@ -335,18 +336,19 @@ void PvTile(const float* v, const float* p, size_t nk, size_t dv, float* acc, fl
 size_t FloatLanes() { return hn::Lanes(DF()); }
 
 // HmmaLanes' lane l through ref::hmma16_step (its operands gathered; inactive slots 0).
-void LiteralLane(Format f, const float* a, int n, int k_lo, int k_hi, const float* b, ptrdiff_t row0, size_t stride,
-                 size_t l, float* c) {
+void LiteralLane(Format f, const float* a, const int* kidx, int n, int k_lo, int k_hi, const float* b, ptrdiff_t row0,
+                 size_t stride, size_t l, float* c) {
   float bl[16], al[16];
-  for (int k = 0; k < n; ++k) {
+  for (int i = 0; i < n; ++i) {
+    const int k = kidx[i];
     const bool on = k >= k_lo && k < k_hi;
-    al[k] = on ? a[k] : 0.0f;
-    bl[k] = on ? b[(row0 + k) * static_cast<ptrdiff_t>(stride) + static_cast<ptrdiff_t>(l)] : 0.0f;
+    al[i] = on ? a[k] : 0.0f;
+    bl[i] = on ? b[(row0 + k) * static_cast<ptrdiff_t>(stride) + static_cast<ptrdiff_t>(l)] : 0.0f;
   }
   c[l] = fp8ref::ref::hmma16_step(f, al, bl, n, c[l]);
 }
-void HmmaLanes(uint8_t fmt, const float* a, int n, int k_lo, int k_hi, const float* b, ptrdiff_t row0, size_t stride,
-               float* c, size_t l0, size_t l1) {
+void HmmaLanes(uint8_t fmt, const float* a, const int* kidx, int n, int k_lo, int k_hi, const float* b, ptrdiff_t row0,
+               size_t stride, float* c, size_t l0, size_t l1) {
   const DF df;
   const DI di;
   const size_t N = hn::Lanes(df);
@@ -361,21 +363,28 @@ void HmmaLanes(uint8_t fmt, const float* a, int n, int k_lo, int k_hi, const flo
   // e: the step's exponent + 127 (−10^6: no non-zero term yet)
   auto e = hn::IfThenElse(cnz, ec, hn::Set(di, -1000000));
   bool all_slow = false;
-  int32_t ea[16];  // a[k]'s nominal exponent (clamped), −1000 for a zero a[k]
-  for (int k = k_lo; k < k_hi; ++k) {
+  int32_t ea[16];  // a[k_i]'s nominal exponent (clamped), −1000 for a zero a[k_i], −2000 for an inactive k_i
+  for (int i = 0; i < n; ++i) {
+    const int k = kidx[i];
+    if (k < k_lo || k >= k_hi) {
+      ea[i] = -2000;
+      continue;
+    }
     const uint32_t x = fp8ref::bits_of_f32(a[k]), ex = (x >> 23) & 0xFF;
-    ea[k] = (x & 0x7FFFFFFFu) == 0 ? -1000 : std::max(static_cast<int32_t>(ex), emin) - 127;
+    ea[i] = (x & 0x7FFFFFFFu) == 0 ? -1000 : std::max(static_cast<int32_t>(ex), emin) - 127;
     if ((x & 0x7FFFFFFFu) != 0 && (ex == 0 || ex == 0xFF)) all_slow = true;
   }
   if (!all_slow) {
-    for (int k = k_lo; k < k_hi; ++k) {
+    for (int i = 0; i < n; ++i) {
+      const int k = kidx[i];
+      if (ea[i] == -2000) continue;
       const auto bk = hn::BitCast(di, hn::LoadU(df, b + (row0 + k) * static_cast<ptrdiff_t>(stride)));
       const auto eb = hn::And(hn::ShiftRight<23>(bk), mexp);
       // a special b takes the literal steps (0·NaN, 0·Inf included); a zero product does not join the exponent
       slow = hn::Or(slow, hn::Eq(eb, mexp));
-      if (ea[k] == -1000) continue;
+      if (ea[i] == -1000) continue;
       const auto bnz = hn::Ne(hn::And(bk, mmag), zero);
-      const auto nb = hn::Add(hn::Max(eb, hn::Set(di, emin)), hn::Set(di, ea[k]));
+      const auto nb = hn::Add(hn::Max(eb, hn::Set(di, emin)), hn::Set(di, ea[i]));
       slow = hn::Or(slow, hn::And(bnz, hn::Or(hn::Eq(eb, zero),
                                               hn::Or(hn::Lt(nb, hn::Set(di, 2)), hn::Gt(nb, hn::Set(di, 252))))));
       e = hn::IfThenElse(bnz, hn::Max(e, nb), e);
@@ -394,12 +403,13 @@ void HmmaLanes(uint8_t fmt, const float* a, int n, int k_lo, int k_hi, const flo
       return hn::IfThenElse(hn::Lt(bits, zero), hn::Neg(t), t);
     };
     auto s0 = zero, s1 = zero;
-    for (int k = k_lo; k < k_hi; ++k) {
-      if (ea[k] == -1000) continue;
+    for (int i = 0; i < n; ++i) {
+      if (ea[i] < -999) continue;
+      const int k = kidx[i];
       const auto bv = hn::LoadU(df, b + (row0 + k) * static_cast<ptrdiff_t>(stride));
       const auto pb = hn::BitCast(di, hn::Mul(hn::Set(df, a[k]), bv));
       const auto t = term(pb, hn::Ne(hn::And(pb, mmag), zero));
-      if (k < 8) s0 = hn::Add(s0, t);
+      if (i < 8) s0 = hn::Add(s0, t);
       else s1 = hn::Add(s1, t);
     }
     const auto sc = term(cb, cnz);
@@ -438,11 +448,11 @@ void HmmaLanes(uint8_t fmt, const float* a, int n, int k_lo, int k_hi, const flo
     if (!any) return;
     for (size_t l = l0; l < l1 && l < N; ++l) {
       if (vs[l] == 0) continue;
-      LiteralLane(f, a, n, k_lo, k_hi, b, row0, stride, l, c);
+      LiteralLane(f, a, kidx, n, k_lo, k_hi, b, row0, stride, l, c);
     }
     return;
   }
-  for (size_t l = l0; l < l1 && l < N; ++l) LiteralLane(f, a, n, k_lo, k_hi, b, row0, stride, l, c);
+  for (size_t l = l0; l < l1 && l < N; ++l) LiteralLane(f, a, kidx, n, k_lo, k_hi, b, row0, stride, l, c);
 }
 
 using VU = hn::Vec<DU>;
@@ -750,9 +760,14 @@ class Worker {
         const size_t l0 = static_cast<size_t>(std::max<int64_t>(j0 - static_cast<int64_t>(g), 0));
         const size_t l1 = static_cast<size_t>(std::min<int64_t>(j1 - static_cast<int64_t>(g), static_cast<int64_t>(N)));
         if (l0 >= l1 || j1 <= static_cast<int64_t>(g)) continue;
-        for (int64_t d0 = 0; d0 < Dk_; d0 += 16) {
-          const int nd = static_cast<int>(std::min<int64_t>(16, Dk_ - d0));
-          HWY_DYNAMIC_DISPATCH(HmmaLanes)(fmt, rows_[ri].q.data() + d0, nd, 0, nd, kT_.data() + g, d0, kTile, c + g, l0, l1);
+        int64_t base = 0;
+        int kidx[16];
+        for (int st = 0;; ++st) {  // the head dim in the kWidth-4 order (ref::hmma16_dot_kw4)
+          const int m = fp8ref::ref::hmma16_kw4_step(Dk_, st, &base, kidx);
+          if (m < 0) break;
+          const int hi = static_cast<int>(std::min<int64_t>(32, Dk_ - base));
+          HWY_DYNAMIC_DISPATCH(HmmaLanes)(fmt, rows_[ri].q.data() + base, kidx, m, 0, hi, kT_.data() + g, base, kTile,
+                                          c + g, l0, l1);
         }
       }
       for (int64_t j = j0; j < j1; ++j) dots_[ri * stride + static_cast<size_t>(off + j)] = c[j];
@@ -768,17 +783,22 @@ class Worker {
     const int64_t N = static_cast<int64_t>(lanes_());
     const uint8_t fmt = static_cast<uint8_t>(s_.q_format);
     int64_t d = 0;
-    for (; d + N <= Dv_; d += N)
-      for (int64_t k0 = 0; k0 < T; k0 += 16) {
-        const int k_lo = static_cast<int>(std::clamp<int64_t>(off - k0, 0, 16));
-        const int k_hi = static_cast<int>(std::clamp<int64_t>(off + n - k0, 0, 16));
-        HWY_DYNAMIC_DISPATCH(HmmaLanes)(fmt, pt_.data() + k0, 16, k_lo, std::max(k_lo, k_hi), vt + d, k0 - off,
+    for (; d + N <= Dv_; d += N) {
+      int64_t base = 0;
+      int kidx[16];
+      for (int st = 0;; ++st) {  // the tile's slots in the kWidth-4 order (ref::hmma16_dot_kw4)
+        const int m = fp8ref::ref::hmma16_kw4_step(T, st, &base, kidx);
+        if (m < 0) break;
+        const int k_lo = static_cast<int>(std::clamp<int64_t>(off - base, 0, 32));
+        const int k_hi = static_cast<int>(std::clamp<int64_t>(off + n - base, 0, 32));
+        HWY_DYNAMIC_DISPATCH(HmmaLanes)(fmt, pt_.data() + base, kidx, m, k_lo, std::max(k_lo, k_hi), vt + d, base - off,
                                         static_cast<size_t>(Dv_), acc + d, 0, static_cast<size_t>(N));
       }
+    }
     vcol_.assign(static_cast<size_t>(T), 0.0f);
     for (; d < Dv_; ++d) {
       for (int64_t j = 0; j < n; ++j) vcol_[static_cast<size_t>(off + j)] = vt[j * Dv_ + d];
-      acc[d] = fp8ref::ref::hmma16_dot(s_.q_format, pt_.data(), vcol_.data(), T, acc[d]);
+      acc[d] = fp8ref::ref::hmma16_dot_kw4(s_.q_format, pt_.data(), vcol_.data(), T, acc[d]);
     }
   }
   // Prefetches the K and/or V rows of every KV head for keys [j0, j1) into L2 (called once per tile, kAhead tiles
@@ -1104,7 +1124,9 @@ void paged_attention(const AttnSpec& spec, const AttnArgs& args) {
 void exp_sleef(const float* x, float* y, size_t n) { HWY_DYNAMIC_DISPATCH(ExpArray)(x, y, n, false); }
 void hmma16_lanes(Format f, const float* a, int n, int k_lo, int k_hi, const float* b, ptrdiff_t row0, size_t stride,
                   float* c, size_t l0, size_t l1) {
-  HWY_DYNAMIC_DISPATCH(HmmaLanes)(static_cast<uint8_t>(f), a, n, k_lo, k_hi, b, row0, stride, c, l0, l1);
+  int kidx[16];
+  for (int k = 0; k < n; ++k) kidx[k] = k;
+  HWY_DYNAMIC_DISPATCH(HmmaLanes)(static_cast<uint8_t>(f), a, kidx, n, k_lo, k_hi, b, row0, stride, c, l0, l1);
 }
 size_t float_lanes() { return HWY_DYNAMIC_DISPATCH(FloatLanes)(); }
 void exp2_sleef(const float* x, float* y, size_t n) { HWY_DYNAMIC_DISPATCH(ExpArray)(x, y, n, true); }

@@ -75,6 +75,10 @@ for kname in ("kernel_unified_attention_2d", "kernel_unified_attention_3d"):
             return self.inner[grid]
     setattr(tua, kname, Spy(inner, kname))
 
+# CAPTURE_SET=f16: a second set (vllm_unified_attention_f16.npz): f16 queries (the f16 tensor-core datapath), caches
+# in e4m3fn and e5m2, head dims 96 (padded to 128), 128 and 256 (reduce_segments' layout with two warps along the
+# dims), with its own seed 20261207; per case also c<i>_fmt (0: e4m3fn, 1: e5m2).
+F16 = os.environ.get("CAPTURE_SET", "") == "f16"
 CASES = [  # seq_lens, q_lens, Hkv, Hq, D, block size, runs: (window_left (-1: none), softcap)
     ([200, 90, 33], [40, 1, 33], 2, 2, 64, 16, [(37, 0.0)]),               # G = 1: q blocks of 16 rows
     ([150, 260], [9, 1], 2, 8, 64, 64, [(20, 0.0)]),                       # G = 4: 4 rows a block
@@ -85,28 +89,41 @@ CASES = [  # seq_lens, q_lens, Hkv, Hq, D, block size, runs: (window_left (-1: n
     ([1000, 257, 31, 4096], [1, 1, 1, 1], 2, 16, 128, 16, [(-1, 0.0)]),   # decode, no window: 3D, 16 segments
     ([300, 150], [12, 1], 2, 6, 64, 16, [(20, 0.0), (-1, 0.0)]),          # G = 3: a q block's last row repeats
 ]
+CASES_F16 = [  # the same fields, then the cache format
+    ([120, 300], [17, 1], 2, 8, 128, 16, [(-1, 0.0)], "e4m3fn"),           # 2D, G = 4
+    ([500, 2000, 64], [1, 1, 1], 2, 16, 256, 16, [(-1, 0.0)], "e5m2"),     # decode: 3D, D = 256
+    ([400, 90], [33, 1], 4, 16, 96, 16, [(30, 0.0)], "e5m2"),              # D = 96 (padded), window
+    ([800, 33, 260], [1, 1, 1], 1, 8, 128, 64, [(-1, 0.0)], "e4m3fn"),    # decode: 3D, G = 8
+]
+if F16:
+    CASES = CASES_F16
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from paged_inputs import dense_case  # noqa: E402
 
-rng = np.random.default_rng(20261206)
+rng = np.random.default_rng(20261207 if F16 else 20261206)
 res = {}
-for i, (seq_lens, q_lens, hkv, hq, d, bs, runs) in enumerate(CASES):
+qdt = torch.float16 if F16 else torch.bfloat16
+for i, case in enumerate(CASES):
+    seq_lens, q_lens, hkv, hq, d, bs, runs = case[:7]
+    cdt = torch.float8_e5m2 if len(case) > 7 and case[7] == "e5m2" else torch.float8_e4m3fn
     inp = dense_case(rng, seq_lens, q_lens, hkv, hq, d, bs,
-                     lambda x: torch.tensor(x, dtype=torch.float32).to(torch.float8_e4m3fn).view(torch.uint8).numpy(),
-                     lambda x: torch.tensor(x, dtype=torch.float32).to(torch.bfloat16).view(torch.int16).numpy().view(
+                     lambda x: torch.tensor(x, dtype=torch.float32).to(cdt).view(torch.uint8).numpy(),
+                     lambda x: torch.tensor(x, dtype=torch.float32).to(qdt).view(torch.int16).numpy().view(
                          np.uint16))
     q16, kc, vc, bt, qsl, ks, vs = (inp[k] for k in ("q", "kc", "vc", "bt", "qsl", "ks", "vs"))
     T = int(qsl[-1])
     res.update({f"c{i}_case": np.array([hkv, hq, d, bs], np.int32), f"c{i}_sl": np.array(seq_lens, np.int32),
                 f"c{i}_ql": np.array(q_lens, np.int32),
                 f"c{i}_runs": np.array([[w, int(round(c * 1000))] for w, c in runs], np.int32)})
+    if F16:
+        res[f"c{i}_fmt"] = np.array([1 if cdt == torch.float8_e5m2 else 0], np.int32)
     for (r, (window, cap)), variant in ((rc, v) for rc in enumerate(runs) for v in ("pos", "neg")):
         kv = kc if variant == "pos" else kc & 0x7F
         qv = q16 if variant == "pos" else q16 | 0x8000
-        q = torch.from_numpy(qv.view(np.int16)).view(torch.bfloat16).to(dev)
-        k = torch.from_numpy(kv).to(dev).view(torch.float8_e4m3fn)
-        v = torch.from_numpy(vc).to(dev).view(torch.float8_e4m3fn)
-        out = torch.empty((T, hq, d), dtype=torch.bfloat16, device=dev)
+        q = torch.from_numpy(qv.view(np.int16)).view(qdt).to(dev)
+        k = torch.from_numpy(kv).to(dev).view(cdt)
+        v = torch.from_numpy(vc).to(dev).view(cdt)
+        out = torch.empty((T, hq, d), dtype=qdt, device=dev)
         used.clear()
         tua.unified_attention(
             q=q, k=k, v=v, out=out, cu_seqlens_q=torch.from_numpy(qsl).to(dev), max_seqlen_q=max(q_lens),
@@ -116,10 +133,12 @@ for i, (seq_lens, q_lens, hkv, hq, d, bs, runs) in enumerate(CASES):
             k_descale=torch.from_numpy(ks).to(dev), v_descale=torch.from_numpy(vs).to(dev))
         torch.cuda.synchronize()
         o = out.cpu().view(torch.int16).numpy().view(np.uint16)
-        assert not np.any((o & 0x7F80) == 0x7F80), "a NaN/Inf output: a read outside the valid keys?"
+        special = 0x7C00 if F16 else 0x7F80
+        assert not np.any((o & special) == special), "a NaN/Inf output: a read outside the valid keys?"
         res[f"c{i}_out{r}_{variant}"] = o
         print(f"case {i} run {r} {variant}: kernels {used}, T {T}, Hq {hq}, D {d}, window {window}, cap {cap}",
               flush=True)
 
-np.savez_compressed(os.path.join(out_dir, "vllm_unified_attention.npz"), **res)
+np.savez_compressed(os.path.join(out_dir, "vllm_unified_attention_f16.npz" if F16 else "vllm_unified_attention.npz"),
+                    **res)
 print("wrote", sorted(res)[:6], "...", sum(a.nbytes for a in res.values()), "bytes raw", flush=True)
