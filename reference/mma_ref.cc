@@ -117,6 +117,20 @@ int64_t truncate_to_grid(uint64_t sig, int shift) {
   return static_cast<int64_t>(sig >> -shift);
 }
 
+// S·2^grid rounded toward zero to 24 significant bits (+0 for S = 0), through double (exact) to f32.
+float sum_to_f32(int64_t s, int grid) {
+  if (s == 0) return 0.0f;
+  const bool neg = s < 0;
+  uint64_t mag = static_cast<uint64_t>(neg ? -s : s);
+  int exp = grid;
+  while (mag >= (uint64_t{1} << 24)) {
+    mag >>= 1;
+    ++exp;
+  }
+  const double r = std::ldexp(static_cast<double>(mag), exp);
+  return static_cast<float>(neg ? -r : r);
+}
+
 // Step 4: one HMMA block over the terms of `half` (P1: half = 0, P2: half = 1) with accumulator acc.
 float hmma_block(const Term* p, int half, float acc) {
   bool nan = std::isnan(acc), pinf = acc == std::numeric_limits<float>::infinity(),
@@ -152,17 +166,7 @@ float hmma_block(const Term* p, int half, float acc) {
     const int64_t m = truncate_to_grid(acc_sig, acc_q - grid);
     s += std::signbit(acc) ? -m : m;
   }
-  if (s == 0) return 0.0f;
-  // Round S · 2^grid toward zero to 24 significant bits; the result is a normal f32 (|S · 2^grid| >= 2^-57).
-  const bool neg = s < 0;
-  uint64_t mag = static_cast<uint64_t>(neg ? -s : s);
-  int exp = grid;
-  while (mag >= (uint64_t{1} << 24)) {
-    mag >>= 1;
-    ++exp;
-  }
-  const double r = std::ldexp(static_cast<double>(mag), exp);  // exact, and exact in f32
-  return static_cast<float>(neg ? -r : r);
+  return sum_to_f32(s, grid);  // (a normal f32: |S · 2^grid| >= 2^-57)
 }
 
 }  // namespace
@@ -252,17 +256,7 @@ float hmma16_step_literal(Format f, const float* a, const float* b, int n, float
     const double m = std::trunc(std::ldexp(std::fabs(static_cast<double>(c)), -grid));
     s += c < 0 ? -m : m;
   }
-  if (s == 0) return 0.0f;
-  // S·2^grid truncated toward zero to 24 significant bits
-  const bool neg = s < 0;
-  uint64_t mag = static_cast<uint64_t>(neg ? -s : s);
-  int exp = grid;
-  while (mag >= (uint64_t{1} << 24)) {
-    mag >>= 1;
-    ++exp;
-  }
-  const double r = std::ldexp(static_cast<double>(mag), exp);
-  return static_cast<float>(neg ? -r : r);
+  return sum_to_f32(static_cast<int64_t>(s), grid);
 }
 
 float hmma16_dot(Format f, const float* a, const float* b, int64_t n, float c) {

@@ -396,8 +396,9 @@ void HmmaLanes(uint8_t fmt, const float* a, const int* kidx, int n, int k_lo, in
       const auto m = hn::BitCast(hn::RebindToUnsigned<DI>(), hn::Or(hn::And(bits, mman), hidden));
       const auto sh = hn::Sub(hn::Sub(x, hn::Set(di, 23)), grid);
       const hn::RebindToUnsigned<DI> du;
-      const auto up = hn::Shl(m, hn::BitCast(du, hn::Max(sh, zero)));
-      const auto dn = hn::Shr(m, hn::BitCast(du, hn::Min(hn::Neg(sh), hn::Set(di, 31))));
+      const auto c31 = hn::Set(di, 31);  // (counts in [0, 31]: a slow lane's garbage is never a shift of 32 or more)
+      const auto up = hn::Shl(m, hn::BitCast(du, hn::Min(hn::Max(sh, zero), c31)));
+      const auto dn = hn::Shr(m, hn::BitCast(du, hn::Min(hn::Max(hn::Neg(sh), zero), c31)));
       auto t = hn::BitCast(di, hn::IfThenElse(hn::RebindMask(du, hn::Gt(sh, zero)), up, dn));
       t = hn::IfThenElseZero(nz, t);
       return hn::IfThenElse(hn::Lt(bits, zero), hn::Neg(t), t);

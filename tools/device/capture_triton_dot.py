@@ -19,15 +19,17 @@ u16 bits, <name>_b.npy [T, K, 16] u16, <name>_c.npy [T, 16, 16] f32, <name>_d.np
 kernel's D; the "add" kernel's is checked equal here), T = 16 tiles; meta.txt (Triton, device, the PTX mma lines).
 """
 import os
+import sys
 
 import numpy as np
 import torch
 import triton
 import triton.language as tl
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from npy_dir import save_npy_dir  # noqa: E402
+
 dev = torch.device("cuda")
-out_dir = os.environ.get("OUT", "triton_dot_capture")
-os.makedirs(out_dir, exist_ok=True)
 
 
 @triton.jit
@@ -104,10 +106,4 @@ for name, K, dt in (("rand", 128, torch.bfloat16), ("acc", 32, torch.bfloat16), 
     mma_lines |= set(ptx.split())
 meta = (f"triton {triton.__version__} torch {torch.__version__} {torch.cuda.get_device_name(0)} "
         f"ptx: {' '.join(sorted(mma_lines))}")
-dst = os.path.join(out_dir, "triton_dot")
-os.makedirs(dst, exist_ok=True)
-for k, v in cases.items():
-    np.save(os.path.join(dst, k + ".npy"), v)
-with open(os.path.join(dst, "meta.txt"), "w") as f:
-    f.write(meta + "\n")
-print("wrote", dst, sum(os.path.getsize(os.path.join(dst, f)) for f in os.listdir(dst)))
+save_npy_dir("triton_dot", cases, meta)

@@ -13,15 +13,17 @@ u8, <dt>_scales.npy [3] f32 (k_scale, v_scale, the softmax scale), <dt>_s.npy [R
 returns at most 8 files, so tar the directory.
 """
 import os
+import sys
 
 import numpy as np
 import torch
 import triton
 import triton.language as tl
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from npy_dir import save_npy_dir  # noqa: E402
+
 dev = torch.device("cuda")
-out_dir = os.path.join(os.environ.get("OUT", "."), "triton_dot_fp8")
-os.makedirs(out_dir, exist_ok=True)
 
 
 @triton.jit
@@ -49,6 +51,7 @@ def sp_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, s_ptr, p_ptr, a_ptr, scale, D
 rng = np.random.default_rng(20261210)
 R, D, T = 16, 128, 32
 print("triton", triton.__version__, torch.cuda.get_device_name(0))
+res = {}
 for dt, name in ((torch.float16, "f16"), (torch.bfloat16, "bf16")):
     q = torch.from_numpy(rng.normal(0, 1, (R, 16, D)).astype(np.float32)).to(dt)
     k8 = torch.from_numpy(rng.normal(0, 3, (R, D, T)).astype(np.float32)).to(torch.float8_e4m3fn)
@@ -65,5 +68,5 @@ for dt, name in ((torch.float16, "f16"), (torch.bfloat16, "bf16")):
                      ("v", v8.view(torch.uint8).numpy()),
                      ("scales", np.array([ks.item(), vs.item(), scale], np.float32)), ("s", S.cpu().numpy()),
                      ("p", P.cpu().numpy()), ("a", A.cpu().numpy())):
-        np.save(os.path.join(out_dir, f"{name}_{key}.npy"), arr)
-print("wrote", out_dir)
+        res[f"{name}_{key}"] = arr
+save_npy_dir("triton_dot_fp8", res)

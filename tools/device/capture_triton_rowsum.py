@@ -12,15 +12,17 @@ f32, t<T>_sum.npy [R, 16] f32 (tl.sum), t<T>_l / _alpha / _ls.npy [R, 16] f32 an
 ls as written in the kernel), R = 64 programs; the PTX of the T = 16 kernel is printed in part (mma, fma, shfl).
 """
 import os
+import sys
 
 import numpy as np
 import torch
 import triton
 import triton.language as tl
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from npy_dir import save_npy_dir  # noqa: E402
+
 dev = torch.device("cuda")
-out_dir = os.environ.get("OUT", "triton_rowsum_capture")
-os.makedirs(out_dir, exist_ok=True)
 
 
 @triton.jit
@@ -61,8 +63,4 @@ for T in (16, 32):
           "fma.rn.f32:", ptx.count("fma.rn.f32"), "shfl:", ptx.count("shfl.sync"), flush=True)
     res.update({f"t{T}_v": v, f"t{T}_sum": sm.cpu().numpy(), f"t{T}_l": lv, f"t{T}_alpha": al, f"t{T}_ls": ls,
                 f"t{T}_lout": lo.cpu().numpy()})
-dst = os.path.join(out_dir, "triton_rowsum")
-os.makedirs(dst, exist_ok=True)
-for k, v in res.items():
-    np.save(os.path.join(dst, k + ".npy"), v)
-print("wrote", dst, sum(os.path.getsize(os.path.join(dst, f)) for f in os.listdir(dst)))
+save_npy_dir("triton_rowsum", res)

@@ -8,15 +8,17 @@ f32, d<D>_osum.npy [R, D] (axis-0 sums), d<D>_e.npy [R, 16], d<D>_esum.npy [R] (
 128, 256 and R = 16 programs.
 """
 import os
+import sys
 
 import numpy as np
 import torch
 import triton
 import triton.language as tl
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from npy_dir import save_npy_dir  # noqa: E402
+
 dev = torch.device("cuda")
-out_dir = os.environ.get("OUT", "triton_segsum_capture")
-os.makedirs(out_dir, exist_ok=True)
 
 
 @triton.jit
@@ -43,8 +45,4 @@ for D in (32, 64, 128, 256):
     esum = torch.empty(R, dtype=torch.float32, device=dev)
     segsum_kernel[(R,)](go, ge, osum, esum, D=D, NSEG=16, num_warps=4)
     res.update({f"d{D}_out": o, f"d{D}_osum": osum.cpu().numpy(), f"d{D}_e": e, f"d{D}_esum": esum.cpu().numpy()})
-dst = os.path.join(out_dir, "triton_segsum")
-os.makedirs(dst, exist_ok=True)
-for k, v in res.items():
-    np.save(os.path.join(dst, k + ".npy"), v)
-print("wrote", dst, sum(os.path.getsize(os.path.join(dst, f)) for f in os.listdir(dst)))
+save_npy_dir("triton_segsum", res)
