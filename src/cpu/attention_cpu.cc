@@ -391,16 +391,15 @@ void HmmaLanes(uint8_t fmt, const float* a, const int* kidx, int n, int k_lo, in
     }
     const auto grid = hn::Sub(e, hn::Set(di, 25));
     // a term's significand m (24 bits, with the hidden one) and biased exponent x, onto the grid toward zero, signed
+    // the term of an f32 whose exponent is at most the grid's + 26 (a product: <= e + 1; the accumulator: <= e):
+    // floor(m·2^(x − 23 − grid)) = (m·8) >> (grid + 26 − x), m·8 < 2^27 (counts clamped to [0, 31] for the slow
+    // lanes' garbage, whose results are not used)
+    const hn::RebindToUnsigned<DI> du;
+    const auto top = hn::Add(grid, hn::Set(di, 26)), c31 = hn::Set(di, 31);
     auto term = [&](hn::Vec<DI> bits, hn::Mask<DI> nz) {
       const auto x = hn::And(hn::ShiftRight<23>(bits), mexp);
-      const auto m = hn::BitCast(hn::RebindToUnsigned<DI>(), hn::Or(hn::And(bits, mman), hidden));
-      const auto sh = hn::Sub(hn::Sub(x, hn::Set(di, 23)), grid);
-      const hn::RebindToUnsigned<DI> du;
-      const auto c31 = hn::Set(di, 31);  // (counts in [0, 31]: a slow lane's garbage is never a shift of 32 or more)
-      const auto up = hn::Shl(m, hn::BitCast(du, hn::Min(hn::Max(sh, zero), c31)));
-      const auto dn = hn::Shr(m, hn::BitCast(du, hn::Min(hn::Max(hn::Neg(sh), zero), c31)));
-      auto t = hn::BitCast(di, hn::IfThenElse(hn::RebindMask(du, hn::Gt(sh, zero)), up, dn));
-      t = hn::IfThenElseZero(nz, t);
+      const auto m8 = hn::ShiftLeft<3>(hn::BitCast(du, hn::Or(hn::And(bits, mman), hidden)));
+      const auto t = hn::IfThenElseZero(nz, hn::BitCast(di, hn::Shr(m8, hn::BitCast(du, hn::Min(hn::Max(hn::Sub(top, x), zero), c31)))));
       return hn::IfThenElse(hn::Lt(bits, zero), hn::Neg(t), t);
     };
     auto s0 = zero, s1 = zero;
@@ -749,6 +748,22 @@ class Worker {
   // vllm-triton-unified on the tensor cores (ref::triton_online): dots_[ri·stride + off + j] = tl.dot's S for the
   // keys j in [j0, j1) of the current K tile (kr_ rows from its start) and every row of KV head kvh.
   static size_t lanes_() { return HWY_DYNAMIC_DISPATCH(FloatLanes)(); }
+  // The steps of ref::hmma16_kw4_step for a dot of n k, made once per n.
+  struct Kw4Step {
+    int64_t base;
+    int kidx[16];
+    int m;
+  };
+  const std::vector<Kw4Step>& kw4_steps(int64_t n) {
+    std::vector<Kw4Step>& v = kw4_[n == Dk_ ? 0 : 1];
+    if (kw4_n_[n == Dk_ ? 0 : 1] != n || v.empty()) {
+      v.clear();
+      Kw4Step st{};
+      for (int i = 0; (st.m = fp8ref::ref::hmma16_kw4_step(n, i, &st.base, st.kidx)) >= 0; ++i) v.push_back(st);
+      kw4_n_[n == Dk_ ? 0 : 1] = n;
+    }
+    return v;
+  }
   // The 16 keys of the tile are the lanes of HmmaLanes (kT_[d·16 + j]), a step per 16 dims of q.
   void tc_dots(int64_t kvh, size_t stride, int64_t off, int64_t j0, int64_t j1) {
     dots_.resize(rows_.size() * stride);
@@ -761,14 +776,10 @@ class Worker {
         const size_t l0 = static_cast<size_t>(std::max<int64_t>(j0 - static_cast<int64_t>(g), 0));
         const size_t l1 = static_cast<size_t>(std::min<int64_t>(j1 - static_cast<int64_t>(g), static_cast<int64_t>(N)));
         if (l0 >= l1 || j1 <= static_cast<int64_t>(g)) continue;
-        int64_t base = 0;
-        int kidx[16];
-        for (int st = 0;; ++st) {  // the head dim in the kWidth-4 order (ref::hmma16_dot_kw4)
-          const int m = fp8ref::ref::hmma16_kw4_step(Dk_, st, &base, kidx);
-          if (m < 0) break;
-          const int hi = static_cast<int>(std::min<int64_t>(32, Dk_ - base));
-          HWY_DYNAMIC_DISPATCH(HmmaLanes)(fmt, rows_[ri].q.data() + base, kidx, m, 0, hi, kT_.data() + g, base, kTile,
-                                          c + g, l0, l1);
+        for (const Kw4Step& st : kw4_steps(Dk_)) {  // the head dim in the kWidth-4 order (ref::hmma16_dot_kw4)
+          const int hi = static_cast<int>(std::min<int64_t>(32, Dk_ - st.base));
+          HWY_DYNAMIC_DISPATCH(HmmaLanes)(fmt, rows_[ri].q.data() + st.base, st.kidx, st.m, 0, hi, kT_.data() + g,
+                                          st.base, kTile, c + g, l0, l1);
         }
       }
       for (int64_t j = j0; j < j1; ++j) dots_[ri * stride + static_cast<size_t>(off + j)] = c[j];
@@ -785,15 +796,11 @@ class Worker {
     const uint8_t fmt = static_cast<uint8_t>(s_.q_format);
     int64_t d = 0;
     for (; d + N <= Dv_; d += N) {
-      int64_t base = 0;
-      int kidx[16];
-      for (int st = 0;; ++st) {  // the tile's slots in the kWidth-4 order (ref::hmma16_dot_kw4)
-        const int m = fp8ref::ref::hmma16_kw4_step(T, st, &base, kidx);
-        if (m < 0) break;
-        const int k_lo = static_cast<int>(std::clamp<int64_t>(off - base, 0, 32));
-        const int k_hi = static_cast<int>(std::clamp<int64_t>(off + n - base, 0, 32));
-        HWY_DYNAMIC_DISPATCH(HmmaLanes)(fmt, pt_.data() + base, kidx, m, k_lo, std::max(k_lo, k_hi), vt + d, base - off,
-                                        static_cast<size_t>(Dv_), acc + d, 0, static_cast<size_t>(N));
+      for (const Kw4Step& st : kw4_steps(T)) {  // the tile's slots in the kWidth-4 order (ref::hmma16_dot_kw4)
+        const int k_lo = static_cast<int>(std::clamp<int64_t>(off - st.base, 0, 32));
+        const int k_hi = static_cast<int>(std::clamp<int64_t>(off + n - st.base, 0, 32));
+        HWY_DYNAMIC_DISPATCH(HmmaLanes)(fmt, pt_.data() + st.base, st.kidx, st.m, k_lo, std::max(k_lo, k_hi),
+                                        vt + d, st.base - off, static_cast<size_t>(Dv_), acc + d, 0, static_cast<size_t>(N));
       }
     }
     vcol_.assign(static_cast<size_t>(T), 0.0f);
@@ -1086,6 +1093,8 @@ class Worker {
   std::vector<float> sks_, svs_;  // per KV head
   std::vector<Row> rows_;
   std::vector<float> kT_, kr_, vt_, logits_, dots_, tmp_, pt_, vcol_, prow_;
+  std::vector<Kw4Step> kw4_[2];  // (kw4_steps: for Dk_, and for one other length)
+  int64_t kw4_n_[2] = {-1, -1};
   bool lut_ok_ = false;
   Deq lut_how_ = Deq::md;
   std::vector<float> lut_;        // [Hkv][K, V][256]
