@@ -324,15 +324,6 @@ void PvTile(const float* v, const float* p, size_t nk, size_t dv, float* acc, fl
   }
 }
 
-// vllm-triton-unified's tensor-core step (fp8ref::ref::hmma16_step, include/fp8ref/mma.h) for N outputs at once,
-// one per lane: c[l] = step(a[k_i]·B(k_i)[l] for i < n, c[l]) for lanes l in [l0, l1), with the n <= 16 k_i = kidx[i]
-// (a step's k, ascending); a holds the shared operands (q's dims, or P's slots) and B(k) = b + (row0 + k)·stride for
-// k in [k_lo, k_hi), 0 (not read) elsewhere.
-// The usual case in 32-bit lanes, the same arithmetic as hmma16_step's: nominal exponents from the bits (f16
-// subnormals at −14); the products exact in f32 (normal operands, nominal exponent in [−125, 125]); each term's
-// 24-bit significand shifted onto the grid 2^(e−25) toward zero (< 2^27), summed exactly in two int32 halves
-// (8 terms each: < 2^30); the sum's top 24 bits in the scalar finish. A lane with a special or subnormal operand, or a
-// result outside f32's normal range, takes ref::hmma16_step.
 size_t FloatLanes() { return hn::Lanes(DF()); }
 
 // HmmaLanes' lane l through ref::hmma16_step (its operands gathered; inactive slots 0).
@@ -347,6 +338,15 @@ void LiteralLane(Format f, const float* a, const int* kidx, int n, int k_lo, int
   }
   c[l] = fp8ref::ref::hmma16_step(f, al, bl, n, c[l]);
 }
+// vllm-triton-unified's tensor-core step (fp8ref::ref::hmma16_step, include/fp8ref/mma.h) for N outputs at once,
+// one per lane: c[l] = step(a[k_i]·B(k_i)[l] for i < n, c[l]) for lanes l in [l0, l1), with the n <= 16 k_i = kidx[i]
+// (a step's k, ascending); a holds the shared operands (q's dims, or P's slots) and B(k) = b + (row0 + k)·stride for
+// k in [k_lo, k_hi), 0 (not read) elsewhere.
+// The usual case in 32-bit lanes, the same arithmetic as hmma16_step's: nominal exponents from the bits (f16
+// subnormals at −14); the products exact in f32 (normal operands, nominal exponent in [−125, 125]); each term's
+// 24-bit significand shifted onto the grid 2^(e−25) toward zero (< 2^27), summed exactly in two int32 halves
+// (8 terms each: < 2^30); the sum's top 24 bits in the scalar finish. A lane with a special or subnormal operand, or a
+// result outside f32's normal range, takes ref::hmma16_step.
 void HmmaLanes(uint8_t fmt, const float* a, const int* kidx, int n, int k_lo, int k_hi, const float* b, ptrdiff_t row0,
                size_t stride, float* c, size_t l0, size_t l1) {
   const DF df;
@@ -390,8 +390,7 @@ void HmmaLanes(uint8_t fmt, const float* a, const int* kidx, int n, int k_lo, in
       e = hn::IfThenElse(bnz, hn::Max(e, nb), e);
     }
     const auto grid = hn::Sub(e, hn::Set(di, 25));
-    // a term's significand m (24 bits, with the hidden one) and biased exponent x, onto the grid toward zero, signed
-    // the term of an f32 whose exponent is at most the grid's + 26 (a product: <= e + 1; the accumulator: <= e):
+    // the term of an f32 (m: its 24-bit significand, x: its biased exponent) whose exponent is at most the grid's + 26 (a product: <= e + 1; the accumulator: <= e):
     // floor(m·2^(x − 23 − grid)) = (m·8) >> (grid + 26 − x), m·8 < 2^27 (counts clamped to [0, 31] for the slow
     // lanes' garbage, whose results are not used)
     const hn::RebindToUnsigned<DI> du;
