@@ -349,6 +349,16 @@ float triton_softcap(float s, float cap) {
   return fp8ref::ref::triton_nv_div(cap * (p1 - p2), p1 + p2);
 }
 
+uint8_t triton_fp8_out(float o, float inv) {
+  // acc * out_scale; tl.clamp(acc, FP8_MIN, FP8_MAX) (a NaN gives +448, measured); the store's
+  // cvt.rn.satfinite.e4m3x2.f32 (RNE; nothing left to saturate; −0 keeps its sign)
+  float x = o * inv;
+  x = std::isnan(x) ? 448.0f : std::min(std::max(x, -448.0f), 448.0f);
+  ConversionSpec cs;
+  cs.to = Format::e4m3fn;
+  return fp8ref::ref::encode_f64(x, cs);
+}
+
 float triton_row_sum(const float* p, int64_t T) {
   const int64_t tiles = T / 8, warps = std::min<int64_t>(4, tiles);
   float w[4];
@@ -443,6 +453,11 @@ void row_triton_unified(const HeadCtx& c, const std::vector<float>& q, int64_t i
                     L[static_cast<size_t>(s)], acc.data() + s * Dv);
     }
     triton_reduce_segments(M.data(), L.data(), acc.data(), S, act, Dv, res.data());
+  }
+  if (c.spec.out_scale > 0) {  // vLLM's fused output quantization
+    const float inv = 1.0f / static_cast<float>(c.spec.out_scale);
+    for (int64_t d = 0; d < Dv; ++d) static_cast<uint8_t*>(out)[oidx + d] = triton_fp8_out(res[static_cast<size_t>(d)], inv);
+    return;
   }
   for (int64_t d = 0; d < Dv; ++d) store_out(c.spec.out_format, out, oidx + d, res[static_cast<size_t>(d)]);
 }

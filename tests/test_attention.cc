@@ -949,6 +949,45 @@ TEST_SUITE("attention") {
       }
   }
 
+  TEST_CASE("vllm-triton-unified out_scale: e4m3fn codes = triton_fp8_out of the f32 output, both kernels, both backends") {
+    // vLLM's fused output quantization is the f32 result's last step: the same run with out f32, quantized with
+    // triton_fp8_out, must give the codes (2D and 3D kernels; a scale that saturates some outputs and one that does not)
+    for (int64_t segs : {int64_t{0}, int64_t{16}})
+      for (double oscale : {0.0123, 0.0004}) {
+        CAPTURE(segs);
+        CAPTURE(oscale);
+        AttnSpec s = base_spec(16, 2, 16, 64);
+        s.convention = AttnConvention::vllm_triton_unified;
+        s.segments = segs;
+        s.out_format = Format::f32;
+        PagedProblem pf = test::random_problem(s, {40, 3, 19}, {1, 1, 1}, 77, false);
+        attn::ref::paged_attention(pf.spec, pf.args());
+        s.out_format = Format::e4m3fn;
+        s.out_scale = oscale;
+        PagedProblem p8 = test::random_problem(s, {40, 3, 19}, {1, 1, 1}, 77, false);
+        REQUIRE(p8.out.size() * 4 == pf.out.size());
+        const float inv = 1.0f / static_cast<float>(oscale);
+        std::vector<uint8_t> want(p8.out.size());
+        int saturated = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+          float o;
+          std::memcpy(&o, &pf.out[4 * i], 4);
+          want[i] = attn::ref::triton_fp8_out(o, inv);
+          saturated += (want[i] & 0x7F) == 0x7E;
+        }
+        attn::ref::paged_attention(p8.spec, p8.args());
+        CHECK(p8.out == want);
+        std::fill(p8.out.begin(), p8.out.end(), 0xCD);
+        attn::cpu::paged_attention(p8.spec, p8.args());
+        CHECK(p8.out == want);
+        if (oscale < 0.001) CHECK(saturated > 0);
+      }
+    // tl.clamp(x, -448, 448) stored as e4m3fn on the H100 (vllm_unified_attention_fp8out.npz, "clamp")
+    const float x[] = {NAN, -INFINITY, INFINITY, 500.0f, -500.0f, 447.9f, -0.0f, 1e-10f};
+    const uint8_t gpu[] = {0x7E, 0xFE, 0x7E, 0x7E, 0xFE, 0x7E, 0x80, 0x00};
+    for (int i = 0; i < 8; ++i) CHECK(attn::ref::triton_fp8_out(x[i], 1.0f) == gpu[i]);
+  }
+
   TEST_CASE("cpu == reference on every compiled SIMD target (GQA 8:1, mixed decode/prefill, every convention)") {
     AttnSpec s = base_spec(16, 2, 16, 64);
     std::vector<std::string> seen;

@@ -69,7 +69,9 @@ const char* kAttnHelp =
     "  --cache-format F     e4m3fn (default) or e5m2\n"
     "  --layout L           nhd (default) or hnd\n"
     "  --scale-kind K       tensor (default), head, seq\n"
-    "  --out-dtype F        f32, bf16, f16 (default: --md)\n"
+    "  --out-dtype F        f32, bf16, f16 (default: --md; e4m3fn with --out-scale: OUT in uint8 codes)\n"
+    "  --out-scale S        vllm-triton-unified: vLLM's fused output quantization (output_scale): the e4m3fn code\n"
+    "                       of clamp(RN32(o·RN32(1/S)), -448, 448)\n"
     "  --sm-scale X         softmax scale (default 1/sqrt(Dk))\n"
     "  --causal C           bottom-right (default), top-left, none\n"
     "  --window-left N      sliding window: keys >= qpos - N (N >= 0; default none)\n"
@@ -284,7 +286,7 @@ int attn_main(int argc, char** argv) {
             {{"--convention"}, {"--md"}, {"--q"}, {"--query-start-loc"}, {"--k-cache"}, {"--v-cache"}, {"--k-scale"},
              {"--v-scale"}, {"--block-table"}, {"--seq-lens"}, {"--kv-indptr"}, {"--kv-indices"}, {"--kv-last-page-len"},
              {"--out", Kind::value, "-o"}, {"--cache-format"}, {"--layout"}, {"--scale-kind"}, {"--out-dtype"},
-             {"--sm-scale"}, {"--causal"}, {"--window-left"}, {"--softcap"}, {"--mla", Kind::flag}, {"--head-dim-v"},
+             {"--sm-scale"}, {"--causal"}, {"--window-left"}, {"--softcap"}, {"--out-scale"}, {"--mla", Kind::flag}, {"--head-dim-v"},
              {"--torch-lanes"}, {"--tile"}, {"--segments"}, {"--kv-chunk"}, {"--backend"}, {"--k-new"}, {"--v-new"}});
   args.expect_positionals({});
   attn::AttnSpec spec;
@@ -292,7 +294,8 @@ int attn_main(int argc, char** argv) {
     throw InputError("unknown --convention '" + *args.get("--convention") +
                      "' (exact, vllm-paged-v1, vllm-triton-unified, flashinfer, torch-sdpa-math, spyre, fast)");
   spec.q_format = format_flag("--md", args.require("--md"));
-  spec.out_format = format_flag("--out-dtype", args.get("--out-dtype").value_or(format_name(spec.q_format)));
+  spec.out_format = format_flag("--out-dtype", args.get("--out-dtype").value_or(
+                                                   args.get("--out-scale") ? "e4m3fn" : format_name(spec.q_format)));
   const Format cf = format_flag("--cache-format", args.get("--cache-format").value_or("e4m3fn"));
   attn::KvLayout layout;
   if (!attn::parse_kv_layout(args.get("--layout").value_or("nhd"), &layout)) throw InputError("--layout is nhd or hnd");
@@ -324,6 +327,9 @@ int attn_main(int argc, char** argv) {
   spec.softcap = num("--softcap", 0);
   if (!(spec.softcap >= 0 && std::isfinite(spec.softcap)))
     throw InputError("--softcap must be >= 0 and finite (0: none), not '" + *args.get("--softcap") + "'");
+  spec.out_scale = num("--out-scale", 0);
+  if (args.get("--out-scale") && !(spec.out_scale > 0 && std::isfinite(spec.out_scale)))
+    throw InputError("--out-scale must be positive and finite, not '" + *args.get("--out-scale") + "'");
   spec.torch_lanes = static_cast<int>(integer("--torch-lanes", 16, 1, 64));
   spec.tile = integer("--tile", 0, 0, 4096);  // (0, -1: the defaults; attn::check_paged_attention says what else is valid)
   spec.segments = integer("--segments", -1, -1, 4096);
@@ -436,7 +442,8 @@ int attn_main(int argc, char** argv) {
   a.k_scale = ks.data();
   a.v_scale = spec.v_from_k ? nullptr : vs.data();
   check_naming_inputs([&] { attn::check_paged_attention(spec, a); }, paths, {4});
-  io::Tensor out = io::make_tensor("", md_dtype(spec.out_format), {T, spec.num_q_heads, spec.dv()});
+  io::Tensor out = io::make_tensor("", spec.out_format == Format::e4m3fn ? io::DType::U8 : md_dtype(spec.out_format),
+                                   {T, spec.num_q_heads, spec.dv()});
   a.out = out.data.data();
   if (backend == "cpu") attn::cpu::paged_attention(spec, a);
   else attn::ref::paged_attention(spec, a);

@@ -263,7 +263,7 @@ void check_kv_cache_write(const KvWriteSpec& spec, const KvWriteArgs& args);
 struct AttnSpec {
   AttnConvention convention = AttnConvention::vllm_triton_unified;
   Format q_format = Format::bf16;    // md: f32, bf16, f16
-  Format out_format = Format::bf16;  // f32, bf16, f16
+  Format out_format = Format::bf16;  // f32, bf16, f16; e4m3fn with out_scale (vllm-triton-unified)
   CacheShape cache;                  // the K cache; head_dim = Dk
   int64_t head_dim_v = 0;            // Dv (0: = Dk)
   bool v_from_k = false;             // MLA: V = K cache[..., :Dv]
@@ -296,6 +296,12 @@ struct AttnSpec {
   // used as they are: no scale, no rounding) instead of the cache; the convention's other steps are unchanged.
   // Not with flashinfer (its K scale lives in sm_scale).
   bool chunk_unquantized = false;
+  // vllm-triton-unified: vLLM's fused output quantization (unified_attention's output_scale, USE_FP8): out_format
+  // e4m3fn and out_scale > 0 (finite): each output o (f32, before any rounding) is stored as the e4m3fn code of
+  // clamp(RN32(o·RN32(1/out_scale)), −448, 448) (tl.clamp: a NaN o gives +448, measured), RNE (Triton's satfinite
+  // cast; −0 stays 0x80). Measured: tests/data/h200/vllm_unified_attention_fp8out.npz.
+  // 0: none (other conventions refuse any other value, and every convention refuses an fp8 out_format without it).
+  double out_scale = 0;
 
   int64_t dv() const { return head_dim_v > 0 ? head_dim_v : cache.head_dim; }
   double scale() const;              // sm_scale or 1/sqrt(Dk)
@@ -396,6 +402,8 @@ float mufu_rcp(float y);
 // lanes by shfl.bfly 2 then 1 — W_t = ((x0 + x1) + (x4 + x5)) + ((x2 + x3) + (x6 + x7)) — and the warps likewise:
 // T = 16: W0 + W1; T = 32: (W0 + W2) + (W1 + W3).
 float triton_softcap(float s, float cap);
+// vLLM's fused output quantization (AttnSpec::out_scale): the e4m3fn code of output o with inv = RN32(1/out_scale).
+uint8_t triton_fp8_out(float o, float inv);
 float triton_row_sum(const float* p, int64_t T);
 // vllm-triton-unified's reduce_segments (above): the S segment states (M[S], L[S], acc[S·dv], slots >= act ignored)
 // -> out[dv] (f32, before the output rounding). Shared by both backends. num_d's order: reduce_segments' [S, Dpad]

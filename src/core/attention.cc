@@ -231,8 +231,21 @@ void check_paged_attention(const AttnSpec& spec, const AttnArgs& a) {
   check_cache_shape(c, what);
   if (!is_md(spec.q_format))
     throw InputError(std::string(what) + ": q dtype must be f32, bf16 or f16, not " + format_name(spec.q_format));
-  if (!is_md(spec.out_format))
-    throw InputError(std::string(what) + ": out dtype must be f32, bf16 or f16, not " + format_name(spec.out_format));
+  if (spec.out_scale != 0) {
+    if (spec.convention != AttnConvention::vllm_triton_unified)
+      throw InputError(std::string(what) + ": convention " + to_string(spec.convention) +
+                       " has no fused output quantization (vllm-triton-unified has)");
+    if (!(spec.out_scale > 0) || std::isinf(spec.out_scale))
+      throw InputError(std::string(what) + ": out scale must be positive and finite");
+    if (spec.out_format != Format::e4m3fn)
+      throw InputError(std::string(what) + ": an out scale quantizes the output to e4m3fn, not " +
+                       format_name(spec.out_format) + " (out dtype e4m3fn)");
+  } else if (!is_md(spec.out_format)) {
+    throw InputError(std::string(what) + ": out dtype must be f32, bf16 or f16, not " + format_name(spec.out_format) +
+                     (spec.out_format == Format::e4m3fn ? " (e4m3fn needs an out scale: vllm-triton-unified's fused "
+                                                           "output quantization)"
+                                                         : ""));
+  }
   if (spec.num_q_heads < 1 || spec.num_q_heads % c.num_kv_heads != 0)
     throw InputError(std::string(what) + ": " + num(spec.num_q_heads) + (spec.num_q_heads == 1 ? " query head" : " query heads") +
                      ", not a multiple of " + num(c.num_kv_heads) + (c.num_kv_heads == 1 ? " KV head" : " KV heads"));

@@ -1063,6 +1063,13 @@ class Worker {
         r.L = 1.0f;
       }
       const float rcp = fi ? ref::mufu_rcp(r.L) : 0.0f;  // (flashinfer: o·rcp(d), the kernel's OutputTransform)
+      if (s_.out_scale > 0) {  // vLLM's fused output quantization (ref::triton_fp8_out)
+        const float inv = 1.0f / static_cast<float>(s_.out_scale);
+        for (int64_t d = 0; d < Dv_; ++d)
+          static_cast<uint8_t*>(a_.out)[oidx + d] =
+              ref::triton_fp8_out(fp8ref::ref::triton_nv_div(r.acc[static_cast<size_t>(d)], r.L), inv);
+        continue;
+      }
       for (int64_t d = 0; d < Dv_; ++d) {
         float o = fi ? r.acc[static_cast<size_t>(d)] * rcp : fp8ref::ref::triton_nv_div(r.acc[static_cast<size_t>(d)], r.L);
         if (fi) {

@@ -210,6 +210,7 @@ AttnCase parse_attn(const Descriptor& d) {
   s.causal = enum_key(d, "causal", attn::parse_causal, "bottom-right, top-left, none");
   s.window_left = int_key(d, "window-left", -1, 1 << 24);
   s.softcap = real_key(d, "softcap");
+  s.out_scale = real_key(d, "out-scale");
   s.scale_kind = enum_key(d, "scale-kind", attn::parse_kv_scale_kind, "tensor, head, seq");
   s.torch_lanes = static_cast<int>(int_key(d, "torch-lanes", 8, 16));
   s.tile = int_key(d, "tile", 0, 256);
@@ -460,7 +461,7 @@ OpInfo paged_attention_op() {
       {"convention", "vllm-triton-unified",
        "exact, vllm-paged-v1, vllm-triton-unified, flashinfer, torch-sdpa-math, spyre, fast (cpu only; bound.out)"},
       {"md", "bf16", "query dtype: f32, bf16, f16"},
-      {"out", "bf16", "output dtype: f32, bf16, f16"},
+      {"out", "bf16", "output dtype: f32, bf16, f16; e4m3fn with out-scale"},
       {"cache", "e4m3fn", "e4m3fn, e5m2"},
       {"layout", "nhd", "nhd or hnd"},
       {"block-size", "16", "slots per page"},
@@ -477,6 +478,7 @@ OpInfo paged_attention_op() {
       {"causal", "bottom-right", "bottom-right, top-left, none"},
       {"window-left", "-1", "sliding window (keys >= qpos - window-left); -1: none"},
       {"softcap", "0", "logit soft-cap (exact, vllm-triton-unified, fast); 0: none"},
+      {"out-scale", "0", "vllm-triton-unified: vLLM's fused output quantization (output_scale; out=e4m3fn); 0: none"},
       {"scale-kind", "tensor", "tensor [1], head [Hkv], seq [B]"},
       {"torch-lanes", "16", "torch-sdpa-math/spyre: Vectorized<float> lanes (16 AVX512, 8 AVX2)"},
       {"tile", "0", "vllm-triton-unified/flashinfer: keys per online-softmax tile (0: the convention's)"},

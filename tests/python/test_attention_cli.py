@@ -326,3 +326,32 @@ def test_bad_input_exit_2_nothing_written(fp8ref, tmp_path):
                "--query-start-loc", tmp_path / "qsl.npy", "--out-k-cache", tmp_path / "ok.npy", "--out-v-cache", tmp_path / "ov.npy")
     assert r.returncode == 2 and "query_start_loc" in r.stderr, r.stderr
     assert not (tmp_path / "ok.npy").exists()
+
+
+def test_out_scale_option(fp8ref, tmp_path):
+    """--out-scale: vllm-triton-unified's fused output quantization (vLLM's output_scale) writes e4m3fn codes, the
+    f32 run's outputs quantized as Triton does (clamp(RN32(o·RN32(1/S)), ±448), RNE); other conventions, an out dtype
+    other than e4m3fn, e4m3fn without a scale, or a scale that is not positive and finite exit 2 writing nothing."""
+    import ml_dtypes
+    rng = np.random.default_rng(12)
+    attention_inputs(tmp_path, rng, [300, 77], [1, 9], 2, 8, 64, 16)
+    r = run_attention(fp8ref, tmp_path, "vllm-triton-unified", extra=("--out-dtype", "f32"))
+    assert r.returncode == 0, r.stderr
+    o = np.load(tmp_path / "out.npy")
+    scale = 0.0123
+    r = run_attention(fp8ref, tmp_path, "vllm-triton-unified", extra=("--out-scale", str(scale)))
+    assert r.returncode == 0, r.stderr
+    got = np.load(tmp_path / "out.npy")
+    assert got.dtype == np.uint8 and got.shape == o.shape
+    inv = np.float32(1) / np.float32(scale)
+    want = np.clip(o * inv, -448, 448).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+    np.testing.assert_array_equal(got, want)
+    (tmp_path / "out.npy").unlink()
+    for conv, extra, needle in (("flashinfer", ("--out-scale", "0.5"), "no fused output quantization"),
+                                ("vllm-triton-unified", ("--out-scale", "0.5", "--out-dtype", "bf16"), "e4m3fn"),
+                                ("vllm-triton-unified", ("--out-dtype", "e4m3fn"), "needs an out scale"),
+                                ("vllm-triton-unified", ("--out-scale", "-1"), "--out-scale"),
+                                ("vllm-triton-unified", ("--out-scale", "inf"), "--out-scale")):
+        r = run_attention(fp8ref, tmp_path, conv, extra=extra)
+        assert r.returncode == 2 and needle in r.stderr, (conv, extra, r.stderr)
+        assert not (tmp_path / "out.npy").exists()

@@ -6,7 +6,9 @@ Eight bf16 batches: prefill chunks with G = 1 and G = 4 (the 2D kernel's q block
 batches on the 3D kernel (16 segments, most of them before the window) and one large enough for the 2D kernel, a
 soft-capped mixed batch and the same batch without a window, a decode-only batch without a window (3D, contexts up to
 4096), and G = 3 with and without a window (a q block's last row repeats the next block's first). Four f16 batches
-(CAPTURE_SET=f16): e4m3fn and e5m2 caches, head dims 96 (padded to 128), 128 and 256, 2D and 3D kernels. Each ran
+(CAPTURE_SET=f16): e4m3fn and e5m2 caches, head dims 96 (padded to 128), 128 and 256, 2D and 3D kernels. Three bf16
+batches with vLLM's fused output quantization (CAPTURE_SET=fp8out: output_scale, e4m3fn codes out; 2D and 3D): every
+one of the 149,504 codes must match, and Triton's tl.clamp + e4m3fn store on NaN, ±Inf, ±500, −0 as captured. Each ran
 twice: on random inputs ("pos") and with every logit made <= 0 ("neg": K codes positive, q negative), where vLLM's
 where(m_j > -inf, m_j, 0) guard sets M = 0 for a row whose first walked tile holds none of its keys.
 
@@ -31,6 +33,7 @@ from test_attention_triton_capture import row_ulps, values
 CAPTURES = {  # file: (the capture's seed, query dtype and its ml_dtypes type)
     "h200/vllm_unified_attention.npz": (20261206, "bf16", ml_dtypes.bfloat16),
     "h200/vllm_unified_attention_f16.npz": (20261207, "f16", np.float16),
+    "h200/vllm_unified_attention_fp8out.npz": (20261208, "bf16", ml_dtypes.bfloat16),  # output_scale: e4m3fn codes
 }
 
 
@@ -45,7 +48,10 @@ def test_vllm_triton_unified_against_vllms_kernels(fp8ref, test_data, tmp_path, 
     from paged_inputs import dense_case
     rng = np.random.default_rng(seed)  # the capture's, over its cases in order
     stats = {}
-    for c in sorted({k.split("_")[0] for k in d.files}, key=lambda x: int(x[1:])):
+    fp8out = "clamp" in d.files
+    if fp8out:  # Triton's tl.clamp(x, -448, 448) stored as e4m3fn: NaN -> +448, ±Inf -> ±448, -0 kept
+        assert d["clamp"][1].tolist() == [0x7E, 0xFE, 0x7E, 0x7E, 0xFE, 0x7E, 0x80, 0x00]
+    for c in sorted({k.split("_")[0] for k in d.files if k[1:2].isdigit()}, key=lambda x: int(x[1:])):
         hkv, hq, dim, bs = (int(x) for x in d[f"{c}_case"])
         e5m2 = f"{c}_fmt" in d.files and int(d[f"{c}_fmt"][0]) == 1
         cache = ml_dtypes.float8_e5m2 if e5m2 else ml_dtypes.float8_e4m3fn
@@ -62,6 +68,8 @@ def test_vllm_triton_unified_against_vllms_kernels(fp8ref, test_data, tmp_path, 
                 for key, a in inputs.items():
                     np.save(tmp_path / f"{key}.npy", a)
                 extra = ["--cache-format", "e5m2" if e5m2 else "e4m3fn"]
+                if fp8out:
+                    extra += ["--out-scale", repr(float(d[f"{c}_oscale"][0]))]
                 if window >= 0:
                     extra += ["--window-left", str(window)]
                 if cap_milli > 0:
@@ -71,7 +79,11 @@ def test_vllm_triton_unified_against_vllms_kernels(fp8ref, test_data, tmp_path, 
                        "--v-cache", tmp_path / "vc.npy", "--k-scale", tmp_path / "ks.npy", "--v-scale",
                        tmp_path / "vs.npy", "--block-table", tmp_path / "bt.npy", "--seq-lens", tmp_path / "sl.npy",
                        "-o", tmp_path / "out.npy", *extra, check=True)
-                ours, gpu = np.load(tmp_path / "out.npy").view(np.uint16), d[f"{c}_out{r}_{variant}"]
+                ours, gpu = np.load(tmp_path / "out.npy"), d[f"{c}_out{r}_{variant}"]
+                if fp8out:  # e4m3fn codes: every one
+                    assert np.array_equal(ours, gpu), (c, r, variant, int(np.sum(ours != gpu)))
+                    continue
+                ours = ours.view(np.uint16)
                 key = (variant, "window" if window >= 0 else "none")
                 st = stats.setdefault(key, [0, 0, 0.0])
                 st[0] += int(np.sum(ours == gpu))
@@ -83,6 +95,8 @@ def test_vllm_triton_unified_against_vllms_kernels(fp8ref, test_data, tmp_path, 
     for key, (eq, n, mx) in sorted(stats.items()):
         print(f"{key}: bit-equal {eq / n:.6f} of {n}, max {mx:.3f} {md} ulps of the row's max |out|")
         assert mx <= 1.0, (key, stats)
+    if fp8out:
+        return
     total = [sum(st[i] for st in stats.values()) for i in (0, 1)]
     print(f"all: bit-equal {total[0] / total[1]:.6f} of {total[1]} ({total[1] - total[0]} differ)")
     assert total[0] / total[1] >= 0.9999, stats

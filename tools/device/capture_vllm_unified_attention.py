@@ -79,6 +79,11 @@ for kname in ("kernel_unified_attention_2d", "kernel_unified_attention_3d"):
 # in e4m3fn and e5m2, head dims 96 (padded to 128), 128 and 256 (reduce_segments' layout with two warps along the
 # dims), with its own seed 20261207; per case also c<i>_fmt (0: e4m3fn, 1: e5m2).
 F16 = os.environ.get("CAPTURE_SET", "") == "f16"
+# CAPTURE_SET=fp8out: a third set (vllm_unified_attention_fp8out.npz): bf16 queries and vLLM's fused output
+# quantization (unified_attention's output_scale: an e4m3fn out tensor; per case c<i>_oscale [1] f32, outputs uint8
+# codes), seed 20261208; and `clamp` [2, 8] f32: Triton's tl.clamp(x, -448, 448) cast to e4m3fn (codes as f32) for
+# x = NaN, -Inf, +Inf, 500, -500, 447.9, -0.0, 1e-10.
+FP8OUT = os.environ.get("CAPTURE_SET", "") == "fp8out"
 CASES = [  # seq_lens, q_lens, Hkv, Hq, D, block size, runs: (window_left (-1: none), softcap)
     ([200, 90, 33], [40, 1, 33], 2, 2, 64, 16, [(37, 0.0)]),               # G = 1: q blocks of 16 rows
     ([150, 260], [9, 1], 2, 8, 64, 64, [(20, 0.0)]),                       # G = 4: 4 rows a block
@@ -95,12 +100,19 @@ CASES_F16 = [  # the same fields, then the cache format
     ([400, 90], [33, 1], 4, 16, 96, 16, [(30, 0.0)], "e5m2"),              # D = 96 (padded), window
     ([800, 33, 260], [1, 1, 1], 1, 8, 128, 64, [(-1, 0.0)], "e4m3fn"),    # decode: 3D, G = 8
 ]
+CASES_FP8OUT = [  # the same fields, then the output scale
+    ([120, 300], [17, 1], 2, 8, 128, 16, [(-1, 0.0)], "e4m3fn", 0.0123),          # 2D
+    ([700, 300, 5, 1500], [1, 1, 1, 1], 2, 16, 64, 16, [(-1, 0.0)], "e4m3fn", 0.002),  # 3D (some outputs saturate)
+    ([400, 90], [33, 1], 4, 16, 96, 16, [(30, 0.0)], "e4m3fn", 0.05),               # 2D, window
+]
 if F16:
     CASES = CASES_F16
+if FP8OUT:
+    CASES = CASES_FP8OUT
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from paged_inputs import dense_case  # noqa: E402
 
-rng = np.random.default_rng(20261207 if F16 else 20261206)
+rng = np.random.default_rng(20261207 if F16 else 20261208 if FP8OUT else 20261206)
 res = {}
 qdt = torch.float16 if F16 else torch.bfloat16
 for i, case in enumerate(CASES):
@@ -117,28 +129,48 @@ for i, case in enumerate(CASES):
                 f"c{i}_runs": np.array([[w, int(round(c * 1000))] for w, c in runs], np.int32)})
     if F16:
         res[f"c{i}_fmt"] = np.array([1 if cdt == torch.float8_e5m2 else 0], np.int32)
+    oscale = torch.tensor([case[8]], dtype=torch.float32, device=dev) if FP8OUT else None
+    if FP8OUT:
+        res[f"c{i}_oscale"] = oscale.cpu().numpy()
     for (r, (window, cap)), variant in ((rc, v) for rc in enumerate(runs) for v in ("pos", "neg")):
         kv = kc if variant == "pos" else kc & 0x7F
         qv = q16 if variant == "pos" else q16 | 0x8000
         q = torch.from_numpy(qv.view(np.int16)).view(qdt).to(dev)
         k = torch.from_numpy(kv).to(dev).view(cdt)
         v = torch.from_numpy(vc).to(dev).view(cdt)
-        out = torch.empty((T, hq, d), dtype=qdt, device=dev)
+        out = torch.empty((T, hq, d), dtype=torch.float8_e4m3fn if FP8OUT else qdt, device=dev)
         used.clear()
         tua.unified_attention(
             q=q, k=k, v=v, out=out, cu_seqlens_q=torch.from_numpy(qsl).to(dev), max_seqlen_q=max(q_lens),
             seqused_k=torch.tensor(seq_lens, dtype=torch.int32, device=dev), max_seqlen_k=max(seq_lens),
             softmax_scale=float(1.0 / np.sqrt(d)), causal=True, window_size=(window, 0) if window >= 0 else (-1, -1),
             block_table=torch.from_numpy(bt).to(dev), softcap=cap, q_descale=None,
-            k_descale=torch.from_numpy(ks).to(dev), v_descale=torch.from_numpy(vs).to(dev))
+            k_descale=torch.from_numpy(ks).to(dev), v_descale=torch.from_numpy(vs).to(dev),
+            **({"output_scale": oscale} if FP8OUT else {}))
         torch.cuda.synchronize()
-        o = out.cpu().view(torch.int16).numpy().view(np.uint16)
-        special = 0x7C00 if F16 else 0x7F80
-        assert not np.any((o & special) == special), "a NaN/Inf output: a read outside the valid keys?"
+        if FP8OUT:
+            o = out.cpu().view(torch.uint8).numpy()
+            assert not np.any((o & 0x7F) == 0x7F), "a NaN output: a read outside the valid keys?"
+        else:
+            o = out.cpu().view(torch.int16).numpy().view(np.uint16)
+            special = 0x7C00 if F16 else 0x7F80
+            assert not np.any((o & special) == special), "a NaN/Inf output: a read outside the valid keys?"
         res[f"c{i}_out{r}_{variant}"] = o
         print(f"case {i} run {r} {variant}: kernels {used}, T {T}, Hq {hq}, D {d}, window {window}, cap {cap}",
               flush=True)
 
-np.savez_compressed(os.path.join(out_dir, "vllm_unified_attention_f16.npz" if F16 else "vllm_unified_attention.npz"),
-                    **res)
+if FP8OUT:  # tl.clamp and the e4m3fn store on specials
+    @triton.jit
+    def clamp_kernel(x_ptr, o_ptr):
+        i = tl.arange(0, 8)
+        tl.store(o_ptr + i, tl.clamp(tl.load(x_ptr + i), -448.0, 448.0).to(tl.float8e4nv))
+
+    xs = torch.tensor([float("nan"), -float("inf"), float("inf"), 500, -500, 447.9, -0.0, 1e-10], device=dev)
+    o8 = torch.empty(8, dtype=torch.float8_e4m3fn, device=dev)
+    clamp_kernel[(1,)](xs, o8)
+    res["clamp"] = np.stack([xs.cpu().numpy(), o8.view(torch.uint8).cpu().numpy().astype(np.float32)])
+    print("clamp:", res["clamp"])
+name = "vllm_unified_attention_f16.npz" if F16 else "vllm_unified_attention_fp8out.npz" if FP8OUT else \
+    "vllm_unified_attention.npz"
+np.savez_compressed(os.path.join(out_dir, name), **res)
 print("wrote", sorted(res)[:6], "...", sum(a.nbytes for a in res.values()), "bytes raw", flush=True)
