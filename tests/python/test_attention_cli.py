@@ -217,6 +217,14 @@ def test_bad_numeric_options_exit_2(fp8ref, tmp_path, option, value, needle):
     assert ok.returncode == 0, ok.stderr
 
 
+def assert_refused(fp8ref, tmp_path, refusals):
+    """Each (convention, extra options, needle): exit 2, the needle in stderr, no output written."""
+    for conv, extra, needle in refusals:
+        r = run_attention(fp8ref, tmp_path, conv, extra=extra)
+        assert r.returncode == 2 and needle in r.stderr, (conv, extra, r.stderr)
+        assert not (tmp_path / "out.npy").exists()
+
+
 def test_tile_option(fp8ref, tmp_path):
     """--tile: vllm-triton-unified defaults to 32 keys per softmax tile in a batch with a prefill (vLLM's 2D kernel),
     16 gives other bits; a tile that is not a multiple of 16 in [16, 256], segments that are not a power of two, or
@@ -233,16 +241,14 @@ def test_tile_option(fp8ref, tmp_path):
     r = run_attention(fp8ref, tmp_path, "vllm-triton-unified", extra=("--segments", "-1"))
     assert r.returncode == 0 and np.array_equal(np.load(tmp_path / "out.npy"), outs[None]), r.stderr
     (tmp_path / "out.npy").unlink()
-    for conv, extra, needle in (("vllm-triton-unified", ("--tile", "24"), "multiple of 16"),
-                                ("flashinfer", ("--tile", "512"), "multiple of 16"),
-                                ("exact", ("--tile", "32"), "has no tile size"),
-                                ("vllm-triton-unified", ("--segments", "3"), "power of two"),
-                                ("flashinfer", ("--segments", "16"), "has no segments"),
-                                ("flashinfer", ("--kv-chunk", "-2"), "--kv-chunk needs a whole number in [-1"),
-                                ("vllm-triton-unified", ("--kv-chunk", "128"), "has no split-KV chunk")):
-        r = run_attention(fp8ref, tmp_path, conv, extra=extra)
-        assert r.returncode == 2 and needle in r.stderr, (conv, extra, r.stderr)
-        assert not (tmp_path / "out.npy").exists()
+    refusals = (("vllm-triton-unified", ("--tile", "24"), "multiple of 16"),
+                ("flashinfer", ("--tile", "512"), "multiple of 16"),
+                ("exact", ("--tile", "32"), "has no tile size"),
+                ("vllm-triton-unified", ("--segments", "3"), "power of two"),
+                ("flashinfer", ("--segments", "16"), "has no segments"),
+                ("flashinfer", ("--kv-chunk", "-2"), "--kv-chunk needs a whole number in [-1"),
+                ("vllm-triton-unified", ("--kv-chunk", "128"), "has no split-KV chunk"))
+    assert_refused(fp8ref, tmp_path, refusals)
 
 
 def test_segments_option_follows_vllms_launch(fp8ref, tmp_path):
@@ -347,11 +353,9 @@ def test_out_scale_option(fp8ref, tmp_path):
     want = np.clip(o * inv, -448, 448).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
     np.testing.assert_array_equal(got, want)
     (tmp_path / "out.npy").unlink()
-    for conv, extra, needle in (("flashinfer", ("--out-scale", "0.5"), "no fused output quantization"),
-                                ("vllm-triton-unified", ("--out-scale", "0.5", "--out-dtype", "bf16"), "e4m3fn"),
-                                ("vllm-triton-unified", ("--out-dtype", "e4m3fn"), "needs an out scale"),
-                                ("vllm-triton-unified", ("--out-scale", "-1"), "--out-scale"),
-                                ("vllm-triton-unified", ("--out-scale", "inf"), "--out-scale")):
-        r = run_attention(fp8ref, tmp_path, conv, extra=extra)
-        assert r.returncode == 2 and needle in r.stderr, (conv, extra, r.stderr)
-        assert not (tmp_path / "out.npy").exists()
+    refusals = (("flashinfer", ("--out-scale", "0.5"), "no fused output quantization"),
+                ("vllm-triton-unified", ("--out-scale", "0.5", "--out-dtype", "bf16"), "e4m3fn"),
+                ("vllm-triton-unified", ("--out-dtype", "e4m3fn"), "needs an out scale"),
+                ("vllm-triton-unified", ("--out-scale", "-1"), "--out-scale"),
+                ("vllm-triton-unified", ("--out-scale", "inf"), "--out-scale"))
+    assert_refused(fp8ref, tmp_path, refusals)
