@@ -225,16 +225,6 @@ void check_paged_v1(PagedProblem& p) {
   CHECK(bad == 0);
 }
 
-// The T-key tiles [Tt, Tt + T) of a sequence that hold a visible key, each as its visible keys in order.
-std::vector<std::vector<int64_t>> tiles_of(const std::vector<int64_t>& js, int64_t T) {
-  std::vector<std::vector<int64_t>> t;
-  for (int64_t j : js) {
-    if (t.empty() || t.back().front() / T != j / T) t.emplace_back();
-    t.back().push_back(j);
-  }
-  return t;
-}
-
 // tl.dot(a, b, c) of vLLM's kernels (operands converted from fp8: Triton's kWidth-4 layout) as mma.sync steps
 // (ref::hmma16_step): up to 16 k one step; else each 32 k (zero-padded) as the k with bit 1 clear, then set.
 float kw4_dot(Format f, const std::vector<float>& a, const std::vector<float>& b, float c) {
@@ -242,13 +232,14 @@ float kw4_dot(Format f, const std::vector<float>& a, const std::vector<float>& b
   if (n <= 16) return ref::hmma16_step(f, a.data(), b.data(), static_cast<int>(n), c);
   for (size_t b0 = 0; b0 < n; b0 += 32)
     for (size_t bit = 0; bit < 2; ++bit) {
-      std::vector<float> x, y;
+      float x[16], y[16];
+      int m = 0;
       for (size_t k = b0; k < b0 + 32; ++k)
         if (((k >> 1) & 1) == bit) {
-          x.push_back(k < n ? a[k] : 0.0f);
-          y.push_back(k < n ? b[k] : 0.0f);
+          x[m] = k < n ? a[k] : 0.0f;
+          y[m++] = k < n ? b[k] : 0.0f;
         }
-      c = ref::hmma16_step(f, x.data(), y.data(), 16, c);
+      c = ref::hmma16_step(f, x, y, 16, c);
     }
   return c;
 }
@@ -259,8 +250,8 @@ float kw4_dot(Format f, const std::vector<float>& a, const std::vector<float>& b
 // then the warps likewise.
 float mma_row_sum(const std::vector<float>& x) {
   const size_t T = x.size(), nw = std::min<size_t>(4, T / 8);
-  std::vector<float> own(16, 0.0f);
-  std::vector<bool> has(16, false);
+  float own[16] = {};
+  bool has[16] = {};
   for (size_t k = 0; k < T; ++k) {
     const size_t o = (k / 8) % 4 * 4 + (k % 8) / 2;
     own[o] = has[o] ? own[o] + x[k] : x[k];
@@ -356,7 +347,7 @@ int check_triton_unified(PagedProblem& p, bool guard = true) {
       std::vector<float> S;
       for (int64_t j : tile) {
         float dot = 0;
-        if (tc) {  // tl.dot on HMMA.16816: the head dim in steps of 16 from +0
+        if (tc) {  // tl.dot on HMMA.16816: the head dim in the kWidth-4 order, from +0
           std::vector<float> qv, kv;
           for (int64_t d = 0; d < Dk; ++d) {
             qv.push_back(q_val(p, row, h, d));
@@ -384,9 +375,9 @@ int check_triton_unified(PagedProblem& p, bool guard = true) {
         slots[static_cast<size_t>(tile[n] - t * T)] = P.back();
       }
       const float lj = mma_row_sum(slots);
+      std::vector<float> pv(static_cast<size_t>(T), 0.0f), vv(static_cast<size_t>(T), 0.0f);
       for (int64_t d = 0; d < Dv; ++d) {
-        if (tc) {  // acc = tl.dot(P, V, acc·α): steps of 16 slots of the tile, chained through the accumulator
-          std::vector<float> pv(static_cast<size_t>(T), 0.0f), vv(static_cast<size_t>(T), 0.0f);
+        if (tc) {  // acc = tl.dot(P, V, acc·α): the tile's slots in the kWidth-4 order, chained through acc
           for (size_t n = 0; n < tile.size(); ++n) {
             const size_t k = static_cast<size_t>(tile[n] - t * T);
             pv[k] = round_to(s.q_format, P[n]);

@@ -560,7 +560,6 @@ namespace {
 constexpr int64_t kTile = 16;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-float f32_of(uint32_t b) { return fp8ref::f32_from_bits(b); }
 uint32_t bits_of(float f) { return fp8ref::bits_of_f32(f); }
 // RN to f and back; bf16 inline (integer RNE, NaN quieted with its sign and top payload: ref::narrow's rule).
 float round_to(Format f, float x) { return fp8ref::ref::round_through(f, x); }
