@@ -405,10 +405,7 @@ void triton_online(const HeadCtx& c, const std::vector<float>& q, int64_t lo, in
       mt = std::max(mt, x);
     }
     const float alpha = M == kNegInf ? 0.0f : fp8ref::ref::triton_exp(M - mt);
-    for (int64_t d = 0; d < c.Dv; ++d) {
-      acc[static_cast<size_t>(d)] = acc[static_cast<size_t>(d)] * alpha;
-      t[static_cast<size_t>(d)] = 0.0f;
-    }
+    for (int64_t d = 0; d < c.Dv; ++d) acc[static_cast<size_t>(d)] = acc[static_cast<size_t>(d)] * alpha;
     std::fill(pt.begin(), pt.end(), 0.0f);  // P over the tile's keys t0 + k (0 where the row sees none)
     for (int64_t j = a; j <= e; ++j) pt[static_cast<size_t>(j - t0)] = fp8ref::ref::triton_exp(l[static_cast<size_t>(j - a)] - mt);
     const float lsum = triton_row_sum(pt.data(), T);  // (f32 P; the dot takes them rounded to md)
@@ -419,7 +416,8 @@ void triton_online(const HeadCtx& c, const std::vector<float>& q, int64_t lo, in
         for (int64_t j = a; j <= e; ++j) vd[static_cast<size_t>(j - t0)] = c.kv(false, j, d, false);
         acc[static_cast<size_t>(d)] = fp8ref::ref::hmma16_dot_kw4(md, pt.data(), vd.data(), T, acc[static_cast<size_t>(d)]);
       }
-    } else {
+    } else {  // (md f32) t = Σ fma from +0, then acc + t
+      std::fill(t.begin(), t.end(), 0.0f);
       for (int64_t j = a; j <= e; ++j)
         for (int64_t d = 0; d < c.Dv; ++d)
           t[static_cast<size_t>(d)] = std::fma(pt[static_cast<size_t>(j - t0)], c.kv(false, j, d, false), t[static_cast<size_t>(d)]);

@@ -14,10 +14,8 @@
 
 // triton_exp(x): Triton's tl.exp for f32 on NVIDIA (3.6.0, read in a kernel's PTX on the H200): mul.f32 by
 // RN32(log2 e) = 0x3FB8AA3B, then ex2.approx.f32 — the same MUFU.EX2 without ftz: results below 2^-126 are the table
-// value rounded (RNE) to a subnormal, which misses the GPU's own in ~4 % of such inputs. Checked, not used by a
-// convention: vllm-triton-unified keeps Sleef's exp (docs/attention.md: with this exp, and Triton's division, its
-// match with vLLM's kernels moved by 18 of 335,872 outputs — tl.dot's tensor-core order dominates — for half the CPU
-// backend's speed: the 64 MiB of tables are read at random).
+// value rounded (RNE) to a subnormal, which misses the GPU's own in ~4 % of such inputs. vllm-triton-unified's exp
+// (0.4.0; docs/attention.md).
 namespace fp8ref::ref {
 
 float mufu_ex2(float x);

@@ -785,7 +785,8 @@ class Worker {
   }
   // acc_d = tl.dot(P, V, RN32(acc_d·alpha)) over a softmax tile of T keys: p[0, n) are the P of the keys from
   // offset `off` in the tile (the rest 0), vt their V rows (ref::triton_online).
-  // The dims are the lanes of HmmaLanes (a tail of Dv_ % N through hmma16_dot), a step per 16 slots of the tile.
+  // The dims are the lanes of HmmaLanes (a tail of Dv_ % N through hmma16_dot_kw4), the tile's slots in the kWidth-4
+  // order.
   void pv_tc(const float* vt, const float* p, int64_t off, int64_t n, int64_t T, float* acc, float alpha) {
     pt_.assign(static_cast<size_t>(T), 0.0f);
     std::copy(p, p + n, pt_.begin() + off);
