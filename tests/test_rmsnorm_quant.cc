@@ -283,6 +283,10 @@ TEST_CASE("rmsnorm_quant: cpu backend bit-identical to the reference, every SIMD
       {"aiter-rmsnorm-quant", Format::e4m3fn, {{"tail", "partial"}, {"amax-nan", "propagate"}, {"clamp", "nan-kept"}}},
       {"exact", Format::e4m3fn, {{"tail", "partial"}, {"variance", "f32-seq"}, {"weight", "dtype-once"}}},
       {"vllm-rmsnorm-quant", Format::e4m3fn, {{"guard", "none"}, {"formula", "x*(1/s)"}, {"scale-formula", "amax*(1/max)"}}},
+      // fp8-max 200, an e4m3 midpoint (192 | 208): a group's largest quotient RN(amax/s) above 200 takes the clamp
+      // to code 192 where the cast alone gives 208 — the AVX2 loop's clamp-free form must not be chosen there
+      {"vllm-rmsnorm-quant", Format::e4m3fn, {{"fp8-max", "200"}}},
+      {"vllm-rmsnorm-quant", Format::e4m3fn, {{"fp8-max", "200"}, {"formula", "x*(1/s)"}}},
   };
   std::mt19937_64 rng(2026);
   int compared = 0;

@@ -79,8 +79,9 @@
 //   per-element range test and no NaN handling: the clamp as a u32 min of |v|'s bits, CastE4m3Mag, y's sign as
 //   bit 7; bf16 on AVX-512 64 elements a step (|x| widened by interleaving with zero words, signs added under the
 //   mask of x's sign bits); bf16 on AVX-512 also reads the next chunk's group maxima in the same loop (the
-//   look-ahead: the next chunk then skips its AmaxGroups pass) and prefetches the chunk after it into L2; one FMA
-//   correction for the bf16/f16 quotients (fp8_lanes::MarksteinDiv1). On CPUs with AVX512_BF16 + VBMI, bf16 chunks of
+//   look-ahead: the next chunk then skips its AmaxGroups pass) and prefetches the chunk after it into L2; x/s by
+//   fp8_lanes::FastDiv (AVX2: vdivps; elsewhere one FMA correction for the bf16/f16 quotients, MarksteinDiv1); the
+//   clamp left out of chunks where FastGroups finds it changes no code. On CPUs with AVX512_BF16 + VBMI, bf16 chunks of
 //   whole groups of a multiple of 64 take rmsnorm_quant's pass B on x itself instead (rq512::quant_bf16,
 //   src/cpu/rmsnorm_quant_avx512.cc: the clamp by vrangeps, the cast by one permutation and one add, the codes put in
 //   order by two vpermt2b and a blend, the sign ORed in from x's high bytes; the same look-ahead and prefetch) — the
@@ -449,8 +450,17 @@ HWY_INLINE hn::Mask<DU> InRange(VU absbits) {
 //   Triton's x/s RN(RN(y·b)·a): a and b finite and > 0 (an overflowed y·b times a stays ±Inf).
 //   exact with ue8m0 scales, y·2^-k: a = 2^-k positive and finite (a = 0 marks sv = 0, Inf or NaN: IEEE division).
 // qmax (ElemConst::fast_qmax): also the group's largest quotient — the op on amax, monotone in |y| — below 464.
+// Returns 0 (not fast), 1 (fast), or 2: fast, and ElemFast's clamp (a u32 min of |v| with `bound`, the bits of a
+// positive f32) changes no code, because every group's largest quotient `top` is <= bound, or < 464 with bound =
+// 448 (the cast rounds (448, 464) to 448 itself) — ElemFast then skips the min (vllm-group: s = RN(amax/448) puts the
+// top at 448·(1 ± 2^-23); 8 % of bench_quant's time on Zen 2, session 35).
 // A vector of groups at a time (a partial vector padded with a = b = 1, amax 0: a passing group).
-bool FastGroups(uint32_t op, bool qmax, const float* a, const float* b, const uint32_t* amax_bits, size_t n) {
+int FastGroups(uint32_t op, bool qmax, uint32_t bound, const float* a, const float* b, const uint32_t* amax_bits,
+               size_t n) {
+  bool clamp_free = true;
+  float bf;
+  std::memcpy(&bf, &bound, 4);
+  const float free_below = bound == 0x43E00000u ? 464.0f : bf;  // 0x43E00000: 448
   const DF df;
   const DU du;
   const size_t N = hn::Lanes(df);
@@ -496,9 +506,11 @@ bool FastGroups(uint32_t op, bool qmax, const float* a, const float* b, const ui
         break;
     }
     if (qmax) ok = hn::And(ok, hn::RebindMask(du, hn::Lt(top, hn::Set(df, 464.0f))));
-    if (!hn::AllTrue(du, ok)) return false;
+    if (!hn::AllTrue(du, ok)) return 0;
+    const auto below = bound == 0x43E00000u ? hn::Lt(top, hn::Set(df, free_below)) : hn::Le(top, hn::Set(df, free_below));
+    clamp_free = clamp_free && hn::AllTrue(df, below);
   }
-  return true;
+  return clamp_free ? 2 : 1;
 }
 
 // Step 7's constants per group: a[i], b[i] from sv[i] (and the guarded amax[i]).
@@ -828,7 +840,7 @@ bool ElemFastPairs(const uint16_t* s, size_t k0, size_t k1, size_t g0, const flo
 // chunk's amax pass — memory-bound — runs under this chunk's arithmetic. Returns true when namax holds every group
 // of the next chunk and all of them are finite (else the caller runs AmaxGroups for it: a group not covered by the
 // 64-element (AVX-512) or 32-element (AVX2) steps, an Inf or a NaN, or another source/target).
-template <int kSrc, uint32_t kOp>
+template <int kSrc, uint32_t kOp, bool kClamp>
 bool ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const float* a, const float* b,
                uint32_t bound, uint8_t* q, const uint16_t* nx, uint32_t* namax) {
   bool next_ok = false;
@@ -840,10 +852,11 @@ bool ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
   const VU vbound = hn::Set(du, bound), absm = hn::Set(du, 0x7FFFFFFFu), sgn = hn::Set(du, 0x80u);
   auto code = [&](VF y, VF A, VF B) {
     VF v;
-    if constexpr (kOp == kOpDiv) v = fp8_lanes::MarksteinDivN<kSrc != 0>(y, A, B);  // bf16/f16: one correction
+    if constexpr (kOp == kOpDiv) v = fp8_lanes::FastDiv<kSrc != 0>(y, A, B);  // bf16/f16: one correction (or vdivps)
     else if constexpr (kOp == kOpMul) v = hn::Mul(y, A);
     else v = hn::Mul(hn::Mul(y, B), A);
-    const VU m = hn::Min(hn::And(hn::BitCast(du, v), absm), vbound);
+    const VU av = hn::And(hn::BitCast(du, v), absm);
+    const VU m = kClamp ? hn::Min(av, vbound) : av;
     return hn::OrAnd(CastE4m3Mag(m), hn::ShiftRight<24>(hn::BitCast(du, y)), sgn);
   };
   // prefetch distance: the next chunk, or with the look-ahead (which reads the next chunk) the one after it
@@ -870,10 +883,10 @@ bool ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
       auto divm = [&](__m256i ybits, VF A, VF B) {
         const VF y{_mm256_castsi256_ps(ybits)};
         VF v;
-        if constexpr (kOp == kOpDiv) v = fp8_lanes::MarksteinDivN<kSrc != 0>(y, A, B);
+        if constexpr (kOp == kOpDiv) v = fp8_lanes::FastDiv<kSrc != 0>(y, A, B);
         else if constexpr (kOp == kOpMul) v = hn::Mul(y, A);
         else v = hn::Mul(hn::Mul(y, B), A);
-        return hn::Min(hn::BitCast(du, v), vbound).raw;
+        return kClamp ? hn::Min(hn::BitCast(du, v), vbound).raw : hn::BitCast(du, v).raw;
       };
       __m256i v0, v1, v2, v3, sg;
       // the clamped quotients of the step at kk and the bytes of its signs
@@ -991,23 +1004,29 @@ bool ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
   }
   return next_ok;
 }
-template <int kSrc>
+template <int kSrc, bool kClamp>
 bool ElemFastS(uint32_t op, const void* p, size_t k0, size_t k1, size_t G, size_t g0, const float* a, const float* b,
                uint32_t bound, uint8_t* q, const uint16_t* nx, uint32_t* namax) {
-  if (op == kOpDiv) return ElemFastT<kSrc, kOpDiv>(p, k0, k1, G, g0, a, b, bound, q, nx, namax);
+  if (op == kOpDiv) return ElemFastT<kSrc, kOpDiv, kClamp>(p, k0, k1, G, g0, a, b, bound, q, nx, namax);
   // exact formula with ue8m0 scales: y·2^-k, a multiply by a (FastGroups: a positive and finite)
-  if (op == kOpMul || op == kOpPow2) return ElemFastT<kSrc, kOpMul>(p, k0, k1, G, g0, a, b, bound, q, nx, namax);
-  return ElemFastT<kSrc, kOpTriton>(p, k0, k1, G, g0, a, b, bound, q, nx, namax);
+  if (op == kOpMul || op == kOpPow2)
+    return ElemFastT<kSrc, kOpMul, kClamp>(p, k0, k1, G, g0, a, b, bound, q, nx, namax);
+  return ElemFastT<kSrc, kOpTriton, kClamp>(p, k0, k1, G, g0, a, b, bound, q, nx, namax);
 }
 // (The codes go out by ordinary stores: non-temporal stores of whole lines measured ~8% slower with an sfence per row
 // and ~2% faster with one per thread (bf16 [4096, 7168], same process) — not worth evicting the codes that the next
 // op reads.)
-// nx, namax: the look-ahead (see ElemFastT); null: none.
+// nx, namax: the look-ahead (see ElemFastT); null: none. clamp: false when FastGroups found the clamp changes no code.
 bool ElemFast(int src, uint32_t op, const void* p, size_t k0, size_t k1, size_t G, size_t g0, const float* a,
-              const float* b, uint32_t bound, uint8_t* q, const uint16_t* nx, uint32_t* namax) {
-  if (src == 0) return ElemFastS<0>(op, p, k0, k1, G, g0, a, b, bound, q, nx, namax);
-  if (src == 1) return ElemFastS<1>(op, p, k0, k1, G, g0, a, b, bound, q, nx, namax);
-  return ElemFastS<2>(op, p, k0, k1, G, g0, a, b, bound, q, nx, namax);
+              const float* b, uint32_t bound, bool clamp, uint8_t* q, const uint16_t* nx, uint32_t* namax) {
+  if (!clamp) {
+    if (src == 0) return ElemFastS<0, false>(op, p, k0, k1, G, g0, a, b, bound, q, nx, namax);
+    if (src == 1) return ElemFastS<1, false>(op, p, k0, k1, G, g0, a, b, bound, q, nx, namax);
+    return ElemFastS<2, false>(op, p, k0, k1, G, g0, a, b, bound, q, nx, namax);
+  }
+  if (src == 0) return ElemFastS<0, true>(op, p, k0, k1, G, g0, a, b, bound, q, nx, namax);
+  if (src == 1) return ElemFastS<1, true>(op, p, k0, k1, G, g0, a, b, bound, q, nx, namax);
+  return ElemFastS<2, true>(op, p, k0, k1, G, g0, a, b, bound, q, nx, namax);
 }
 
 // ---- Dequantize ------------------------------------------------------------------------------------------------
@@ -1621,9 +1640,10 @@ void for_each_chunk(const Ctx& c, size_t C, Fn fn) {
 // Chunks of the element pass: whole groups, or kChunk-element pieces of longer groups / per-element scales.
 size_t element_chunk(const Ctx& c) { return c.G == 0 || c.G >= kChunk ? kChunk : chunk_len(c); }
 
-// Whether ElemFast may quantize n groups (FastGroups, which states the argument).
-bool fast_groups(const Ctx& c, const float* a, const float* b, const uint32_t* amax_bits, size_t n) {
-  return HWY_DYNAMIC_DISPATCH(FastGroups)(c.ec.op, c.ec.fast_qmax != 0, a, b, amax_bits, n);
+// Whether ElemFast may quantize n groups (FastGroups, which states the argument): 0 no, 1 yes, 2 yes without its
+// clamp.
+int fast_groups(const Ctx& c, const float* a, const float* b, const uint32_t* amax_bits, size_t n) {
+  return HWY_DYNAMIC_DISPATCH(FastGroups)(c.ec.op, c.ec.fast_qmax != 0, c.ec.fast_bound, a, b, amax_bits, n);
 }
 // The element pass over every row with constants a, b for all n_scales groups (tensor, col, block, static).
 // row_gid(r): the scale index of the row's first group.
@@ -1640,10 +1660,12 @@ void element_pass(const Ctx& c, const void* x, const std::vector<float>& a, cons
       w.groups(ng);
       std::fill(w.amax_bits.begin(), w.amax_bits.begin() + static_cast<long>(ng), 0u);
       const void* src_row = static_cast<const uint8_t*>(x) + r * K * c.es;
-      if (HWY_DYNAMIC_DISPATCH(AmaxGroups)(c.src, src_row, k0, k1, c.G, true, g0, w.amax_bits.data()) &&
-          fast_groups(c, a.data() + off, b.data() + off, w.amax_bits.data(), ng)) {
+      const int fast = HWY_DYNAMIC_DISPATCH(AmaxGroups)(c.src, src_row, k0, k1, c.G, true, g0, w.amax_bits.data())
+                           ? fast_groups(c, a.data() + off, b.data() + off, w.amax_bits.data(), ng)
+                           : 0;
+      if (fast) {
         HWY_DYNAMIC_DISPATCH(ElemFast)(c.src, c.ec.op, src_row, k0, k1, c.G, g0, a.data() + off, b.data() + off,
-                                       c.ec.fast_bound, q + r * K + k0, nullptr, nullptr);
+                                       c.ec.fast_bound, fast == 1, q + r * K + k0, nullptr, nullptr);
         return;
       }
     }
@@ -1718,7 +1740,7 @@ void quantize_rowlocal(const Ctx& c, const void* x, uint8_t* q, void* scales) {
                      w.codes.data());
       group_params(c, w.sv.data(), w.amax.data(), ng, w.a.data(), w.b.data());
       if (c.ec.fast_cast && finite) {
-        if (fast_groups(c, w.a.data(), w.b.data(), w.amax_bits.data(), ng)) {
+        if (const int fast = fast_groups(c, w.a.data(), w.b.data(), w.amax_bits.data(), ng)) {
           // the look-ahead: the next chunk of the row, or the next row's first, when it has the same length and
           // group alignment (bf16; ElemFast says whether it could)
           const size_t rows = static_cast<size_t>(c.L.B * c.L.M);
@@ -1729,7 +1751,7 @@ void quantize_rowlocal(const Ctx& c, const void* x, uint8_t* q, void* scales) {
           const auto* nx = la ? reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(x) + (nr * K + nk0) * 2)
                               : nullptr;
           w.next_ok = HWY_DYNAMIC_DISPATCH(ElemFast)(c.src, c.ec.op, src_row, k0, k1, c.G, g0, w.a.data(), w.b.data(),
-                                                     c.ec.fast_bound, q + r * K + k0, nx,
+                                                     c.ec.fast_bound, fast == 1, q + r * K + k0, nx,
                                                      la ? w.next_amax.data() : nullptr);
           w.next_r = nr;
           w.next_k0 = nk0;

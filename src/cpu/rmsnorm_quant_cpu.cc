@@ -1063,6 +1063,65 @@ HWY_INLINE void RowQuantT(const float* y, size_t K, size_t G, const float* sv, f
   }
 }
 
+#if HWY_TARGET == HWY_AVX2 && HWY_ARCH_X86
+// RowQuantFastT's AVX2 loop over a row of whole groups of a multiple of 32 elements, every group fast: one
+// software-pipelined loop over the row, 32 elements a step (the quotients of step i + 1 computed with step i's casts),
+// the group's constants broadcast per step, the signs of 32 values as bytes by three saturating packs (they keep the
+// sign; -0 too) — the per-group loop is neither pipelined nor free of spills (~35 cycles per 32 elements in cache on
+// Zen 3 against ~23 for this form in quant_cpu.cc's ElemFastT). The same arithmetic. kClamp false: every group is
+// clamp-free (fast[g] == 2), the u32 min is left out.
+template <bool mul, bool narrow, bool kClamp>
+HWY_INLINE void RowQuantFastAvx2(const float* y, size_t K, size_t G, const float* sv, const float* rb, float mx,
+                                 uint8_t* q, bool permuted) {
+  const DF df;
+  const DU du;
+  const size_t N = hn::Lanes(df);
+  const auto absm = hn::Set(du, 0x7FFFFFFFu);
+  const auto bound = hn::Set(du, rmsnorm_cpu_detail::bits_of(mx));
+  const __m256i b80 = _mm256_set1_epi8(static_cast<char>(0x80));
+  __m256i v0, v1, v2, v3, sg;
+  auto quotients = [&](size_t k, size_t g) HWY_ATTR __attribute__((always_inline)) {
+    const hn::Vec<DF> S{_mm256_broadcast_ss(sv + g)}, B{_mm256_broadcast_ss(rb + g)};
+    const __m256 y0 = _mm256_loadu_ps(y + k), y1 = _mm256_loadu_ps(y + k + N);
+    const __m256 y2 = _mm256_loadu_ps(y + k + 2 * N), y3 = _mm256_loadu_ps(y + k + 3 * N);
+    auto one = [&](__m256 yv) HWY_ATTR __attribute__((always_inline)) {
+      const auto ay = hn::BitCast(df, hn::And(hn::BitCast(du, hn::Vec<DF>{yv}), absm));
+      const auto v = mul ? hn::Mul(ay, S) : fp8_lanes::FastDiv<narrow>(ay, S, B);
+      return kClamp ? hn::Min(hn::BitCast(du, v), bound).raw : hn::BitCast(du, v).raw;
+    };
+    v0 = one(y0);
+    v1 = one(y1);
+    v2 = one(y2);
+    v3 = one(y3);
+    const __m256i w01 = _mm256_packs_epi32(_mm256_castps_si256(y0), _mm256_castps_si256(y1));
+    const __m256i w23 = _mm256_packs_epi32(_mm256_castps_si256(y2), _mm256_castps_si256(y3));
+    sg = _mm256_and_si256(_mm256_packs_epi16(w01, w23), b80);
+  };
+  const __m256i order = permuted ? _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7)    // qwords 0, 2, 1, 3
+                                 : _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // StoreCodes4's
+  const size_t per_group = G / (4 * N);
+  size_t qg = 0, q_in = 0;  // the group of the step whose quotients are computed, and its step in it (counted)
+  quotients(0, 0);
+  for (size_t k = 0;;) {
+    const __m256i c0 = fp8_lanes::CastE4m3Mag(hn::Vec<DU>{v0}).raw, c1 = fp8_lanes::CastE4m3Mag(hn::Vec<DU>{v1}).raw;
+    const __m256i c2 = fp8_lanes::CastE4m3Mag(hn::Vec<DU>{v2}).raw, c3 = fp8_lanes::CastE4m3Mag(hn::Vec<DU>{v3}).raw;
+    const __m256i sgc = sg;
+    const size_t kn = k + 4 * N;
+    const bool more = kn < K;
+    if (++q_in == per_group) {
+      q_in = 0;
+      ++qg;
+    }
+    if (more) quotients(kn, qg);
+    const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + k),
+                        _mm256_permutevar8x32_epi32(_mm256_or_si256(bytes, sgc), order));
+    if (!more) break;
+    k = kn;
+  }
+}
+#endif
+
 // RowQuantT with the cast in lanes, per group either fast (fast[g] != 0: the group has no NaN and no Inf, and for
 // x/s its divisor sv[g] lies in [2^-60, 2^60] with amax <= sv[g]·2^60 and rb[g] = RN(1/sv[g]); for x*(1/s) its
 // multiplier sv[g] is finite and >= 0) or as RowQuantT. Fast groups: v = |y|/s by fp8_lanes::MarksteinDiv or
@@ -1081,58 +1140,15 @@ HWY_INLINE void RowQuantFastT(float* y, size_t K, size_t G, const float* sv, con
   const auto absm = hn::Set(du, 0x7FFFFFFFu), sgn = hn::Set(du, 0x80u);
   const auto bound = hn::Set(du, rmsnorm_cpu_detail::bits_of(mx));
 #if HWY_TARGET == HWY_AVX2 && HWY_ARCH_X86
-  // AVX2, a row of whole groups of a multiple of 32 elements, every group fast: one software-pipelined loop over the
-  // row, 32 elements a step (the quotients of step i + 1 computed with step i's casts), the group's constants
-  // broadcast per step, the signs of 32 values as bytes by three saturating packs (they keep the sign; -0 too) —
-  // the per-group loop below is neither pipelined nor free of spills (~35 cycles per 32 elements in cache on Zen 3
-  // against ~23 for this form in quant_cpu.cc's ElemFastT). The same arithmetic.
+  // AVX2, a row of whole groups of a multiple of 32 elements, every group fast: RowQuantFastAvx2
   if (G % (4 * N) == 0 && K % G == 0 && K > 0) {
-    bool all_fast = true;
-    for (size_t g = 0; g < K / G; ++g) all_fast = all_fast && fast[g] != 0;
-    if (all_fast) {
-      const __m256i b80 = _mm256_set1_epi8(static_cast<char>(0x80));
-      __m256i v0, v1, v2, v3, sg;
-      auto quotients = [&](size_t k, size_t g) HWY_ATTR __attribute__((always_inline)) {
-        const hn::Vec<DF> S{_mm256_broadcast_ss(sv + g)}, B{_mm256_broadcast_ss(rb + g)};
-        const __m256 y0 = _mm256_loadu_ps(y + k), y1 = _mm256_loadu_ps(y + k + N);
-        const __m256 y2 = _mm256_loadu_ps(y + k + 2 * N), y3 = _mm256_loadu_ps(y + k + 3 * N);
-        auto one = [&](__m256 yv) HWY_ATTR __attribute__((always_inline)) {
-          const auto ay = hn::BitCast(df, hn::And(hn::BitCast(du, hn::Vec<DF>{yv}), absm));
-          const auto v = mul ? hn::Mul(ay, S) : fp8_lanes::MarksteinDivN<narrow>(ay, S, B);
-          return hn::Min(hn::BitCast(du, v), bound).raw;
-        };
-        v0 = one(y0);
-        v1 = one(y1);
-        v2 = one(y2);
-        v3 = one(y3);
-        const __m256i w01 = _mm256_packs_epi32(_mm256_castps_si256(y0), _mm256_castps_si256(y1));
-        const __m256i w23 = _mm256_packs_epi32(_mm256_castps_si256(y2), _mm256_castps_si256(y3));
-        sg = _mm256_and_si256(_mm256_packs_epi16(w01, w23), b80);
-      };
-      const __m256i order = permuted ? _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7)    // qwords 0, 2, 1, 3
-                                     : _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // StoreCodes4's
-      const size_t per_group = G / (4 * N);
-      size_t qg = 0, q_in = 0;  // the group of the step whose quotients are computed, and its step in it (counted)
-      quotients(0, 0);
-      for (size_t k = 0;;) {
-        const __m256i c0 = fp8_lanes::CastE4m3Mag(hn::Vec<DU>{v0}).raw, c1 = fp8_lanes::CastE4m3Mag(hn::Vec<DU>{v1}).raw;
-        const __m256i c2 = fp8_lanes::CastE4m3Mag(hn::Vec<DU>{v2}).raw, c3 = fp8_lanes::CastE4m3Mag(hn::Vec<DU>{v3}).raw;
-        const __m256i sgc = sg;
-        const size_t kn = k + 4 * N;
-        const bool more = kn < K;
-        if (++q_in == per_group) {
-          q_in = 0;
-          ++qg;
-        }
-        if (more) quotients(kn, qg);
-        const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + k),
-                            _mm256_permutevar8x32_epi32(_mm256_or_si256(bytes, sgc), order));
-        if (!more) break;
-        k = kn;
-      }
-      return;
+    bool all_fast = true, clamp_free = true;  // fast[g] == 2: the clamp changes no code (RowGroupScales)
+    for (size_t g = 0; g < K / G; ++g) {
+      all_fast = all_fast && fast[g] != 0;
+      clamp_free = clamp_free && fast[g] == 2;
     }
+    if (all_fast && clamp_free) return RowQuantFastAvx2<mul, narrow, false>(y, K, G, sv, rb, mx, q, permuted);
+    if (all_fast) return RowQuantFastAvx2<mul, narrow, true>(y, K, G, sv, rb, mx, q, permuted);
   }
   if (permuted) {  // back in element order (K % 16 == 0 here: NormWeightBf16Avx2's condition)
     alignas(32) float t[16];
@@ -1158,7 +1174,7 @@ HWY_INLINE void RowQuantFastT(float* y, size_t K, size_t G, const float* sv, con
       auto code = [&](hn::Vec<DF> yv) {
         const auto yb = hn::BitCast(du, yv);
         const auto ay = hn::BitCast(df, hn::And(yb, absm));
-        const auto v = mul ? hn::Mul(ay, s) : fp8_lanes::MarksteinDivN<narrow>(ay, s, b);
+        const auto v = mul ? hn::Mul(ay, s) : fp8_lanes::FastDiv<narrow>(ay, s, b);
         return hn::OrAnd(fp8_lanes::CastE4m3Mag(hn::Min(hn::BitCast(du, v), bound)), hn::ShiftRight<24>(yb), sgn);
       };
       for (; k + 4 * N <= end; k += 4 * N) {
@@ -1286,7 +1302,7 @@ HWY_INLINE void NormQuantBf16G(const Z z, const float* w, size_t K, float r, siz
       for (size_t j = 0; j < nv; ++j) {
         const auto yb = hn::BitCast(du, yv[j]);
         const auto ay = hn::BitCast(df, hn::And(yb, absm));
-        const auto v = kDiv ? fp8_lanes::MarksteinDivN<kMode != 0>(ay, VA, VB) : hn::Mul(ay, VA);
+        const auto v = kDiv ? fp8_lanes::FastDiv<kMode != 0>(ay, VA, VB) : hn::Mul(ay, VA);
         cv[j] = hn::OrAnd(fp8_lanes::CastE4m3Mag(hn::Min(hn::BitCast(du, v), bound)), hn::ShiftRight<24>(yb), sgn);
       }
     } else {
@@ -1413,9 +1429,14 @@ bool RowGroupScales(const QuantSpec& qs, float rcp_max, bool mul, bool lanes, co
       }
       const auto fast = hn::And(finite, ok);
       all_fast = all_fast && hn::AllTrue(du, hn::Or(fast, hn::Not(hn::FirstN(du, m))));
+      // 2: also clamp-free (quant_cpu.cc's FastGroups): the group's largest quotient (the op on amax, monotone in
+      // |y|) is <= fp8-max, or < 464 with fp8-max 448 (the cast rounds (448, 464) to 448 itself)
+      const auto top = mul ? hn::Mul(am0, g) : hn::Div(am0, sv);
+      const auto free = qs.fp8_max == 448.0f ? hn::Lt(top, hn::Set(df, 464.0f)) : hn::Le(top, hn::Set(df, qs.fp8_max));
       uint8_t* of = m == N ? gfast + i : bf;
       float* orb = m == N ? grb + i : br;
-      hn::StoreU(hn::U8FromU32(hn::IfThenElseZero(fast, hn::Set(du, 1u))), d8, of);
+      const auto code = hn::IfThenElse(hn::RebindMask(du, free), hn::Set(du, 2u), hn::Set(du, 1u));
+      hn::StoreU(hn::U8FromU32(hn::IfThenElseZero(fast, code)), d8, of);
       hn::StoreU(mul ? hn::Zero(df) : hn::IfThenElseZero(hn::RebindMask(df, fast), hn::Div(one, sv)), df, orb);
       if (m < N) {
         std::memcpy(gfast + i, bf, m);
