@@ -1011,6 +1011,11 @@ bool ElemFastS(uint32_t op, const void* p, size_t k0, size_t k1, size_t G, size_
   // exact formula with ue8m0 scales: y·2^-k, a multiply by a (FastGroups: a positive and finite)
   if (op == kOpMul || op == kOpPow2)
     return ElemFastT<kSrc, kOpMul, kClamp>(p, k0, k1, G, g0, a, b, bound, q, nx, namax);
+  // Triton's x/s with the range factor b = 1 in every group of the chunk (scales in [2^-126, 2^126]): RN(y·1) = y,
+  // so one multiply by a (deepseek-act-quant on Zen 2: 4.26 -> 4.1 ms, session 35)
+  bool unit = true;
+  for (size_t g = k0 / G; g <= (k1 - 1) / G; ++g) unit = unit && b[g - g0] == 1.0f;
+  if (unit) return ElemFastT<kSrc, kOpMul, kClamp>(p, k0, k1, G, g0, a, b, bound, q, nx, namax);
   return ElemFastT<kSrc, kOpTriton, kClamp>(p, k0, k1, G, g0, a, b, bound, q, nx, namax);
 }
 // (The codes go out by ordinary stores: non-temporal stores of whole lines measured ~8% slower with an sfence per row
