@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""pipe_pairs — which 512-bit instructions share execution pipes on this x86 core (bench/RESULTS.md, session 20).
+"""pipe_pairs — which 512-bit instructions share execution pipes on this x86 core (bench/RESULTS.md, session 20);
+with --ymm, which 256-bit AVX2 ones (session 35, AMD Zen 2).
 
 For each pair (A, B) it times a loop of 12 independent A's interleaved with 12 independent B's (no dependency
 between iterations' results that matters: every destination is rewritten each iteration), in cycles per pair at the
@@ -7,6 +8,9 @@ clock measured by a chain of dependent imul (3 cycles each). A + B ~ max(A alone
 ~ A + B: the same. Compares, never asserts. Needs g++ and an AVX-512 (BF16, VBMI) CPU.
 
   python3 bench/pipe_pairs.py [BASES [OTHERS]]     e.g. python3 bench/pipe_pairs.py none,vfmadd231ps,dp vpermt2b,store
+  python3 bench/pipe_pairs.py --ymm [BASES [OTHERS]]   AVX2 (16 registers: A's destinations ymm0..5 and B's ymm6..11,
+                                                        each written twice per iteration; the FMA starts from a moved
+                                                        copy so that it is no chain; operands 1.0f)
 """
 import os
 import subprocess
@@ -80,6 +84,59 @@ OPS = {
  "vpmovwb":"vpmovwb %%zmm24,%%ymm{d}",
 }
 
+# AVX2 (--ymm): 256-bit forms; {d} is the destination (A: ymm0..5, B: ymm6..11), ymm14 and ymm15 the operands.
+OPS_YMM = {
+ "none":None,
+ "vfmadd231ps":"vmovaps %%ymm14,%%ymm{d}\\nvfmadd231ps %%ymm14,%%ymm15,%%ymm{d}",
+ "vmulps":"vmulps %%ymm14,%%ymm15,%%ymm{d}",
+ "vaddps":"vaddps %%ymm14,%%ymm15,%%ymm{d}",
+ "vmaxps":"vmaxps %%ymm14,%%ymm15,%%ymm{d}",
+ "vdivps":"vdivps %%ymm14,%%ymm15,%%ymm{d}",
+ "vcvtph2ps":"vcvtph2ps %%xmm15,%%ymm{d}",
+ "vpaddd":"vpaddd %%ymm14,%%ymm15,%%ymm{d}",
+ "vpsubd":"vpsubd %%ymm14,%%ymm15,%%ymm{d}",
+ "vpcmpeqd":"vpcmpeqd %%ymm14,%%ymm15,%%ymm{d}",
+ "vpmaxud":"vpmaxud %%ymm14,%%ymm15,%%ymm{d}",
+ "vpminud":"vpminud %%ymm14,%%ymm15,%%ymm{d}",
+ "vpand":"vpand %%ymm14,%%ymm15,%%ymm{d}",
+ "vpsrld":"vpsrld $20,%%ymm14,%%ymm{d}",
+ "vpsrlvd":"vpsrlvd %%ymm14,%%ymm15,%%ymm{d}",
+ "vpunpcklwd":"vpunpcklwd %%ymm14,%%ymm15,%%ymm{d}",
+ "vpackusdw":"vpackusdw %%ymm14,%%ymm15,%%ymm{d}",
+ "vpshufb":"vpshufb %%ymm14,%%ymm15,%%ymm{d}",
+ "vpmovzxbw":"vpmovzxbw %%xmm14,%%ymm{d}",
+ "vpermd":"vpermd %%ymm14,%%ymm15,%%ymm{d}",
+ "vpermq":"vpermq $0xD8,%%ymm14,%%ymm{d}",
+ "vpblendvb":"vpblendvb %%ymm13,%%ymm14,%%ymm15,%%ymm{d}",
+ "store":"vmovdqu %%ymm14, {m}(%0)",
+}
+
+
+def source_ymm(cases):
+    out = ["#include <chrono>", "#include <cstdio>", "#include <cstdint>",
+           "alignas(64) static uint32_t mem[8192];",
+           "static double now() { return std::chrono::duration<double>("
+           "std::chrono::steady_clock::now().time_since_epoch()).count(); }"]
+    for ci, (a, b) in enumerate(cases):
+        lines = []
+        for k in range(12):
+            if OPS_YMM[a]: lines.append(OPS_YMM[a].format(d=k % 6, m=k * 64 + 4096))
+            if OPS_YMM[b]: lines.append(OPS_YMM[b].format(d=6 + k % 6, m=k * 64))
+        body = "\\n".join(lines)
+        out.append(f'__attribute__((noinline)) double run{ci}(long n) {{ double t0 = now(); for (long i = 0; i < n; ++i) '
+                   f'asm volatile("{body}" :: "r"(mem) : "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", '
+                   f'"xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11"); return now() - t0; }}')
+    out.append('int main() { double hz; { long n = 20000000, x = 1; double t0 = now(); for (long i = 0; i < n; i += 8) '
+               'asm volatile("imul %0,%0\\n imul %0,%0\\n imul %0,%0\\n imul %0,%0\\n imul %0,%0\\n imul %0,%0\\n '
+               'imul %0,%0\\n imul %0,%0" : "+r"(x)); hz = 3.0 * n / (now() - t0); }')
+    out.append('const float one[8] = {1, 1, 1, 1, 1, 1, 1, 1}; asm volatile("vmovups %0,%%ymm14\\n vmovups %0,%%ymm15\\n '
+               'vpxor %%ymm13,%%ymm13,%%ymm13" :: "m"(one) : "xmm13", "xmm14", "xmm15"); long n = 1000000; double b;')
+    for ci, (a, b) in enumerate(cases):
+        out.append(f'b = 1e9; for (int r = 0; r < 5; ++r) {{ double t = run{ci}(n); if (t < b) b = t; }} '
+                   f'printf("%-14s + %-16s %.3f cycles per pair\\n", "{a}", "{b}", b * hz / n / 12);')
+    out.append('printf("clock %.2f GHz\\n", hz / 1e9); }')
+    return "\n".join(out)
+
 
 def source(cases):
     out = ["#include <chrono>", "#include <cstdio>", "#include <cstdint>",
@@ -107,15 +164,21 @@ def source(cases):
 
 
 def main():
-    bases = (sys.argv[1] if len(sys.argv) > 1 else "none,vfmadd231ps,dp,vaddps,vpermd,vpandd").split(",")
-    others = (sys.argv[2] if len(sys.argv) > 2 else ",".join(k for k in OPS if k != "none")).split(",")
+    args = sys.argv[1:]
+    ymm = bool(args) and args[0] == "--ymm"
+    if ymm:
+        args = args[1:]
+    ops = OPS_YMM if ymm else OPS
+    default_bases = "none,vfmadd231ps,vaddps,vpaddd,vpsrld" if ymm else "none,vfmadd231ps,dp,vaddps,vpermd,vpandd"
+    bases = (args[0] if args else default_bases).split(",")
+    others = (args[1] if len(args) > 1 else ",".join(k for k in ops if k != "none")).split(",")
     for name in bases + others:
-        if name not in OPS:
-            sys.exit(f"pipe_pairs: unknown instruction {name!r}; known: {', '.join(OPS)}")
+        if name not in ops:
+            sys.exit(f"pipe_pairs: unknown instruction {name!r}; known: {', '.join(ops)}")
     with tempfile.TemporaryDirectory() as d:
         cc, exe = os.path.join(d, "p.cc"), os.path.join(d, "p")
         with open(cc, "w") as f:
-            f.write(source([(a, b) for a in bases for b in others]))
+            f.write((source_ymm if ymm else source)([(a, b) for a in bases for b in others]))
         subprocess.run(["g++", "-O2", cc, "-o", exe], check=True)
         subprocess.run([exe], check=True)
 
