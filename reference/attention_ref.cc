@@ -676,12 +676,25 @@ void triton_reduce_segments(const float* M, const float* L, const float* acc, in
       for (size_t i = 0; i < n / 2; ++i) x[i] = x[i] + x[i + n / 2];
     return x[0];
   };
+  // Each thread's terms segm_output·w are contracted into its adds (Triton compiles with fp fusion: LLVM turns
+  // fadd(fmul(x, y), z) into fma(x, y, z)): fma(a_s0, w_s0, RN(a_s1·w_s1)), then fma(a_sk, w_sk, ·) for k >= 2 — on
+  // vLLM's 3D decode captures this (and not products rounded first, 5 outputs differing) matches every output.
+  // per = 1 (Dv <= 32): the product alone (not measured).
   for (int64_t d = 0; d < dv; ++d) {
-    for (int64_t s = 0; s < S; ++s) v[static_cast<size_t>(s)] = s < act ? acc[s * dv + d] * w[static_cast<size_t>(s)] : 0.0f;
+    auto a = [&](int64_t s) { return s < act ? acc[s * dv + d] : 0.0f; };
     for (int64_t wi = 0; wi < wr; ++wi) {
       for (int64_t l = 0; l < tr; ++l) {
-        float x = v[static_cast<size_t>(wi * tr + l)];
-        for (int64_t k = 1; k < per; ++k) x = x + v[static_cast<size_t>(k * tr * wr + wi * tr + l)];
+        const int64_t s0 = wi * tr + l;
+        const float w0 = w[static_cast<size_t>(s0)];
+        float x = a(s0) * w0;
+        if (per > 1) {
+          const int64_t s1 = tr * wr + s0;
+          x = std::fma(a(s0), w0, a(s1) * w[static_cast<size_t>(s1)]);
+          for (int64_t k = 2; k < per; ++k) {
+            const int64_t sk = k * tr * wr + s0;
+            x = std::fma(a(sk), w[static_cast<size_t>(sk)], x);
+          }
+        }
         lanes[static_cast<size_t>(l)] = x;
       }
       warps[static_cast<size_t>(wi)] = halve(lanes);

@@ -265,22 +265,29 @@ float mma_row_sum(const std::vector<float>& x) {
 
 // Triton's tl.sum(o, axis=0) of reduce_segments' [S, Dpad] tile (Dpad = Dv rounded up to a power of two) in its
 // blocked layout (4 dims a thread; tests/data/h200/triton_segsum.npz): thread lanes along the dims min(32, Dpad/4),
-// the other lanes of a warp along the segments, then warps along the dims first; each thread adds its segments in
-// order, then the lanes and the warps along the segments pairwise, halving.
-float blocked_axis0_sum(const std::vector<float>& v, int64_t dv) {
+// the other lanes of a warp along the segments, then warps along the dims first; each thread adds its segments' terms
+// a·w in order (contracted), then the lanes and the warps along the segments pairwise, halving.
+float blocked_axis0_sum(const std::vector<float>& a, const std::vector<float>& w, int64_t dv) {
   int64_t dpad = 1;
   while (dpad < dv) dpad *= 2;
-  const int64_t S = static_cast<int64_t>(v.size());
+  const int64_t S = static_cast<int64_t>(a.size());
   const int64_t lanes_d = std::min<int64_t>(32, std::max<int64_t>(1, dpad / 4));
   const int64_t warps_d = std::min<int64_t>(4, std::max<int64_t>(1, dpad / (4 * lanes_d)));
   const int64_t lanes_s = std::min<int64_t>(32 / lanes_d, S);
   const int64_t warps_s = std::min<int64_t>(4 / warps_d, std::max<int64_t>(1, S / lanes_s));
-  std::vector<float> part(static_cast<size_t>(lanes_s * warps_s), 0.0f);
-  std::vector<bool> has(part.size(), false);
-  for (int64_t sg = 0; sg < S; ++sg) {  // segment sg: thread (warp, lane) = ((sg / lanes_s) % warps_s, sg % lanes_s)
-    const size_t o = static_cast<size_t>((sg / lanes_s) % warps_s * lanes_s + sg % lanes_s);
-    part[o] = has[o] ? part[o] + v[static_cast<size_t>(sg)] : v[static_cast<size_t>(sg)];
-    has[o] = true;
+  // segment sg goes to thread (warp, lane) = ((sg / lanes_s) % warps_s, sg % lanes_s); each thread's terms a·w in
+  // segment order, contracted as Triton's fp fusion builds them: one term RN(a·w); more: fma(a0, w0, RN(a1·w1)),
+  // then fma(ak, wk, ·)
+  std::vector<std::vector<int64_t>> mine(static_cast<size_t>(lanes_s * warps_s));
+  for (int64_t sg = 0; sg < S; ++sg) mine[static_cast<size_t>((sg / lanes_s) % warps_s * lanes_s + sg % lanes_s)].push_back(sg);
+  std::vector<float> part(mine.size(), 0.0f);
+  for (size_t o = 0; o < mine.size(); ++o) {
+    const auto& t = mine[o];
+    auto at = [&](size_t i) { return a[static_cast<size_t>(t[i])]; };
+    auto wt = [&](size_t i) { return w[static_cast<size_t>(t[i])]; };
+    if (t.size() == 1) part[o] = at(0) * wt(0);
+    if (t.size() >= 2) part[o] = std::fma(at(0), wt(0), at(1) * wt(1));
+    for (size_t i = 2; i < t.size(); ++i) part[o] = std::fma(at(i), wt(i), part[o]);
   }
   auto halve = [](std::vector<float> x) {
     for (size_t n = x.size(); n > 1; n /= 2)
@@ -303,7 +310,8 @@ float blocked_axis0_sum(const std::vector<float>& v, int64_t dv) {
 // at the tile of the block's first allowed key ctx + qlo − window_left and ends after that of its last query.
 // With segments (vLLM's 3D decode kernel, pac b.3.3): segment s walks tiles [s·tps, (s+1)·tps) (tps = cdiv(seq_len,
 // S·T); none past the sequence), each from M = −inf, L = 1, acc = 0, merged as reduce_segments: w_s = exp(M_s − max M),
-// Σ L_s·w_s and Σ acc_s·w_s in Triton's butterfly order (slot i with slot i + n/2, n halving), the quotient (0 for a
+// Σ L_s·w_s in Triton's butterfly order (slot i with slot i + n/2, n halving) and Σ acc_s·w_s in its blocked layout
+// (blocked_axis0_sum: the products contracted into each thread's adds), the quotient (0 for a
 // zero denominator). Segments −1: vLLM's choice per batch (3D with 16 segments for a decode-only batch of at most 128
 // query blocks × KV heads). guard = false drops the where(m_j > −inf, m_j, 0) step (as if M stayed −inf: a mutant
 // the guard tests must tell apart). Returns the number of outputs that differ from p.out.
@@ -416,11 +424,13 @@ int check_triton_unified(PagedProblem& p, bool guard = true) {
       den_terms.push_back(segL[sg] * w.back());
     }
     const float den = tree(den_terms);
+    std::vector<float> ws = w;
+    ws.resize(static_cast<size_t>(S), 0.0f);
     for (int64_t d = 0; d < Dv; ++d) {
-      std::vector<float> num_terms;
-      for (size_t sg = 0; sg < segM.size(); ++sg) num_terms.push_back(segAcc[sg][static_cast<size_t>(d)] * w[sg]);
-      num_terms.resize(static_cast<size_t>(S), 0.0f);
-      const float num = blocked_axis0_sum(num_terms, Dv);
+      std::vector<float> acc_d;
+      for (size_t sg = 0; sg < segM.size(); ++sg) acc_d.push_back(segAcc[sg][static_cast<size_t>(d)]);
+      acc_d.resize(static_cast<size_t>(S), 0.0f);
+      const float num = blocked_axis0_sum(acc_d, ws, Dv);
       expect_out(p, row, h, d, den == 0.0f ? 0.0f : ref::triton_nv_div(num, den), &bad, guard);
     }
   });
