@@ -653,15 +653,28 @@ void triton_reduce_segments(const float* M, const float* L, const float* acc, in
                             float* out) {
   float m = kNegInf;
   for (int64_t s = 0; s < act; ++s) m = std::max(m, M[s]);
-  std::vector<float> w(static_cast<size_t>(S), 0.0f), v(static_cast<size_t>(S));
+  std::vector<float> w(static_cast<size_t>(S), 0.0f);
   for (int64_t s = 0; s < act; ++s) w[static_cast<size_t>(s)] = fp8ref::ref::triton_exp(M[s] - m);
-  auto butterfly = [&](auto term) {  // slot i + slot i + n/2, halving n
-    for (int64_t s = 0; s < S; ++s) v[static_cast<size_t>(s)] = s < act ? term(s) : 0.0f;
-    for (size_t n = static_cast<size_t>(S); n > 1; n /= 2)
-      for (size_t i = 0; i < n / 2; ++i) v[i] = v[i] + v[i + n / 2];
-    return v[0];
-  };
-  const float den = butterfly([&](int64_t s) { return L[s] * w[static_cast<size_t>(s)]; });
+  // overall_expsum = tl.sum(segm_expsum): the [S] vector in its own 1D blocked layout (lane l of every warp holds
+  // segment l % S), reduced by one warp's shuffles alone (bfly S/2, ..., 1; no shared memory), so every lane keeps
+  // its own sum — and the first add is contracted with the lane's own product: lane l adds
+  // fma(L_l, w_l, RN(L_{l^S/2}·w_{l^S/2})), then its half's lanes halving. The lanes l < S/2 mod S and the others
+  // differ; dim d's quotient takes the den of the lane that stores it (column lane (d/4) mod td, row 0). (S = 64,
+  // two segments a lane: the same formula as the thread's own contracted add, then the lanes.) Measured: vLLM's 3D
+  // decode kernel at head dim 32 (tests/data/h200/vllm_unified_attention_d32.npz) has one output that needs this and
+  // the contracted lane add below together; which lane's den a dim takes changes no captured output.
+  auto Lw = [&](int64_t s) { return s < act ? L[s] : 0.0f; };
+  float den_half[2];
+  for (int64_t h = 0; h < 2; ++h) {  // S >= 2, a power of two (check_attn_spec)
+    std::vector<float> x(static_cast<size_t>(S / 2));
+    for (int64_t i = 0; i < S / 2; ++i) {
+      const int64_t s = h * (S / 2) + i, o = s ^ (S / 2);
+      x[static_cast<size_t>(i)] = std::fma(Lw(s), w[static_cast<size_t>(s)], Lw(o) * w[static_cast<size_t>(o)]);
+    }
+    for (size_t n = x.size(); n > 1; n /= 2)
+      for (size_t i = 0; i < n / 2; ++i) x[i] = x[i] + x[i + n / 2];
+    den_half[h] = x[0];
+  }
   // tl.sum(segm_output, axis=0) over the [S, Dpad] tile in its blocked layout (4 warps, 4 dims a thread): td threads
   // of a warp along the dims, tr = 32/td along the segments, wd warps along the dims, wr along the segments. Thread
   // (w, l) adds its segments k·tr·wr + w·tr + l in order; then the lanes, then the warps, halving (bfly).
@@ -679,7 +692,8 @@ void triton_reduce_segments(const float* M, const float* L, const float* acc, in
   // Each thread's terms segm_output·w are contracted into its adds (Triton compiles with fp fusion: LLVM turns
   // fadd(fmul(x, y), z) into fma(x, y, z)): fma(a_s0, w_s0, RN(a_s1·w_s1)), then fma(a_sk, w_sk, ·) for k >= 2 — on
   // vLLM's 3D decode captures this (and not products rounded first, 5 outputs differing) matches every output.
-  // per = 1 (Dv <= 32): the product alone (not measured).
+  // One segment a thread (per = 1, head dims <= 32): the lane shuffles' first add instead (below); one a warp (tr =
+  // 1): the product alone (through shared memory, not measured).
   for (int64_t d = 0; d < dv; ++d) {
     auto a = [&](int64_t s) { return s < act ? acc[s * dv + d] : 0.0f; };
     for (int64_t wi = 0; wi < wr; ++wi) {
@@ -687,6 +701,13 @@ void triton_reduce_segments(const float* M, const float* L, const float* acc, in
         const int64_t s0 = wi * tr + l;
         const float w0 = w[static_cast<size_t>(s0)];
         float x = a(s0) * w0;
+        if (per == 1 && tr > 1) {  // one segment a thread: the product goes to the shuffles; the first (bfly tr/2)
+          // add is contracted: lane l adds fma(a_l, w_l, RN(a_{l^tr/2}·w_{l^tr/2})); the later levels plain. The
+          // warp's value is row lane 0's, so lanes[l] for l < tr/2 is the sum of lanes l and l + tr/2.
+          if (l >= tr / 2) continue;
+          const int64_t s1 = s0 + tr / 2;
+          x = std::fma(a(s0), w0, a(s1) * w[static_cast<size_t>(s1)]);
+        }
         if (per > 1) {
           const int64_t s1 = tr * wr + s0;
           x = std::fma(a(s0), w0, a(s1) * w[static_cast<size_t>(s1)]);
@@ -697,9 +718,16 @@ void triton_reduce_segments(const float* M, const float* L, const float* acc, in
         }
         lanes[static_cast<size_t>(l)] = x;
       }
-      warps[static_cast<size_t>(wi)] = halve(lanes);
+      if (per == 1 && tr > 1) {
+        std::vector<float> half(lanes.begin(), lanes.begin() + tr / 2);
+        warps[static_cast<size_t>(wi)] = halve(half);
+      } else {
+        warps[static_cast<size_t>(wi)] = halve(lanes);
+      }
     }
     const float num = halve(warps);
+    const int64_t lane = (d / 4) % td;
+    const float den = den_half[(lane % S) & (S / 2) ? 1 : 0];
     out[d] = den == 0.0f ? 0.0f : fp8ref::ref::triton_nv_div(num, den);
   }
 }

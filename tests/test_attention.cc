@@ -280,6 +280,10 @@ float blocked_axis0_sum(const std::vector<float>& a, const std::vector<float>& w
   // then fma(ak, wk, ·)
   std::vector<std::vector<int64_t>> mine(static_cast<size_t>(lanes_s * warps_s));
   for (int64_t sg = 0; sg < S; ++sg) mine[static_cast<size_t>((sg / lanes_s) % warps_s * lanes_s + sg % lanes_s)].push_back(sg);
+  // One segment a thread (Dpad <= 32): the product goes straight to the shuffles and the first one (lane l with lane
+  // l ^ lanes_s/2) is the contracted add, fma(a_l, w_l, RN(a_{l^lanes_s/2}·w_{l^lanes_s/2})) on lane l; the warp's
+  // sum is lane 0's, the lanes l < lanes_s/2 halving.
+  const bool one = mine[0].size() == 1 && lanes_s > 1;
   std::vector<float> part(mine.size(), 0.0f);
   for (size_t o = 0; o < mine.size(); ++o) {
     const auto& t = mine[o];
@@ -295,9 +299,36 @@ float blocked_axis0_sum(const std::vector<float>& a, const std::vector<float>& w
     return x[0];
   };
   std::vector<float> warp(static_cast<size_t>(warps_s));
-  for (int64_t w = 0; w < warps_s; ++w)
-    warp[static_cast<size_t>(w)] = halve(std::vector<float>(part.begin() + w * lanes_s, part.begin() + (w + 1) * lanes_s));
+  for (int64_t wi = 0; wi < warps_s; ++wi) {
+    std::vector<float> lane(part.begin() + wi * lanes_s, part.begin() + (wi + 1) * lanes_s);
+    if (one) {
+      lane.resize(static_cast<size_t>(lanes_s / 2));
+      for (int64_t l = 0; l < lanes_s / 2; ++l) {
+        const size_t s0 = static_cast<size_t>(mine[static_cast<size_t>(wi * lanes_s + l)][0]);
+        const size_t s1 = static_cast<size_t>(mine[static_cast<size_t>(wi * lanes_s + l + lanes_s / 2)][0]);
+        lane[static_cast<size_t>(l)] = std::fma(a[s0], w[s0], a[s1] * w[s1]);
+      }
+    }
+    warp[static_cast<size_t>(wi)] = halve(lane);
+  }
   return halve(warp);
+}
+
+// Triton's tl.sum(segm_expsum) of reduce_segments' [S] vector (lane l of each warp holds segment l % S; one warp's
+// shuffles bfly S/2, ..., 1 and no shared memory, so each lane keeps its own sum), as the lane that stores dim d sees
+// it (lane (d/4) % min(32, Dpad/4)): the first shuffle's add contracted, fma(L_l, w_l, RN(L_{l^S/2}·w_{l^S/2})), then
+// the lanes of that half, halving.
+float segment_expsum(const std::vector<float>& L, const std::vector<float>& w, int64_t dv, int64_t d) {
+  int64_t dpad = 1;
+  while (dpad < dv) dpad *= 2;
+  const size_t S = L.size(), h = S / 2;
+  const size_t lane = static_cast<size_t>((d / 4) % std::min<int64_t>(32, std::max<int64_t>(1, dpad / 4))) % S;
+  const size_t base = lane & h;
+  std::vector<float> x(h);
+  for (size_t i = 0; i < h; ++i) x[i] = std::fma(L[base + i], w[base + i], L[(base + i) ^ h] * w[(base + i) ^ h]);
+  for (size_t n = h; n > 1; n /= 2)
+    for (size_t i = 0; i < n / 2; ++i) x[i] = x[i] + x[i + n / 2];
+  return x[0];
 }
 
 // vllm-triton-unified, re-implemented densely from vLLM's kernel_unified_attention_2d as attention.h states it
@@ -412,25 +443,17 @@ int check_triton_unified(PagedProblem& p, bool guard = true) {
     }
     float mx = -INFINITY;
     for (float m : segM) mx = std::max(mx, m);
-    auto tree = [&](std::vector<float> v) {  // S slots, zeros past the segments that hold keys
-      v.resize(static_cast<size_t>(S), 0.0f);
-      for (size_t half = v.size() / 2; half >= 1; half /= 2)
-        for (size_t i = 0; i < half; ++i) v[i] = v[i] + v[i + half];
-      return v[0];
-    };
-    std::vector<float> w, den_terms;
-    for (size_t sg = 0; sg < segM.size(); ++sg) {
-      w.push_back(ref::triton_exp(segM[sg] - mx));
-      den_terms.push_back(segL[sg] * w.back());
-    }
-    const float den = tree(den_terms);
-    std::vector<float> ws = w;
+    std::vector<float> w;
+    for (size_t sg = 0; sg < segM.size(); ++sg) w.push_back(ref::triton_exp(segM[sg] - mx));
+    std::vector<float> ws = w, Ls = segL;
     ws.resize(static_cast<size_t>(S), 0.0f);
+    Ls.resize(static_cast<size_t>(S), 0.0f);
     for (int64_t d = 0; d < Dv; ++d) {
       std::vector<float> acc_d;
       for (size_t sg = 0; sg < segM.size(); ++sg) acc_d.push_back(segAcc[sg][static_cast<size_t>(d)]);
       acc_d.resize(static_cast<size_t>(S), 0.0f);
       const float num = blocked_axis0_sum(acc_d, ws, Dv);
+      const float den = segment_expsum(Ls, ws, Dv, d);
       expect_out(p, row, h, d, den == 0.0f ? 0.0f : ref::triton_nv_div(num, den), &bad, guard);
     }
   });
@@ -815,6 +838,7 @@ TEST_SUITE("attention") {
     std::vector<Config> cs = configs();  // and decode-only batches (vLLM's 3D kernel by default), GQA 4:1 and 16:1
     cs.push_back({"decode", base_spec(16, 2, 8, 64), {300, 33, 1, 130}, {1, 1, 1, 1}});
     cs.push_back({"decode-g16", base_spec(64, 1, 16, 128), {600, 257}, {1, 1}});
+    cs.push_back({"decode-d32", base_spec(16, 2, 16, 32), {1000, 257, 31, 4096}, {1, 1, 1, 1}});  // one segment a thread
     struct Launch {
       AttnConvention conv;
       int64_t tile, segs;

@@ -95,10 +95,12 @@
 //   act = cdiv(seq_len, tps·T) segments hold keys; segment s runs the steps above over the tiles [s·tps, (s+1)·tps)
 //   from M = −inf, L = 1, acc = 0 (M = 0, L = 0 where its first tile holds no visible key: the guard above), giving
 //   (M_s, L_s, acc_s) (a segment whose tiles the kernel does not walk stays at −inf, 1, 0);
-//   then m = max_{s<act} M_s; w_s = exp(RN32(M_s − m)); den = Σ RN32(L_s·w_s) over the S slots (0 for s >= act) in
-//   Triton's butterfly order (slot i + slot i + S/2, then the halves of that, ...); num_d = Σ acc_s,d·w_s in the
-//   order of reduce_segments' [S, Dpad] blocked layout with the products contracted into each thread's adds
-//   (fma(a0, w0, RN32(a1·w1)), then fma(ak, wk, ·); triton_reduce_segments below);
+//   then m = max_{s<act} M_s; w_s = exp(RN32(M_s − m)); den = Σ L_s·w_s over the S slots (0 for s >= act) in
+//   Triton's butterfly order (slot i + slot i + S/2, then the halves of that, ...), its first add contracted on the
+//   storing lane's side (fma(L_l, w_l, RN32(L_l^S/2·w_l^S/2))); num_d = Σ acc_s,d·w_s in the order of
+//   reduce_segments' [S, Dpad] blocked layout with the products contracted into each thread's adds (fma(a0, w0,
+//   RN32(a1·w1)), then fma(ak, wk, ·)), or, one segment a thread, into the first lane shuffle's add
+//   (triton_reduce_segments below: Triton compiles with fp fusion);
 //   out = RN_out(den == 0 ? 0 : num_d ÷ den).
 //   Against vLLM's own kernels on an H100: every one of 335,872 bf16 and 172,032 f16 outputs bit-equal
 //   (docs/attention.md).

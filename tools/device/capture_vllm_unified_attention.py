@@ -84,6 +84,10 @@ F16 = os.environ.get("CAPTURE_SET", "") == "f16"
 # codes), seed 20261208; and `clamp` [2, 8] f32: Triton's tl.clamp(x, -448, 448) cast to e4m3fn (codes as f32) for
 # x = NaN, -Inf, +Inf, 500, -500, 447.9, -0.0, 1e-10.
 FP8OUT = os.environ.get("CAPTURE_SET", "") == "fp8out"
+# CAPTURE_SET=d32: a fourth set (vllm_unified_attention_d32.npz): bf16, decode-only batches on the 3D kernel with head
+# dims 32 (reduce_segments' layout: one segment per thread, the products segm_output·w go straight into the shuffles)
+# and 64 (two per thread), seed 20261209.
+D32 = os.environ.get("CAPTURE_SET", "") == "d32"
 CASES = [  # seq_lens, q_lens, Hkv, Hq, D, block size, runs: (window_left (-1: none), softcap)
     ([200, 90, 33], [40, 1, 33], 2, 2, 64, 16, [(37, 0.0)]),               # G = 1: q blocks of 16 rows
     ([150, 260], [9, 1], 2, 8, 64, 64, [(20, 0.0)]),                       # G = 4: 4 rows a block
@@ -105,14 +109,21 @@ CASES_FP8OUT = [  # the same fields, then the output scale
     ([700, 300, 5, 1500], [1, 1, 1, 1], 2, 16, 64, 16, [(-1, 0.0)], "e4m3fn", 0.002),  # 3D (some outputs saturate)
     ([400, 90], [33, 1], 4, 16, 96, 16, [(30, 0.0)], "e4m3fn", 0.05),               # 2D, window
 ]
+CASES_D32 = [  # the fields of CASES
+    ([700, 300, 5, 1500], [1, 1, 1, 1], 2, 16, 32, 16, [(-1, 0.0), (100, 0.0)]),  # 3D, D = 32
+    ([1000, 257, 31, 4096], [1, 1, 1, 1], 2, 16, 32, 16, [(-1, 0.0)]),            # 3D, D = 32, 16 segments
+    ([900, 2000, 64], [1, 1, 1], 2, 16, 64, 16, [(-1, 0.0)]),                      # 3D, D = 64, no window
+]
 if F16:
     CASES = CASES_F16
+if D32:
+    CASES = CASES_D32
 if FP8OUT:
     CASES = CASES_FP8OUT
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from paged_inputs import dense_case  # noqa: E402
 
-rng = np.random.default_rng(20261207 if F16 else 20261208 if FP8OUT else 20261206)
+rng = np.random.default_rng(20261207 if F16 else 20261208 if FP8OUT else 20261209 if D32 else 20261206)
 res = {}
 qdt = torch.float16 if F16 else torch.bfloat16
 for i, case in enumerate(CASES):
@@ -171,6 +182,6 @@ if FP8OUT:  # tl.clamp and the e4m3fn store on specials
     res["clamp"] = np.stack([xs.cpu().numpy(), o8.view(torch.uint8).cpu().numpy().astype(np.float32)])
     print("clamp:", res["clamp"])
 name = "vllm_unified_attention_f16.npz" if F16 else "vllm_unified_attention_fp8out.npz" if FP8OUT else \
-    "vllm_unified_attention.npz"
+    "vllm_unified_attention_d32.npz" if D32 else "vllm_unified_attention.npz"
 np.savez_compressed(os.path.join(out_dir, name), **res)
 print("wrote", sorted(res)[:6], "...", sum(a.nbytes for a in res.values()), "bytes raw", flush=True)
