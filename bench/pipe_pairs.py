@@ -112,7 +112,16 @@ OPS_YMM = {
 }
 
 
-def source_ymm(cases):
+def source(cases, ymm=False):
+    ops = OPS_YMM if ymm else OPS
+    # AVX-512: A's destinations zmm0..11, B's REGS; AVX2: A's ymm0..5, B's ymm6..11 (each written twice)
+    dst_a = (lambda k: k % 6) if ymm else (lambda k: k)
+    dst_b = (lambda k: 6 + k % 6) if ymm else (lambda k: REGS[k])
+    clobber = "".join(f', "xmm{r}"' for r in range(12)) if ymm else ""
+    init = ('const float one[8] = {1, 1, 1, 1, 1, 1, 1, 1}; asm volatile("vmovups %0,%%ymm14\\n vmovups %0,%%ymm15\\n '
+            'vpxor %%ymm13,%%ymm13,%%ymm13" :: "m"(one) : "xmm13", "xmm14", "xmm15");' if ymm else
+            'asm volatile("vpxord %%zmm24,%%zmm24,%%zmm24\\n vpxord %%zmm25,%%zmm25,%%zmm25\\n '
+            'kxnorq %%k1,%%k1,%%k1" ::: "memory");')
     out = ["#include <chrono>", "#include <cstdio>", "#include <cstdint>",
            "alignas(64) static uint32_t mem[8192];",
            "static double now() { return std::chrono::duration<double>("
@@ -120,42 +129,15 @@ def source_ymm(cases):
     for ci, (a, b) in enumerate(cases):
         lines = []
         for k in range(12):
-            if OPS_YMM[a]: lines.append(OPS_YMM[a].format(d=k % 6, m=k * 64 + 4096))
-            if OPS_YMM[b]: lines.append(OPS_YMM[b].format(d=6 + k % 6, m=k * 64))
+            if ops[a]: lines.append(ops[a].format(d=dst_a(k), m=k * 64 + 4096))
+            if ops[b]: lines.append(ops[b].format(d=dst_b(k), m=k * 64))
         body = "\\n".join(lines)
         out.append(f'__attribute__((noinline)) double run{ci}(long n) {{ double t0 = now(); for (long i = 0; i < n; ++i) '
-                   f'asm volatile("{body}" :: "r"(mem) : "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", '
-                   f'"xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11"); return now() - t0; }}')
+                   f'asm volatile("{body}" :: "r"(mem) : "memory"{clobber}); return now() - t0; }}')
     out.append('int main() { double hz; { long n = 20000000, x = 1; double t0 = now(); for (long i = 0; i < n; i += 8) '
                'asm volatile("imul %0,%0\\n imul %0,%0\\n imul %0,%0\\n imul %0,%0\\n imul %0,%0\\n imul %0,%0\\n '
                'imul %0,%0\\n imul %0,%0" : "+r"(x)); hz = 3.0 * n / (now() - t0); }')
-    out.append('const float one[8] = {1, 1, 1, 1, 1, 1, 1, 1}; asm volatile("vmovups %0,%%ymm14\\n vmovups %0,%%ymm15\\n '
-               'vpxor %%ymm13,%%ymm13,%%ymm13" :: "m"(one) : "xmm13", "xmm14", "xmm15"); long n = 1000000; double b;')
-    for ci, (a, b) in enumerate(cases):
-        out.append(f'b = 1e9; for (int r = 0; r < 5; ++r) {{ double t = run{ci}(n); if (t < b) b = t; }} '
-                   f'printf("%-14s + %-16s %.3f cycles per pair\\n", "{a}", "{b}", b * hz / n / 12);')
-    out.append('printf("clock %.2f GHz\\n", hz / 1e9); }')
-    return "\n".join(out)
-
-
-def source(cases):
-    out = ["#include <chrono>", "#include <cstdio>", "#include <cstdint>",
-           "alignas(64) static uint32_t mem[8192];",
-           "static double now() { return std::chrono::duration<double>("
-           "std::chrono::steady_clock::now().time_since_epoch()).count(); }"]
-    for ci, (a, b) in enumerate(cases):
-        lines = []
-        for k in range(12):
-            if OPS[a]: lines.append(OPS[a].format(d=k, m=k * 64 + 4096))
-            if OPS[b]: lines.append(OPS[b].format(d=REGS[k], m=k * 64))
-        body = "\\n".join(lines)
-        out.append(f'__attribute__((noinline)) double run{ci}(long n) {{ double t0 = now(); for (long i = 0; i < n; ++i) '
-                   f'asm volatile("{body}" :: "r"(mem) : "memory"); return now() - t0; }}')
-    out.append('int main() { double hz; { long n = 20000000, x = 1; double t0 = now(); for (long i = 0; i < n; i += 8) '
-               'asm volatile("imul %0,%0\\n imul %0,%0\\n imul %0,%0\\n imul %0,%0\\n imul %0,%0\\n imul %0,%0\\n '
-               'imul %0,%0\\n imul %0,%0" : "+r"(x)); hz = 3.0 * n / (now() - t0); }')
-    out.append('asm volatile("vpxord %%zmm24,%%zmm24,%%zmm24\\n vpxord %%zmm25,%%zmm25,%%zmm25\\n '
-               'kxnorq %%k1,%%k1,%%k1" ::: "memory"); long n = 1000000; double b;')
+    out.append(init + ' long n = 1000000; double b;')
     for ci, (a, b) in enumerate(cases):
         out.append(f'b = 1e9; for (int r = 0; r < 5; ++r) {{ double t = run{ci}(n); if (t < b) b = t; }} '
                    f'printf("%-14s + %-16s %.3f cycles per pair\\n", "{a}", "{b}", b * hz / n / 12);')
@@ -178,7 +160,7 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         cc, exe = os.path.join(d, "p.cc"), os.path.join(d, "p")
         with open(cc, "w") as f:
-            f.write((source_ymm if ymm else source)([(a, b) for a in bases for b in others]))
+            f.write(source([(a, b) for a in bases for b in others], ymm))
         subprocess.run(["g++", "-O2", cc, "-o", exe], check=True)
         subprocess.run([exe], check=True)
 

@@ -108,6 +108,17 @@ HWY_INLINE void StoreCodes4(VU c0, VU c1, VU c2, VU c3, uint8_t* dst) {
 #endif
 }
 
+#if HWY_TARGET == HWY_AVX2 && HWY_ARCH_X86
+// AVX2: the codes of four vectors of clamped magnitudes (CastE4m3Mag), packed to 32 bytes with the sign bytes sg ORed
+// in, in the packs' order (qwords 0, 2, 1, 3 of element order when v0..v3 hold consecutive elements): the caller puts
+// them in order by one permutation.
+HWY_INLINE __m256i CastPack32(__m256i v0, __m256i v1, __m256i v2, __m256i v3, __m256i sg) {
+  const __m256i c0 = CastE4m3Mag(VU{v0}).raw, c1 = CastE4m3Mag(VU{v1}).raw;
+  const __m256i c2 = CastE4m3Mag(VU{v2}).raw, c3 = CastE4m3Mag(VU{v3}).raw;
+  return _mm256_or_si256(_mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3)), sg);
+}
+#endif
+
 // RNE f32 -> bf16 bits in u32 lanes, with ref::narrow's NaN rule (sign and top payload kept, quieted).
 HWY_INLINE VU RoundBf16Bits(VF v) {
   const DU du;

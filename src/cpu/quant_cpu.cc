@@ -583,6 +583,9 @@ HWY_INLINE VF Quotient(VF y, VF a, VF b, VF* rem, bool* slow, int b_ok = -1) {
 using fp8_lanes::CastE4m3;
 using fp8_lanes::CastE4m3Mag;
 using fp8_lanes::StoreCodes4;
+#if HWY_TARGET == HWY_AVX2 && HWY_ARCH_X86
+using fp8_lanes::CastPack32;
+#endif
 
 template <uint32_t kOp, uint32_t kClamp>
 HWY_INLINE VF ElemV(VF y, VF a, VF b, const ElemConst& c, bool* unsafe, int b_ok = -1) {
@@ -913,9 +916,7 @@ bool ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
           const __m256i n1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(nx + (k - k0) + 2 * N));
           nacc = _mm256_max_epu16(nacc, _mm256_max_epu16(_mm256_and_si256(n0, mag16), _mm256_and_si256(n1, mag16)));
         }
-        const __m256i c0 = CastE4m3Mag(VU{v0}).raw, c1 = CastE4m3Mag(VU{v1}).raw;
-        const __m256i c2 = CastE4m3Mag(VU{v2}).raw, c3 = CastE4m3Mag(VU{v3}).raw;
-        const __m256i sgc = sg;
+        const __m256i packed = CastPack32(v0, v1, v2, v3, sg);
         const size_t kn = k + S;
         const bool more = kn < k1;
         if (++q_in == per_group) {
@@ -923,9 +924,7 @@ bool ElemFastT(const void* src, size_t k0, size_t k1, size_t G, size_t g0, const
           ++qg;
         }
         if (more) quotients(kn, qg);
-        const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + (k - k0)),
-                            _mm256_permute4x64_epi64(_mm256_or_si256(bytes, sgc), 0xD8));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + (k - k0)), _mm256_permute4x64_epi64(packed, 0xD8));
         if (nx && q_in == 0) {  // the group's last step (the counter has wrapped): its look-ahead maximum
           const uint32_t m16 = MaxU16(nacc);
           if (m16 >= 0x7F80u) {  // an Inf or NaN in the next chunk: the caller scans it

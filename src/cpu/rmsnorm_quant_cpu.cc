@@ -1103,9 +1103,7 @@ HWY_INLINE void RowQuantFastAvx2(const float* y, size_t K, size_t G, const float
   size_t qg = 0, q_in = 0;  // the group of the step whose quotients are computed, and its step in it (counted)
   quotients(0, 0);
   for (size_t k = 0;;) {
-    const __m256i c0 = fp8_lanes::CastE4m3Mag(hn::Vec<DU>{v0}).raw, c1 = fp8_lanes::CastE4m3Mag(hn::Vec<DU>{v1}).raw;
-    const __m256i c2 = fp8_lanes::CastE4m3Mag(hn::Vec<DU>{v2}).raw, c3 = fp8_lanes::CastE4m3Mag(hn::Vec<DU>{v3}).raw;
-    const __m256i sgc = sg;
+    const __m256i packed = fp8_lanes::CastPack32(v0, v1, v2, v3, sg);
     const size_t kn = k + 4 * N;
     const bool more = kn < K;
     if (++q_in == per_group) {
@@ -1113,9 +1111,7 @@ HWY_INLINE void RowQuantFastAvx2(const float* y, size_t K, size_t G, const float
       ++qg;
     }
     if (more) quotients(kn, qg);
-    const __m256i bytes = _mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + k),
-                        _mm256_permutevar8x32_epi32(_mm256_or_si256(bytes, sgc), order));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + k), _mm256_permutevar8x32_epi32(packed, order));
     if (!more) break;
     k = kn;
   }
