@@ -9,8 +9,8 @@ soft-capped mixed batch and the same batch without a window, a decode-only batch
 (CAPTURE_SET=f16): e4m3fn and e5m2 caches, head dims 96 (padded to 128), 128 and 256, 2D and 3D kernels. Three bf16
 batches with vLLM's fused output quantization (CAPTURE_SET=fp8out: output_scale, e4m3fn codes out; 2D and 3D): every
 one of the 149,504 codes must match, and Triton's tl.clamp + e4m3fn store on NaN, ±Inf, ±500, −0 as captured. Three
-bf16 decode-only batches on the 3D kernel with head dims 32 and 64 (CAPTURE_SET=d32: reduce_segments with one and two
-segments a thread). Each ran
+bf16 decode-only batches on the 3D kernel with head dims 32 and 64 and two more at 32 with G = 8 and 16 and a soft-cap
+(CAPTURE_SET=d32: reduce_segments with one and two segments a thread). Each ran
 twice: on random inputs ("pos") and with every logit made <= 0 ("neg": K codes positive, q negative), where vLLM's
 where(m_j > -inf, m_j, 0) guard sets M = 0 for a row whose first walked tile holds none of its keys.
 
@@ -18,7 +18,7 @@ fp8ref models the GPU's steps inside the kernels (docs/attention.md): tl.dot as 
 order Triton gives operands converted from fp8 (ref::hmma16_dot_kw4), tl.exp, Triton's division, the FMA in L's
 update, tl.sum's orders and, in reduce_segments, the products segm_output·w and L·w contracted into the first adds
 (fp fusion). Every output of every run must be bit-equal: bf16 335,872, f16 172,032, fp8out 149,504 codes, d32
-18,432. Before:
+47,104. Before:
 fp8ref 0.4.0 (reduce_segments' products rounded before the adds) 1 bf16 and 4 f16 outputs differed (3D decode); 0.3.0
 (f32 FMA dots, Sleef's exp, IEEE division, sums in order) matched 99.936 % (215 differ) and 99.297 % (1,210 differ);
 with the dots' steps in plain k order (16-bit loads' order) 99.992 % and 99.80 %; 0.2.0, without the guard, 98.0 %
