@@ -1120,7 +1120,7 @@ HWY_INLINE void RowQuantFastAvx2(const float* y, size_t K, size_t G, const float
 
 // RowQuantT with the cast in lanes, per group either fast (fast[g] != 0: the group has no NaN and no Inf, and for
 // x/s its divisor sv[g] lies in [2^-60, 2^60] with amax <= sv[g]·2^60 and rb[g] = RN(1/sv[g]); for x*(1/s) its
-// multiplier sv[g] is finite and >= 0) or as RowQuantT. Fast groups: v = |y|/s by fp8_lanes::MarksteinDiv or
+// multiplier sv[g] is finite and >= 0) or as RowQuantT. Fast groups: v = |y|/s by fp8_lanes::FastDiv or
 // |y|·sv, the clamp as a u32 min with max's bits, fp8_lanes::CastE4m3Mag, y's sign as bit 7 (the argument for the
 // division: quant_cpu.cc's FastGroups). The group's tail (K % G) always goes through QuotClamp.
 // permuted: y in NormWeightBf16Avx2's order (AVX2 only): the all-fast loop puts the codes in order by one qword
