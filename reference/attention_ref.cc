@@ -684,8 +684,8 @@ void triton_reduce_segments(const float* M, const float* L, const float* acc, in
   const int64_t tr = std::min<int64_t>(32 / td, S), wr = std::min<int64_t>(4 / wd, std::max<int64_t>(S / tr, 1));
   const int64_t per = S / (tr * wr);
   std::vector<float> lanes(static_cast<size_t>(tr)), warps(static_cast<size_t>(wr));
-  auto halve = [](std::vector<float>& x) {
-    for (size_t n = x.size(); n > 1; n /= 2)
+  auto halve = [](std::vector<float>& x, size_t count) {  // x[0, count), count a power of two
+    for (size_t n = count; n > 1; n /= 2)
       for (size_t i = 0; i < n / 2; ++i) x[i] = x[i] + x[i + n / 2];
     return x[0];
   };
@@ -694,6 +694,7 @@ void triton_reduce_segments(const float* M, const float* L, const float* acc, in
   // vLLM's 3D decode captures this (and not products rounded first, 5 outputs differing) matches every output.
   // One segment a thread (per = 1, head dims <= 32): the lane shuffles' first add instead (below); one a warp (tr =
   // 1): the product alone (through shared memory, not measured).
+  const bool lane_fma = per == 1 && tr > 1;
   for (int64_t d = 0; d < dv; ++d) {
     auto a = [&](int64_t s) { return s < act ? acc[s * dv + d] : 0.0f; };
     for (int64_t wi = 0; wi < wr; ++wi) {
@@ -701,10 +702,10 @@ void triton_reduce_segments(const float* M, const float* L, const float* acc, in
         const int64_t s0 = wi * tr + l;
         const float w0 = w[static_cast<size_t>(s0)];
         float x = a(s0) * w0;
-        if (per == 1 && tr > 1) {  // one segment a thread: the product goes to the shuffles; the first (bfly tr/2)
-          // add is contracted: lane l adds fma(a_l, w_l, RN(a_{l^tr/2}·w_{l^tr/2})); the later levels plain. The
-          // warp's value is row lane 0's, so lanes[l] for l < tr/2 is the sum of lanes l and l + tr/2.
-          if (l >= tr / 2) continue;
+        if (lane_fma) {  // one segment a thread: the product goes to the shuffles; the first (bfly tr/2) add is
+          // contracted: lane l adds fma(a_l, w_l, RN(a_{l^tr/2}·w_{l^tr/2})); the later levels plain. The warp's
+          // value is row lane 0's, so lanes[l] for l < tr/2 is the sum of lanes l and l + tr/2.
+          if (l >= tr / 2) break;
           const int64_t s1 = s0 + tr / 2;
           x = std::fma(a(s0), w0, a(s1) * w[static_cast<size_t>(s1)]);
         }
@@ -718,14 +719,9 @@ void triton_reduce_segments(const float* M, const float* L, const float* acc, in
         }
         lanes[static_cast<size_t>(l)] = x;
       }
-      if (per == 1 && tr > 1) {
-        std::vector<float> half(lanes.begin(), lanes.begin() + tr / 2);
-        warps[static_cast<size_t>(wi)] = halve(half);
-      } else {
-        warps[static_cast<size_t>(wi)] = halve(lanes);
-      }
+      warps[static_cast<size_t>(wi)] = halve(lanes, static_cast<size_t>(lane_fma ? tr / 2 : tr));
     }
-    const float num = halve(warps);
+    const float num = halve(warps, warps.size());
     const int64_t lane = (d / 4) % td;
     const float den = den_half[(lane % S) & (S / 2) ? 1 : 0];
     out[d] = den == 0.0f ? 0.0f : fp8ref::ref::triton_nv_div(num, den);

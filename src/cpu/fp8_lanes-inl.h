@@ -172,10 +172,11 @@ HWY_INLINE VF MarksteinDivN(VF y, VF a, VF b) {
   else return MarksteinDiv(y, a, b);
 }
 // FastDiv<kNarrow>(y, a, b): RN(y / a) for the fast element loops (the ranges of MarksteinDiv hold there). AVX2:
-// vdivps itself. Zen 2 runs a ymm division in 3.5 cycles on its own divider, while the FMAs of MarksteinDivN take the
-// pipes the cast's integer operations need (an FMA borrows a third register port: 12 FMAs + 12 vpaddd retire at 2.4
-// per cycle, 24 vpaddd at 3): bench_quant vllm-group, 2 threads, 4.47 -> 3.92 ms (session 35). AVX-512 and other
-// targets keep MarksteinDivN (measured faster on the AVX-512 Xeons of sessions 7–31).
+// vdivps itself. Zen 2 runs a ymm division in 3.5 cycles on its own divider, while the multiply and FMAs of
+// MarksteinDivN take the pipes the cast's integer operations need (`python3 bench/pipe_pairs.py --ymm`: an FMA with a
+// vpaddd 0.97 cycles per pair, more than the 0.50 + 0.33 of each alone): bench_quant vllm-group, 2 threads, 4.47 ->
+// 3.92 ms (session 35). AVX-512 and other targets keep MarksteinDivN, as before (vdivps not measured there: no
+// AVX-512 CPU in session 35).
 template <bool kNarrow>
 HWY_INLINE VF FastDiv(VF y, VF a, VF b) {
 #if HWY_TARGET == HWY_AVX2 && HWY_ARCH_X86
