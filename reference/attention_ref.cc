@@ -517,7 +517,121 @@ void flashinfer_pass(const HeadCtx& c, const std::vector<float>& q, int64_t lo, 
   }
 }
 
-void row_flashinfer(const HeadCtx& c, const std::vector<float>& q, int64_t lo, int64_t hi, void* out, int64_t oidx) {
+// FlashInfer's tensor-core prefill kernel (attention.h, "flashinfer prefill"): the pass of one row over the chunk
+// [cs, ce) of its sequence, its visible keys [lo, hi], in nw KV warps of T-key tiles (warp w: tiles from
+// cs + (it·nw + w)·T); sets m (scaled by `scale`; −inf: no visible key), d (0 then) and o (unnormalized).
+float ftz(float x) { return std::fabs(x) < 0x1p-126f ? std::copysign(0.0f, x) : x; }
+float ex2_ftz(float x) { return fp8ref::ref::mufu_ex2(std::isnan(x) ? kNegInf : x); }
+
+void flashinfer_prefill_pass(const HeadCtx& c, const std::vector<float>& q, int64_t lo, int64_t hi, int64_t cs,
+                             int64_t ce, float scale, FiState& res) {
+  const Format f = c.spec.q_format;
+  const int64_t Dk = c.Dk, Dv = c.Dv;
+  int64_t nw = 1;
+  const int64_t T = flashinfer_prefill_tile(Dk, c.spec.cta_tile_q, &nw);
+  const int64_t first = std::max(lo, cs), last = std::min(hi, ce - 1);
+  std::vector<FiState> w(static_cast<size_t>(nw), FiState(Dv));
+  std::vector<float> kf(static_cast<size_t>(Dk)), s(static_cast<size_t>(T)), p(static_cast<size_t>(T)),
+      vt(static_cast<size_t>(Dv * T)), ones(16, 1.0f);
+  // Tiles without a visible key leave a warp's state as it is (m = −inf: d becomes 0, as every later step keeps it).
+  for (int64_t t0 = first > last ? ce : cs + (first - cs) / T * T; t0 <= last; t0 += T) {
+    FiState& st = w[static_cast<size_t>(((t0 - cs) / T) % nw)];
+    const int64_t a = std::max(first, t0), e = std::min(last, t0 + T - 1);
+    float mt = st.m;
+    for (int64_t j = t0; j < t0 + T; ++j) {
+      float x = kNegInf;
+      if (j >= a && j <= e) {
+        const uint8_t* k = c.krow(j);
+        for (int64_t d = 0; d < Dk; ++d) kf[static_cast<size_t>(d)] = c.code(k[d]);
+        x = fp8ref::ref::hmma16_dot(f, q.data(), kf.data(), Dk, 0.0f);  // HMMA.16816 over dims 16i.., C = 0
+        mt = std::max(mt, x);
+      }
+      s[static_cast<size_t>(j - t0)] = x;
+    }
+    const float msc = std::max(mt * scale, -std::numeric_limits<float>::max());
+    const float osc = st.m == kNegInf ? 0.0f : ex2_ftz((st.m - mt) * scale);
+    st.d = ftz(st.d * osc);
+    for (float& x : st.o) x = ftz(x * osc);
+    for (int64_t j = 0; j < T; ++j) {  // p = ex2(fma(s, scale, −m·scale)) rounded to the q dtype (FFMA + MUFU.EX2)
+      p[static_cast<size_t>(j)] = round_to(f, ex2_ftz(std::fma(s[static_cast<size_t>(j)], scale, -msc)));
+      const bool vis = t0 + j >= a && t0 + j <= e;
+      const uint8_t* v = vis ? c.vrow(t0 + j) : nullptr;
+      for (int64_t d = 0; d < Dv; ++d) vt[static_cast<size_t>(d * T + j)] = vis ? c.code(v[d]) : 0.0f;
+    }
+    for (int64_t b = 0; b < T; b += 16) {  // d: the row sum of P on the tensor cores (P·ones), then P·V, 16 keys a step
+      st.d = fp8ref::ref::hmma16_step(f, p.data() + b, ones.data(), 16, st.d);
+      for (int64_t d = 0; d < Dv; ++d)
+        st.o[static_cast<size_t>(d)] =
+            fp8ref::ref::hmma16_step(f, p.data() + b, vt.data() + d * T + b, 16, st.o[static_cast<size_t>(d)]);
+    }
+    st.m = mt;
+  }
+  for (FiState& st : w) {  // finalize_m: m·scale
+    if (st.m == kNegInf) st.d = 0.0f;
+    else st.m = st.m * scale;
+  }
+  if (nw == 1) {
+    res = w[0];
+    return;
+  }
+  // threadblock_sync_mdo_states: m = max, d = fma(d, a, RN(d_i·b)) and o = fma(o_i, sc_i, ·) over the warps in order
+  float m = kNegInf, d = 1.0f;
+  for (const FiState& st : w) {
+    const float mp = m;
+    m = std::max(m, st.m);
+    d = std::fma(d, ex2_ftz(mp - m), st.d * ex2_ftz(st.m - m));
+  }
+  res.m = m;
+  res.d = m == kNegInf ? 0.0f : d;
+  for (int64_t k = 0; k < Dv; ++k) {
+    float o = 0.0f;
+    for (size_t i = 0; i < w.size(); ++i) {
+      const float sc = ex2_ftz(w[i].m - m), oi = w[i].o[static_cast<size_t>(k)];
+      o = i == 0 ? oi * sc : std::fma(oi, sc, o);
+    }
+    res.o[static_cast<size_t>(k)] = o;
+  }
+}
+
+// One row (query i of the sequence, q head h) through the prefill kernel: its chunks from the row's KV start (a
+// sliding window moves it by the row's q tile), one pass each, merged as FlashInfer merges split-KV chunks.
+void row_flashinfer_prefill(const HeadCtx& c, const std::vector<float>& q, int64_t i, int64_t lo, int64_t hi,
+                            void* out, int64_t oidx) {
+  const int64_t n = c.seq.seq_len, Dv = c.Dv, G = c.spec.num_q_heads / c.spec.cache.num_kv_heads;
+  const int64_t qt = (i * G + c.h % G) / c.spec.cta_tile_q;
+  const int64_t start =
+      c.spec.window_left >= 0 ? std::max<int64_t>(0, n + qt * c.spec.cta_tile_q / G - c.seq.q_len - c.spec.window_left) : 0;
+  // sm_scale·k_scale (Python doubles), then ·log2(e) as the kernel's variant does it: in double, rounded to f32
+  const float scale = static_cast<float>(c.spec.scale() * static_cast<double>(c.sk) * 1.44269502162933349609375);
+  const Format of = c.spec.out_format;
+  const int64_t C = c.spec.prefill_kv_chunk;
+  FiState res(Dv);
+  if (C <= 0 || n - start <= C) {
+    flashinfer_prefill_pass(c, q, lo, hi, start, n, scale, res);
+    const float r = res.m == kNegInf ? 0.0f : mufu_rcp(res.d);
+    for (float& x : res.o) x = ftz(x * r);
+  } else {
+    const int64_t nc = (n - start + C - 1) / C;
+    std::vector<float> o(static_cast<size_t>(nc * Dv)), m(static_cast<size_t>(nc)), d(static_cast<size_t>(nc));
+    for (int64_t ch = 0; ch < nc; ++ch) {
+      FiState st(Dv);
+      flashinfer_prefill_pass(c, q, lo, hi, start + ch * C, std::min(n, start + ch * C + C), scale, st);
+      std::copy(st.o.begin(), st.o.end(), o.begin() + ch * Dv);
+      m[static_cast<size_t>(ch)] = st.m;
+      d[static_cast<size_t>(ch)] = st.d;
+    }
+    flashinfer_merge_chunks(o.data(), m.data(), d.data(), nc, Dv, of, res.o.data());
+  }
+  for (int64_t d = 0; d < Dv; ++d) {
+    float r = round_to(of, res.o[static_cast<size_t>(d)]);
+    if (c.sv != 1.0f) r = round_to(of, r * c.sv);
+    store_out(of, out, oidx + d, r);
+  }
+}
+
+void row_flashinfer(const HeadCtx& c, const std::vector<float>& q, int64_t i, int64_t lo, int64_t hi, void* out,
+                    int64_t oidx) {
+  if (flashinfer_takes_prefill(c.spec, c.seq)) return row_flashinfer_prefill(c, q, i, lo, hi, out, oidx);
   const int64_t n = c.seq.seq_len, C = c.spec.kv_chunk, Dv = c.Dv;
   const Format of = c.spec.out_format;
   FiState res(Dv);
@@ -601,7 +715,7 @@ void paged_attention_head(const AttnSpec& spec, const AttnArgs& args, int64_t b,
       case AttnConvention::exact: row_exact(c, q, lo, hi, args.out, oidx, nullptr); break;
       case AttnConvention::vllm_paged_v1: row_vllm_paged_v1(c, q, lo, hi, args.out, oidx); break;
       case AttnConvention::vllm_triton_unified: row_triton_unified(c, q, i, lo, hi, args.out, oidx); break;
-      case AttnConvention::flashinfer: row_flashinfer(c, q, lo, hi, args.out, oidx); break;
+      case AttnConvention::flashinfer: row_flashinfer(c, q, i, lo, hi, args.out, oidx); break;
       case AttnConvention::torch_sdpa_math:
       case AttnConvention::spyre: row_torch_math(c, q, lo, hi, args.out, oidx); break;
       case AttnConvention::fast: break;  // refused by paged_attention

@@ -872,6 +872,9 @@ TEST_SUITE("attention") {
           c.spec.tile = tile;
           c.spec.segments = segs;
           c.spec.kv_chunk = l.kv_chunk;
+          // (flashinfer's decode kernel's steps for every row here; its prefill kernel: the capture tests and
+          // "flashinfer prefill kernel" below)
+          c.spec.fi_kernel = conv == AttnConvention::flashinfer ? attn::FiKernel::decode : attn::FiKernel::automatic;
           CAPTURE(segs);
           CAPTURE(l.kv_chunk);
           PagedProblem p = test::random_problem(c.spec, c.seq_lens, c.q_lens, seed++, c.csr);
@@ -1124,6 +1127,7 @@ TEST_SUITE("attention") {
       AttnSpec s = base_spec(16, 1, 4, 64);
       s.convention = conv;
       if (conv == AttnConvention::vllm_triton_unified) s.segments = 0;  // (vLLM would run the decode in its 3D kernel)
+      if (conv == AttnConvention::flashinfer) s.fi_kernel = attn::FiKernel::decode;  // (not its prefill kernel's tiles)
       PagedProblem pre = test::random_problem(s, {30}, {6}, 5);
       attn::ref::paged_attention(pre.spec, pre.args());
       PagedProblem dec = pre;

@@ -86,6 +86,13 @@ const char* kAttnHelp =
     "                       vllm-triton-unified 32 in one pass, 16 with segments (vLLM's tiles); flashinfer 16\n"
     "  --kv-chunk N         flashinfer: split-KV chunks of N keys, merged as FlashInfer merges them (0: one pass).\n"
     "                       Default (-1): as FlashInfer 0.7.4's DecodePlan picks on a 132-SM H100/H200\n"
+    "  --fi-kernel K        flashinfer: auto (default: sequences of more than one query token FlashInfer's\n"
+    "                       tensor-core prefill kernel, where it exists, the others its CUDA-core decode kernel),\n"
+    "                       prefill (every sequence the prefill kernel), decode (every row the decode kernel's steps)\n"
+    "  --cta-tile-q N       flashinfer prefill kernel: packed query rows (q_len x G) per CTA, 16, 64 or 128; it sets\n"
+    "                       the keys per tile. Default: as FlashInfer's PrefillPlan picks\n"
+    "  --prefill-kv-chunk N flashinfer prefill kernel: split-KV chunks of N keys (0: none). Default (-1): as\n"
+    "                       FlashInfer 0.7.4's PrefillPlan picks on a 132-SM H100/H200\n"
     "  --k-new F --v-new F  the query rows' own K/V [T, Hkv, D] in md, used unquantized for the chunk's keys\n"
     "                       (vLLM prefix_prefill, Spyre's non-chunked prefill); not with flashinfer\n"
     "  --backend B          cpu (default) or reference\n"
@@ -287,7 +294,8 @@ int attn_main(int argc, char** argv) {
              {"--v-scale"}, {"--block-table"}, {"--seq-lens"}, {"--kv-indptr"}, {"--kv-indices"}, {"--kv-last-page-len"},
              {"--out", Kind::value, "-o"}, {"--cache-format"}, {"--layout"}, {"--scale-kind"}, {"--out-dtype"},
              {"--sm-scale"}, {"--causal"}, {"--window-left"}, {"--softcap"}, {"--out-scale"}, {"--mla", Kind::flag}, {"--head-dim-v"},
-             {"--torch-lanes"}, {"--tile"}, {"--segments"}, {"--kv-chunk"}, {"--backend"}, {"--k-new"}, {"--v-new"}});
+             {"--torch-lanes"}, {"--tile"}, {"--segments"}, {"--kv-chunk"}, {"--fi-kernel"}, {"--cta-tile-q"},
+             {"--prefill-kv-chunk"}, {"--backend"}, {"--k-new"}, {"--v-new"}});
   args.expect_positionals({});
   attn::AttnSpec spec;
   if (!attn::parse_attn_convention(args.require("--convention"), &spec.convention))
@@ -334,6 +342,10 @@ int attn_main(int argc, char** argv) {
   spec.tile = integer("--tile", 0, 0, 4096);  // (0, -1: the defaults; attn::check_paged_attention says what else is valid)
   spec.segments = integer("--segments", -1, -1, 4096);
   spec.kv_chunk = integer("--kv-chunk", -1, -1, std::numeric_limits<int32_t>::max());
+  if (!attn::parse_fi_kernel(args.get("--fi-kernel").value_or("auto"), &spec.fi_kernel))
+    throw InputError("--fi-kernel is auto, prefill or decode");
+  spec.cta_tile_q = integer("--cta-tile-q", 0, 0, 4096);
+  spec.prefill_kv_chunk = integer("--prefill-kv-chunk", -1, -1, std::numeric_limits<int32_t>::max());
   spec.v_from_k = args.has("--mla");
   spec.head_dim_v = integer("--head-dim-v", 0, 1, std::numeric_limits<int32_t>::max());
   const std::string backend = backend_of(args);

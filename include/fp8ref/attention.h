@@ -203,17 +203,21 @@ enum class KvScaleKind : uint8_t { tensor, head, seq };
 enum class StoreConvention : uint8_t { vllm_cuda, sglang, spyre, exact };
 enum class AttnConvention : uint8_t { exact, vllm_paged_v1, vllm_triton_unified, flashinfer, torch_sdpa_math, spyre, fast };
 enum class Causal : uint8_t { bottom_right, top_left, none };
+// flashinfer: which of FlashInfer's kernels a sequence runs (AttnSpec::fi_kernel).
+enum class FiKernel : uint8_t { automatic, prefill, decode };
 
 const char* to_string(KvLayout v);          // "nhd", "hnd"
 const char* to_string(KvScaleKind v);       // "tensor", "head", "seq"
 const char* to_string(StoreConvention v);   // "vllm-cuda", "sglang", "spyre", "exact"
 const char* to_string(AttnConvention v);    // "exact", "vllm-paged-v1", ...
 const char* to_string(Causal v);            // "bottom-right", "top-left", "none"
+const char* to_string(FiKernel v);          // "auto", "prefill", "decode"
 bool parse_kv_layout(std::string_view s, KvLayout* out);
 bool parse_kv_scale_kind(std::string_view s, KvScaleKind* out);
 bool parse_store_convention(std::string_view s, StoreConvention* out);
 bool parse_attn_convention(std::string_view s, AttnConvention* out);
 bool parse_causal(std::string_view s, Causal* out);
+bool parse_fi_kernel(std::string_view s, FiKernel* out);
 
 // The geometry of one cache tensor.
 struct CacheShape {
@@ -294,6 +298,19 @@ struct AttnSpec {
   // VariableLengthMergeStates does; −1 (the default) = as FlashInfer 0.7.4's DecodePlan chooses on a 132-SM Hopper
   // (H100/H200; flashinfer_plan_chunk). Other conventions refuse any value but −1.
   int64_t kv_chunk = -1;
+  // flashinfer: the kernel a sequence runs. automatic ("auto", the default): a sequence of more than one query token
+  // FlashInfer's tensor-core batch prefill kernel (the steps under "flashinfer prefill" above) where that kernel exists
+  // (flashinfer_prefill_supported), every other sequence the CUDA-core decode kernel's steps (vLLM's FlashInfer backend
+  // sends decode tokens to the decode wrapper); prefill: every sequence the prefill kernel (one
+  // BatchPrefillWithPagedKVCacheWrapper call over the batch; refused where it does not exist); decode: every row the
+  // decode kernel's steps (fp8ref <= 0.5.0 for prefill rows too). Other conventions refuse any value but automatic.
+  FiKernel fi_kernel = FiKernel::automatic;
+  // flashinfer prefill kernel: packed query rows (q_len·G) per CTA, 16, 64 or 128 (not 128 for head dim 256); it sets
+  // the keys per warp tile and the KV warps (flashinfer_prefill_tile). 0 (the default): as FlashInfer's plan picks.
+  int64_t cta_tile_q = 0;
+  // flashinfer prefill kernel: keys per split-KV chunk (0: none; N > 0: chunks of N keys from the row's KV start,
+  // merged as FlashInfer merges them); −1 (the default): as FlashInfer 0.7.4's PrefillPlan picks on a 132-SM Hopper.
+  int64_t prefill_kv_chunk = -1;
   // Chunked prefill reading the chunk's own K/V unquantized (vLLM prefix_prefill, Spyre's non-chunked prefill;
   // pac c.2, c.3.3): keys at positions >= seq_len − q_len take their values from AttnArgs::k_new / v_new (md values,
   // used as they are: no scale, no rounding) instead of the cache; the convention's other steps are unchanged.
@@ -355,6 +372,23 @@ void check_paged_attention(const AttnSpec& spec, const AttnArgs& args);
 // replaced by vLLM's choice (AttnSpec::segments), flashinfer's kv_chunk −1 by flashinfer_plan_chunk; other specs
 // unchanged. Both backends run the resolved spec.
 AttnSpec resolve_launch(const AttnSpec& spec, const AttnArgs& args);
+// flashinfer: whether FlashInfer's tensor-core prefill kernel exists for this spec's shapes and formats: Dk = Dv in
+// {64, 128, 256}, md (q) bf16 or f16, no MLA (v_from_k), no soft-cap.
+bool flashinfer_prefill_supported(const AttnSpec& spec);
+// flashinfer: whether sequence s runs the prefill kernel under spec.fi_kernel (false for other conventions).
+bool flashinfer_takes_prefill(const AttnSpec& spec, const SeqPages& s);
+// flashinfer prefill kernel: keys per warp tile T (NUM_MMA_KV·16) and KV warps (NUM_WARPS_KV) of the kernel that
+// FlashInfer 0.7.4 dispatches for head dim d (64, 128, 256) and cta_tile_q on an H100/H200 (e4m3 cache, bf16 q;
+// from its shared-memory budget): {64: 16 -> 128 x 4, 64 -> 128 x 1, 128 -> 64 x 1; 128: 16 -> 64 x 4, 64 -> 128 x 1,
+// 128 -> 64 x 1; 256: 16 -> 32 x 4, 64 -> 64 x 1}. Returns T (0: no such kernel) and sets *warps.
+int64_t flashinfer_prefill_tile(int64_t d, int64_t cta_tile_q, int64_t* warps);
+// flashinfer prefill kernel: FlashInfer 0.7.4's PrefillPlan over the sequences that run it (scheduler.cuh
+// PrefillSplitQOKVIndptr, eager mode, 132 SMs): cta_tile_q from the mean packed query length (integer mean of
+// q_len·G: > 64 and Dv < 256 -> 128, > 16 -> 64, else 16); split-KV when the CTAs (Σ cdiv(q_len·G, cta_tile_q) ·
+// chunks) would exceed 264 / Hkv with one chunk a sequence: then the fewest pages per chunk, at least
+// max(128 / page, 1), that keeps them within it (binary search over pages; a sliding window counts
+// min(cdiv(window + cta_tile_q, page), pages) pages). Sets *cta_tile_q and *chunk (keys; 0 = no split).
+void flashinfer_prefill_plan(const AttnSpec& spec, const AttnArgs& args, int64_t* cta_tile_q, int64_t* chunk);
 // flashinfer: the split-KV chunk (keys; 0 = none) FlashInfer 0.7.4's DecodePlan picks for this batch on a 132-SM
 // Hopper — its work estimation with the max_grid_size (blocks per SM by occupancy × SMs) it computed on an H100 for
 // the e4m3/bf16 CUDA-core decode kernel (Dk = Dv in {64, 128, 256}, G in {1, 2, 3, 4, 6, 8, 16}; else 0): none for

@@ -33,6 +33,7 @@ const char* const kStores[] = {"vllm-cuda", "sglang", "spyre", "exact"};
 const char* const kAttns[] = {"exact", "vllm-paged-v1", "vllm-triton-unified", "flashinfer", "torch-sdpa-math", "spyre",
                               "fast"};
 const char* const kCausals[] = {"bottom-right", "top-left", "none"};
+const char* const kFiKernels[] = {"auto", "prefill", "decode"};
 
 std::string num(int64_t v) { return std::to_string(v); }
 
@@ -67,11 +68,13 @@ const char* to_string(KvScaleKind v) { return kScaleKinds[static_cast<int>(v)]; 
 const char* to_string(StoreConvention v) { return kStores[static_cast<int>(v)]; }
 const char* to_string(AttnConvention v) { return kAttns[static_cast<int>(v)]; }
 const char* to_string(Causal v) { return kCausals[static_cast<int>(v)]; }
+const char* to_string(FiKernel v) { return kFiKernels[static_cast<int>(v)]; }
 bool parse_kv_layout(std::string_view s, KvLayout* out) { return parse_named(s, kLayouts, out); }
 bool parse_kv_scale_kind(std::string_view s, KvScaleKind* out) { return parse_named(s, kScaleKinds, out); }
 bool parse_store_convention(std::string_view s, StoreConvention* out) { return parse_named(s, kStores, out); }
 bool parse_attn_convention(std::string_view s, AttnConvention* out) { return parse_named(s, kAttns, out); }
 bool parse_causal(std::string_view s, Causal* out) { return parse_named(s, kCausals, out); }
+bool parse_fi_kernel(std::string_view s, FiKernel* out) { return parse_named(s, kFiKernels, out); }
 
 std::vector<int64_t> CacheShape::shape() const {
   if (layout == KvLayout::nhd) return {num_blocks, block_size, num_kv_heads, head_dim};
@@ -142,9 +145,80 @@ int64_t flashinfer_plan_chunk(const AttnSpec& s, const AttnArgs& a) {
   return chunks(low, true) == B ? 0 : low * page;
 }
 
+bool flashinfer_prefill_supported(const AttnSpec& s) {
+  const int64_t d = s.cache.head_dim;
+  return (d == 64 || d == 128 || d == 256) && s.dv() == d && !s.v_from_k && s.softcap == 0 &&
+         (s.q_format == Format::bf16 || s.q_format == Format::f16);
+}
+
+bool flashinfer_takes_prefill(const AttnSpec& s, const SeqPages& q) {
+  if (s.convention != AttnConvention::flashinfer) return false;
+  switch (s.fi_kernel) {
+    case FiKernel::prefill: return true;
+    case FiKernel::decode: return false;
+    case FiKernel::automatic: return q.q_len > 1 && flashinfer_prefill_supported(s);
+  }
+  return false;
+}
+
+int64_t flashinfer_prefill_tile(int64_t d, int64_t cta_tile_q, int64_t* warps) {
+  // prefill.cuh's dispatch: NUM_WARPS_KV = 4 for cta_tile_q 16, else 1; NUM_MMA_KV from the shared memory a CTA may
+  // take (233,472 B per SM, 232,448 per block on Hopper) for bf16 q tiles and 1-byte K/V tiles (+ a bf16 staging
+  // tile where the e4m3 tiles are repacked: d != 64 and cta_tile_q > 16), rounded down to 8, 4, 2, 1 and at most
+  // 8 / NUM_MMA_Q (NUM_MMA_Q = 2 for cta_tile_q 128); T = NUM_MMA_KV·16.
+  *warps = cta_tile_q == 16 ? 4 : 1;
+  switch (d) {
+    case 64: return cta_tile_q == 16 ? 128 : cta_tile_q == 64 ? 128 : cta_tile_q == 128 ? 64 : 0;
+    case 128: return cta_tile_q == 16 ? 64 : cta_tile_q == 64 ? 128 : cta_tile_q == 128 ? 64 : 0;
+    case 256: return cta_tile_q == 16 ? 32 : cta_tile_q == 64 ? 64 : 0;
+    default: return 0;
+  }
+}
+
+void flashinfer_prefill_plan(const AttnSpec& s, const AttnArgs& a, int64_t* cta_tile_q, int64_t* chunk) {
+  const int64_t H = s.cache.num_kv_heads, G = s.num_q_heads / H, page = s.cache.block_size;
+  std::vector<int64_t> packed, pages;
+  for (int64_t b = 0; b < a.num_seqs; ++b) {
+    const SeqPages q = seq_pages(s, a, b);
+    if (!flashinfer_takes_prefill(s, q)) continue;
+    packed.push_back(q.q_len * G);
+    pages.push_back(q.num_pages);
+  }
+  *cta_tile_q = 16;
+  *chunk = 0;
+  if (packed.empty()) return;
+  int64_t sum = 0;
+  for (int64_t p : packed) sum += p;
+  const int64_t avg = sum / static_cast<int64_t>(packed.size());  // FA2DetermineCtaTileQ (utils.cuh)
+  const int64_t ctq = avg > 64 && s.dv() < 256 ? 128 : avg > 16 ? 64 : 16;
+  *cta_tile_q = ctq;
+  if (s.window_left >= 0)
+    for (int64_t& p : pages) p = std::min(p, (s.window_left + ctq + page - 1) / page);
+  // PrefillBinarySearchKVChunkSize: max_batch_size_if_split = 2·132 SMs / Hkv (uint division)
+  const int64_t max_bs = 264 / H;
+  int64_t low = std::max<int64_t>(128 / page, 1), max_kv = 1;
+  for (int64_t p : pages) max_kv = std::max(max_kv, p);
+  int64_t high = max_kv;
+  while (low < high) {
+    const int64_t mid = (low + high) / 2;
+    int64_t blocks = 0;
+    for (size_t i = 0; i < packed.size(); ++i)
+      blocks += (packed[i] + ctq - 1) / ctq * ((std::max<int64_t>(pages[i], 1) + mid - 1) / mid);
+    if (blocks > max_bs) low = mid + 1;
+    else high = mid;
+  }
+  *chunk = low < max_kv ? low * page : 0;
+}
+
 AttnSpec resolve_launch(const AttnSpec& spec, const AttnArgs& a) {
   AttnSpec s = spec;
   if (s.convention == AttnConvention::flashinfer && s.kv_chunk < 0) s.kv_chunk = flashinfer_plan_chunk(s, a);
+  if (s.convention == AttnConvention::flashinfer && (s.cta_tile_q == 0 || s.prefill_kv_chunk < 0)) {
+    int64_t ctq = 0, chunk = 0;
+    flashinfer_prefill_plan(s, a, &ctq, &chunk);
+    if (s.cta_tile_q == 0) s.cta_tile_q = ctq;
+    if (s.prefill_kv_chunk < 0) s.prefill_kv_chunk = chunk;
+  }
   if (s.convention != AttnConvention::vllm_triton_unified || s.segments >= 0) return s;
   // vLLM unified_attention: BLOCK_M = 16 if G <= 16 else next_power_of_2(G); BLOCK_Q = BLOCK_M // G;
   // total_num_q_blocks = T // BLOCK_Q + num_seqs; the 2D kernel if max_seqlen_q > 1 or blocks · Hkv > 128.
@@ -280,6 +354,24 @@ void check_paged_attention(const AttnSpec& spec, const AttnArgs& a) {
   if (spec.kv_chunk != -1 && spec.convention != AttnConvention::flashinfer)
     throw InputError(std::string(what) + ": convention " + to_string(spec.convention) +
                      " has no split-KV chunk to set (flashinfer has)");
+  if (spec.convention != AttnConvention::flashinfer &&
+      (spec.fi_kernel != FiKernel::automatic || spec.cta_tile_q != 0 || spec.prefill_kv_chunk != -1))
+    throw InputError(std::string(what) + ": convention " + to_string(spec.convention) +
+                     " has no FlashInfer kernel choice, cta_tile_q or prefill split-KV chunk to set (flashinfer has)");
+  if (spec.convention == AttnConvention::flashinfer) {
+    if (spec.fi_kernel == FiKernel::prefill && !flashinfer_prefill_supported(spec))
+      throw InputError(std::string(what) + ": FlashInfer's prefill kernel takes head dims 64, 128 or 256 (Dk = Dv, no "
+                       "MLA) with bf16 or f16 queries, not Dk " + num(c.head_dim) + ", Dv " + num(spec.dv()) + ", q " +
+                       format_name(spec.q_format) + (spec.v_from_k ? ", V from K" : ""));
+    int64_t warps = 0;
+    if (spec.cta_tile_q != 0 && flashinfer_prefill_tile(flashinfer_prefill_supported(spec) ? c.head_dim : 128,
+                                                        spec.cta_tile_q, &warps) == 0)
+      throw InputError(std::string(what) + ": cta_tile_q must be 16, 64 or 128 (not 128 for head dim 256), or 0 (as "
+                       "FlashInfer plans), not " + num(spec.cta_tile_q));
+    if (spec.prefill_kv_chunk < -1)
+      throw InputError(std::string(what) + ": prefill_kv_chunk must be 0 (no split), a key count > 0 or -1 (as "
+                       "FlashInfer plans), not " + num(spec.prefill_kv_chunk));
+  }
   if (spec.kv_chunk < -1)
     throw InputError(std::string(what) + ": kv_chunk must be 0 (one pass), a key count > 0 or -1 (as FlashInfer "
                      "plans), not " + num(spec.kv_chunk));

@@ -1122,13 +1122,23 @@ void paged_attention(const AttnSpec& spec, const AttnArgs& args) {
     return;
   }
   constexpr int64_t kChunk = 4;  // query positions per unit
+  const AttnSpec rs = resolve_launch(spec, args);  // vLLM's 2D or 3D kernel; FlashInfer's split-KV chunks and q tile
   std::vector<Unit> units;
+  std::vector<int64_t> fi_prefill;  // flashinfer: the sequences that run FlashInfer's tensor-core prefill kernel
   for (int64_t b = 0; b < args.num_seqs; ++b) {
     const SeqPages s = seq_pages(spec, args, b);
+    if (flashinfer_takes_prefill(rs, s)) {
+      fi_prefill.push_back(b);
+      continue;
+    }
     for (int64_t i = 0; i < s.q_len; i += kChunk) units.push_back({b, i, std::min(s.q_len, i + kChunk)});
   }
+  // Those run the reference's rows (scalar: the HMMA.16816 steps, ref::hmma16_step) per (sequence, q head), in parallel.
+  const int64_t np = static_cast<int64_t>(fi_prefill.size()) * rs.num_q_heads;
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t u = 0; u < np; ++u)
+    ref::paged_attention_head(rs, args, fi_prefill[static_cast<size_t>(u / rs.num_q_heads)], u % rs.num_q_heads, nullptr);
   const int64_t nu = static_cast<int64_t>(units.size());
-  const AttnSpec rs = resolve_launch(spec, args);  // vLLM's 2D or 3D kernel; FlashInfer's split-KV chunk
 #pragma omp parallel
   {
     Worker w(rs, args);

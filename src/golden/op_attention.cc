@@ -216,6 +216,9 @@ AttnCase parse_attn(const Descriptor& d) {
   s.tile = int_key(d, "tile", 0, 256);
   s.segments = int_key(d, "segments", -1, 64);
   s.kv_chunk = int_key(d, "kv-chunk", -1, 1 << 24);
+  s.fi_kernel = enum_key(d, "fi-kernel", attn::parse_fi_kernel, "auto, prefill, decode");
+  s.cta_tile_q = int_key(d, "cta-tile-q", 0, 128);
+  s.prefill_kv_chunk = int_key(d, "prefill-kv-chunk", -1, 1 << 24);
   const std::string& chunk = d.get("chunk");
   if (chunk != "quantized" && chunk != "unquantized")
     throw InputError(where(d) + "chunk is quantized or unquantized, not '" + chunk + "'");
@@ -485,6 +488,12 @@ OpInfo paged_attention_op() {
       {"segments", "-1",
        "vllm-triton-unified: 0 one pass (2D kernel), 2..64 segments (3D; vLLM: 16), -1 as vLLM picks"},
       {"kv-chunk", "-1", "flashinfer: split-KV chunk in keys (0: one pass), -1 as FlashInfer plans on H100/H200"},
+      {"fi-kernel", "auto",
+       "flashinfer: auto (prefill sequences FlashInfer's tensor-core prefill kernel, decode ones its decode kernel), "
+       "prefill, decode"},
+      {"cta-tile-q", "0", "flashinfer prefill kernel: packed query rows per CTA, 16/64/128 (0: as FlashInfer plans)"},
+      {"prefill-kv-chunk", "-1",
+       "flashinfer prefill kernel: split-KV chunk in keys (0: none), -1 as FlashInfer plans on H100/H200"},
       {"seed", "1", "case seed"},
   };
   op.make_inputs = make_attn_inputs;
@@ -500,6 +509,9 @@ OpInfo paged_attention_op() {
     base.set("tile", "0");
     base.set("segments", "-1");
     base.set("kv-chunk", "-1");
+    base.set("fi-kernel", "auto");
+    base.set("cta-tile-q", "0");
+    base.set("prefill-kv-chunk", "-1");
     auto m = key_variants(base, "convention", {"exact", "vllm-paged-v1", "vllm-triton-unified", "flashinfer",
                                                "torch-sdpa-math", "spyre"});
     // vLLM's Triton kernels forced either way: the 2D kernel (tiles of 32, or 16), the 3D kernel (16 segments)
@@ -519,6 +531,16 @@ OpInfo paged_attention_op() {
       x.set("convention", "flashinfer");
       x.set("kv-chunk", chunk);
       m.emplace_back(std::string("flashinfer kv-chunk=") + chunk, x);
+    }
+    // FlashInfer's prefill rows on its decode kernel's steps (as fp8ref <= 0.5.0 modelled them), and the prefill
+    // kernel without its split-KV
+    for (const auto& [name, key, value] : {std::tuple<const char*, const char*, const char*>{
+                                               "flashinfer fi-kernel=decode", "fi-kernel", "decode"},
+                                           {"flashinfer prefill-kv-chunk=0", "prefill-kv-chunk", "0"}}) {
+      Descriptor x = base;
+      x.set("convention", "flashinfer");
+      x.set(key, value);
+      m.emplace_back(name, x);
     }
     return m;
   };

@@ -1,6 +1,6 @@
 """Deterministic paged-attention decode inputs from a seed, in numpy alone (no torch, no FP8 cast), so that a GPU
 capture can store only its outputs and the test regenerates the inputs bit for bit (capture_flashinfer_decode.py,
-tests/python/test_attention_flashinfer_capture.py).
+capture_flashinfer_prefill.py, tests/python/test_attention_flashinfer_capture.py).
 
 decode_case(seed, seq_lens, hkv, hq, d, page) -> dict of
   q [B, hq, d] uint16: bf16 bit patterns, random sign, exponent 2^-8 .. 2^0, random 7-bit mantissa;
@@ -8,6 +8,13 @@ decode_case(seed, seq_lens, hkv, hq, d, page) -> dict of
     zeros and subnormals included); every slot past a sequence 0x7F (a NaN code);
   indptr [B+1], indices [indptr[B]], last [B] int32: FlashInfer's CSR page table over shuffled pages (3 spare);
   ks, vs [1] float32: per-tensor scales 2^-k·(1 + f).
+
+prefill_case(seed, seq_lens, q_lens, hkv, hq, d, page) -> the same dict for batch prefill / append
+(capture_flashinfer_prefill.py): seq_lens are the KV lengths including each request's new chunk, q_lens the query
+rows per request (1 <= q_len <= seq_len: causal, aligned bottom-right). Same draws in the same order as decode_case
+(page permutation, K and V caches, q, k/v scales), only q has [qo_indptr[B], hq, d] rows (request b's rows are
+qo_indptr[b] .. qo_indptr[b+1]-1, its last row the query of position seq_len - 1), and qo_indptr [B+1] int32 is
+added. With every q_len = 1 it returns decode_case's arrays bit for bit (plus qo_indptr = arange(B+1)).
 
 dense_case(rng, seq_lens, q_lens, hkv, hq, d, bs, e4m3_codes, bf16_bits) -> the inputs of
 capture_vllm_unified_attention.py (its draws, in its order): a dense block table bt [B, max pages + 4] over shuffled
@@ -18,8 +25,16 @@ import numpy as np
 
 
 def decode_case(seed, seq_lens, hkv, hq, d, page):
-    rng = np.random.Generator(np.random.PCG64(seed))
+    c = prefill_case(seed, seq_lens, [1] * len(seq_lens), hkv, hq, d, page)
+    del c["qo_indptr"]
+    return c
+
+
+def prefill_case(seed, seq_lens, q_lens, hkv, hq, d, page):
     B = len(seq_lens)
+    if len(q_lens) != B or any(not 1 <= q <= s for q, s in zip(q_lens, seq_lens)):
+        raise ValueError("need 1 <= q_len <= seq_len for every request")
+    rng = np.random.Generator(np.random.PCG64(seed))
     need = [max((s + page - 1) // page, 1) for s in seq_lens]
     pages = sum(need) + 3
     indices_all = rng.permutation(pages).astype(np.int32)
@@ -34,13 +49,15 @@ def decode_case(seed, seq_lens, hkv, hq, d, page):
             j = np.arange(seq_lens[b])
             cache[indices[indptr[b] + j // page], j % page] = codes.astype(np.uint8)
         caches.append(cache)
-    sign = rng.integers(0, 2, (B, hq, d)).astype(np.uint16) << 15
-    q = sign | (rng.integers(119, 128, (B, hq, d)).astype(np.uint16) << 7) | rng.integers(0, 128, (B, hq, d)).astype(
+    qo_indptr = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+    T = int(qo_indptr[-1])
+    sign = rng.integers(0, 2, (T, hq, d)).astype(np.uint16) << 15
+    q = sign | (rng.integers(119, 128, (T, hq, d)).astype(np.uint16) << 7) | rng.integers(0, 128, (T, hq, d)).astype(
         np.uint16)
     ks = np.array([np.ldexp(1 + rng.integers(0, 256) / 256, -int(rng.integers(2, 5)))], np.float32)
     vs = np.array([np.ldexp(1 + rng.integers(0, 256) / 256, -int(rng.integers(2, 5)))], np.float32)
     return {"q": q, "kc": caches[0], "vc": caches[1], "indptr": indptr, "indices": indices, "last": last, "ks": ks,
-            "vs": vs}
+            "vs": vs, "qo_indptr": qo_indptr}
 
 
 def dense_case(rng, seq_lens, q_lens, hkv, hq, d, bs, e4m3_codes, bf16_bits):
