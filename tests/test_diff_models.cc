@@ -130,7 +130,9 @@ TEST_CASE("diff --models: paged attention and cache-write outputs are matched to
     const io::MappedSafetensors em(f.expected), am(f.actual);
     std::string note;
     const auto rows = golden::model_distances(em, am, &note);
-    REQUIRE(rows.size() == 11);  // six conventions, vLLM's Triton kernels forced three ways, FlashInfer's split two
+    // six conventions, vLLM's Triton kernels forced three ways, FlashInfer's decode split two, its prefill rows on the
+    // decode kernel's steps, its prefill kernel unsplit
+    REQUIRE(rows.size() == 13);
     CHECK(rows[0].equal == rows[0].elements);
     bool found = false;
     for (const auto& m : rows) {
@@ -149,7 +151,7 @@ TEST_CASE("diff --models: paged attention and cache-write outputs are matched to
     const io::MappedSafetensors em(f.expected), am(f.actual);
     std::string note;
     const Rows rows = golden::model_distances(em, am, &note);
-    REQUIRE(rows.size() == 11);
+    REQUIRE(rows.size() == 13);
     CHECK(rows[0].name == first);
     CHECK(rows[0].equal == rows[0].elements);
     for (const auto& m : rows)
@@ -160,6 +162,11 @@ TEST_CASE("diff --models: paged attention and cache-write outputs are matched to
   named("paged_attention convention=flashinfer seq-lens=600,40,300 q-lens=1,1,1 seed=8",
         "paged_attention convention=flashinfer kv-chunk=0 seq-lens=600,40,300 q-lens=1,1,1 seed=8", "fi1pass",
         "flashinfer kv-chunk=0", "flashinfer kv-chunk=128", [](const auto&, const auto&, const Rows&) {});
+  // prefill chunks: the golden model runs FlashInfer's tensor-core prefill kernel; the device took its decode kernel's
+  // steps for them
+  named("paged_attention convention=flashinfer seq-lens=600,40,300 q-lens=7,1,20 seed=9",
+        "paged_attention convention=flashinfer fi-kernel=decode seq-lens=600,40,300 q-lens=7,1,20 seed=9", "fidec",
+        "flashinfer fi-kernel=decode", "flashinfer", [](const auto&, const auto&, const Rows&) {});
   // the golden model runs vLLM's 3D kernel; the device ran the 2D kernel
   named("paged_attention convention=vllm-triton-unified seq-lens=600,40,3 q-lens=1,1,1 seed=7",
         "paged_attention convention=vllm-triton-unified segments=0 seq-lens=600,40,3 q-lens=1,1,1 seed=7", "attn2d",

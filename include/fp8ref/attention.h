@@ -105,8 +105,8 @@
 //   Against vLLM's own kernels on an H100: every one of 335,872 bf16 and 172,032 f16 outputs bit-equal
 //   (docs/attention.md).
 // flashinfer (include/flashinfer/attention/decode.cuh, variants.cuh; flashinfer/decode.py; pac b.4, c.4): FlashInfer's
-//   CUDA-core batch decode kernel. Rows of a prefill chunk take the same steps (one pass); FlashInfer's prefill kernel
-//   (tensor-core mma, P rounded for the PV product) is not modelled.
+//   CUDA-core batch decode kernel for the sequences it runs (AttnSpec::fi_kernel: by default those of one query token;
+//   the others take the prefill kernel below).
 //   k = f32(k8) (no scale); c = RN32(RN64(sm_scale·sk)) then c2 = RN32(c·RN32(log2 e)) (k scale folded into
 //   sm_scale on the Python side); s_j = RN32(dot(q, k_j)·c2). exp2 here is the GPU's: MUFU.EX2 (ex2.approx.ftz,
 //   ref::mufu_ex2, include/fp8ref/mufu_ex2.h); lg2 the exact log2 rounded to f32 (fp8ref's stand-in for lg2.approx,
@@ -126,6 +126,29 @@
 //   contracts it, read in its PTX); m = m'; then each lane's w_l = RN_out(RN32(o_d·rcp(d))) (0 for d = 0) and
 //   lse_l = RN32(m + lg2(d)), merged the same way over l = 0..L−1 in order, and out = RN_out(RN32(o_d·rcp(d))) (then
 //   the v scale as above).
+// flashinfer prefill kernel (FlashInfer 0.7.4 attention/prefill.cuh, the FA2 BatchPrefillWithPagedKVCache its
+//   backend "auto" takes on Hopper for bf16/f16 q over an fp8 cache; scheduler.cuh PrefillPlan; flashinfer/prefill.py):
+//   f = md (bf16 or f16; the kernel's DTypeQ). K and V codes widened exactly to f; c = RN32(RN64(RN64(sm_scale·sk)·
+//   log2e_f)) (the K scale folded into sm_scale in Python, ·log2 e in double in the kernel). The row's KV start a0:
+//   with a sliding window max(0, seq_len + (qt·cta_tile_q) / G − q_len − window) for the row's q tile
+//   qt = (i·G + h mod G) / cta_tile_q (query i of the sequence, q head h), else 0; chunks [a0 + C·k, a0 + C·k + C)
+//   (C = AttnSpec::prefill_kv_chunk; one chunk [a0, seq_len) for C = 0). Per chunk, nw KV warps
+//   (flashinfer_prefill_tile: T keys a tile; warp w the tiles from the chunk's start + (it·nw + w)·T), each from
+//   m = −inf, d = 1, o = 0, per tile (keys outside the row's visible range or the chunk: s = −inf, p = 0):
+//     s_j = HMMA chain over dims in steps of 16 from 0 (ref::hmma16_dot(f, q, k_j, Dk, 0); HMMA.16816.F32);
+//     m' = max(m, max s_j); mc = max(RN32(m'·c), −FLT_MAX); a = m == −inf ? 0 : ex2(RN32(RN32(m − m')·c));
+//     d = RN32(d·a), o_d = RN32(o_d·a) (flushed below 2^-126: -use_fast_math);
+//     P_j = RN_f(ex2(fma(s_j, c, −mc))) (ptxas contracts the product and the difference);
+//     per 16 keys of the tile in order: d = hmma16_step(f, P, ones, 16, d), o_d = hmma16_step(f, P, v_·d, 16, o_d);
+//     m = m'.
+//   Then m = RN32(m·c) (m stays −inf; d = 0 for a warp that saw no key). nw > 1 (cta_tile_q 16): m = max over the
+//   warps; d = fma(d, ex2(RN32(m_prev − m)), RN32(d_w·ex2(RN32(m_w − m)))) over w = 0..nw−1 in order (from m = −inf,
+//   d = 1); o_d = RN32(o_0·sc_0), then fma(o_w, sc_w, o_d), sc_w = ex2(RN32(m_w − m)). One chunk: out =
+//   RN_out(RN32(o_d·rcp(d))) (0 where m = −inf), rcp = MUFU.RCP; several: each chunk's (o, m, d) merged as the decode
+//   kernel's split-KV chunks (flashinfer_merge_chunks). Then the V scale as in the decode kernel. exp2 = MUFU.EX2
+//   (ref::mufu_ex2), NaN arguments (−inf − (−inf)) taken as −inf.
+//   Against FlashInfer's own prefill kernel on an H100 (tests/data/h200/flashinfer_prefill.npz): 216,560 of 216,576
+//   outputs bit-equal, every one of the unsplit batches (docs/attention.md).
 // torch-sdpa-math (aten/src/ATen/native/transformers/attention.cpp _scaled_dot_product_attention_math, CPU; pac b.1.7)
 //   K̂, V̂ = deq_md (the dequantized cache as md tensors); c = RN32(sqrt(sm_scale)) (double sqrt, then the f32
 //   opmath scalar); q' = RN32(f32(q)·c); k'_j = RN32(k̂_j·c) (q·√s and kᵀ·√s, applied separately);

@@ -20,7 +20,7 @@
 
 namespace fp8ref::golden {
 
-constexpr const char* kVersion = "0.5.0";
+constexpr const char* kVersion = "0.6.0";
 
 // ---- descriptors --------------------------------------------------------------------------------------------
 struct Descriptor {

@@ -247,8 +247,43 @@ def test_tile_option(fp8ref, tmp_path):
                 ("vllm-triton-unified", ("--segments", "3"), "power of two"),
                 ("flashinfer", ("--segments", "16"), "has no segments"),
                 ("flashinfer", ("--kv-chunk", "-2"), "--kv-chunk needs a whole number in [-1"),
-                ("vllm-triton-unified", ("--kv-chunk", "128"), "has no split-KV chunk"))
+                ("vllm-triton-unified", ("--kv-chunk", "128"), "has no split-KV chunk"),
+                ("flashinfer", ("--cta-tile-q", "32"), "cta_tile_q must be 16, 64 or 128"),
+                ("flashinfer", ("--fi-kernel", "both"), "--fi-kernel is auto, prefill or decode"),
+                ("flashinfer", ("--prefill-kv-chunk", "-2"), "--prefill-kv-chunk needs a whole number in [-1"),
+                ("vllm-triton-unified", ("--fi-kernel", "prefill"), "has no FlashInfer kernel choice"),
+                ("exact", ("--cta-tile-q", "64"), "has no FlashInfer kernel choice"))
     assert_refused(fp8ref, tmp_path, refusals)
+
+
+def test_fi_kernel_option(fp8ref, tmp_path):
+    """flashinfer runs a sequence with a prefill chunk through FlashInfer's tensor-core prefill kernel by default
+    (--fi-kernel auto) and a decode token through its CUDA-core decode kernel; prefill / decode force one kernel for
+    every sequence. Where the prefill kernel does not exist (head dim 32 here), auto keeps the decode kernel's steps
+    and prefill is refused (exit 2, nothing written)."""
+    rng = np.random.default_rng(21)
+    attention_inputs(tmp_path, rng, [300, 77, 150], [9, 1, 30], 2, 8, 64, 16)
+    outs = {}
+    for k in ("auto", "prefill", "decode"):
+        r = run_attention(fp8ref, tmp_path, "flashinfer", extra=("--fi-kernel", k))
+        assert r.returncode == 0, r.stderr
+        outs[k] = np.load(tmp_path / "out.npy").reshape(40, 8, 64)
+    rows = {"prefill": np.r_[0:9, 10:40], "decode": np.r_[9:10]}  # the sequences' rows in the output
+    assert np.array_equal(outs["auto"][rows["decode"]], outs["decode"][rows["decode"]])
+    # (the prefill kernel's plan covers the prefill sequences alone under auto, every sequence under prefill)
+    assert np.mean(outs["auto"][rows["prefill"]] == outs["decode"][rows["prefill"]]) < 0.8
+    assert np.mean(outs["prefill"][rows["decode"]] == outs["decode"][rows["decode"]]) < 0.8
+    r = run_attention(fp8ref, tmp_path, "flashinfer")
+    assert r.returncode == 0 and np.array_equal(np.load(tmp_path / "out.npy").reshape(40, 8, 64), outs["auto"])
+    (tmp_path / "out.npy").unlink()
+    attention_inputs(tmp_path, rng, [100, 40], [5, 1], 2, 4, 32, 16)
+    auto = run_attention(fp8ref, tmp_path, "flashinfer")
+    assert auto.returncode == 0, auto.stderr
+    a = np.load(tmp_path / "out.npy")
+    dec = run_attention(fp8ref, tmp_path, "flashinfer", extra=("--fi-kernel", "decode"))
+    assert dec.returncode == 0 and np.array_equal(np.load(tmp_path / "out.npy"), a)
+    (tmp_path / "out.npy").unlink()
+    assert_refused(fp8ref, tmp_path, (("flashinfer", ("--fi-kernel", "prefill"), "prefill kernel takes head dims 64"),))
 
 
 def test_segments_option_follows_vllms_launch(fp8ref, tmp_path):

@@ -1,4 +1,4 @@
-"""fp8ref's `flashinfer` paged attention against FlashInfer's own batch decode kernel run on an H100
+"""fp8ref's `flashinfer` paged attention against FlashInfer's own batch decode and batch prefill kernels run on an H100
 (tools/device/capture_flashinfer_decode.py + .cu: FlashInfer 0.7.4's headers, driven as its csrc/batch_decode.cu does,
 DecodePlan included; tests/data/h200/flashinfer_decode.npz keeps the outputs and the plans (flashinfer_occupancy.npy
 the occupancy table, which tests/test_attention.cc holds fp8ref's plan to), and
@@ -12,6 +12,16 @@ batch's bf16 outputs bit-equal with fp8ref's default (FlashInfer's plan for a 13
 FlashInfer took 336) 51 %. What is left: the GPU's lg2.approx in the chunks' log-sum-exp (fp8ref: the exact log2; the
 GPU's exp2 and reciprocal are modelled bit for bit). The assertions hold these facts with a margin (the unsplit batch:
 bit for bit).
+
+The prefill kernel (tools/device/capture_flashinfer_prefill.py + .cu: FlashInfer 0.7.4's BatchPrefillWithPagedKVCache,
+FA2 — the backend its "auto" picks on Hopper for bf16 q over an e4m3 cache — driven as its csrc does, PrefillPlan
+included; tests/data/h200/flashinfer_prefill.npz): 14 batches of chunked prefill with decode rows mixed in, G = 1, 2,
+4, 8, D = 64, 128, 256, pages of 1, 16, 64, sliding windows, every cta_tile_q (16, 64, 128) and so every KV tile, 4
+batches FlashInfer runs in one pass per row and 10 it splits (chunks of 128, 144 keys). Measured at capture: 216,560 of
+the 216,576 outputs bit-equal — every output of the 4 unsplit batches (58,880) and of 5 split ones; the 16 others, in
+5 split batches (99.96-99.99 % each), within 2 bf16 ulps of their row (what is left: lg2.approx in the chunks'
+log-sum-exp, as in the decode kernel) — against 49-65 % per batch for the decode kernel's steps (--fi-kernel decode,
+fp8ref <= 0.5.0's model of a prefill row).
 """
 import pathlib
 import sys
@@ -25,10 +35,10 @@ CAPTURE = "h200/flashinfer_decode.npz"
 
 
 def run(fp8ref, tmp_path, inp, window, *extra):
-    B = inp["q"].shape[0]
+    B = inp["indptr"].shape[0] - 1
     for key in ("q", "kc", "vc", "ks", "vs", "indptr", "indices", "last"):
         np.save(tmp_path / f"{key}.npy", inp[key])
-    np.save(tmp_path / "qsl.npy", np.arange(B + 1, dtype=np.int32))
+    np.save(tmp_path / "qsl.npy", inp.get("qo_indptr", np.arange(B + 1, dtype=np.int32)))
     win = ["--window-left", str(window)] if window >= 0 else []
     fp8ref("paged-attention", "--convention", "flashinfer", "--md", "bf16", "--q", tmp_path / "q.npy",
            "--query-start-loc", tmp_path / "qsl.npy", "--k-cache", tmp_path / "kc.npy", "--v-cache",
@@ -66,3 +76,40 @@ def test_flashinfer_against_flashinfers_decode_kernel(fp8ref, test_data, tmp_pat
             one = run(fp8ref, tmp_path, inp, window, "--kv-chunk", "0")
             assert np.mean(one == gpu) < 0.95, c
     assert split_cases >= 6
+
+
+def test_flashinfer_against_flashinfers_prefill_kernel(fp8ref, test_data, tmp_path):
+    path = test_data / "h200/flashinfer_prefill.npz"
+    if not path.exists():
+        pytest.skip(f"missing capture {path}")
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools" / "device"))
+    from paged_inputs import prefill_case
+    d = np.load(path)
+    split_cases = unsplit_outputs = 0
+    for c in sorted({k.split("_")[0] for k in d.files if k.startswith("c")}, key=lambda x: int(x[1:])):
+        seed, hkv, hq, dim, page, window = (int(x) for x in d[f"{c}_case"])
+        q_lens = [int(x) for x in d[f"{c}_q_lens"]]
+        inp = prefill_case(seed, [int(x) for x in d[f"{c}_seq_lens"]], q_lens, hkv, hq, dim, page)
+        gpu = d[f"{c}_out"]
+        ours = run(fp8ref, tmp_path, inp, window, "--fi-kernel", "prefill")  # (the capture's decode rows too)
+        eq = float(np.mean(ours == gpu))
+        worst = float(np.max(row_ulps(values(ours), values(gpu))))
+        cta_tile_q, split, chunk, _ = (int(x) for x in d[f"{c}_plan"])
+        print(f"{c}: plan cta_tile_q {cta_tile_q} split {split} chunk {chunk}: bit-equal {eq:.5f} of {ours.size}, "
+              f"max {worst:.2f} row ulps")
+        if split:
+            split_cases += 1
+            assert eq >= 0.999 and worst <= 2.0, c
+        else:
+            unsplit_outputs += ours.size
+            assert eq == 1.0, c
+        # fp8ref's plan is FlashInfer's: forcing the captured one changes nothing
+        forced = run(fp8ref, tmp_path, inp, window, "--fi-kernel", "prefill", "--cta-tile-q", str(cta_tile_q),
+                     "--prefill-kv-chunk", str(chunk if split else 0))
+        assert np.array_equal(forced, ours), c
+        # the decode kernel's steps for these rows are far off
+        assert np.mean(run(fp8ref, tmp_path, inp, window, "--fi-kernel", "decode") == gpu) < 0.7, c
+        if max(q_lens) > 1 and min(q_lens) > 1:  # auto: every sequence here has a prefill chunk, so the same kernel
+            assert np.array_equal(run(fp8ref, tmp_path, inp, window), ours), c
+    assert split_cases >= 8 and unsplit_outputs >= 58000
+

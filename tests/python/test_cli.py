@@ -74,7 +74,7 @@ def subcommands(fp8ref):
 
 def test_version(fp8ref):
     p = fp8ref("--version")
-    assert p.returncode == 0 and p.stdout.strip() == "fp8ref 0.5.0"
+    assert p.returncode == 0 and p.stdout.strip() == "fp8ref 0.6.0"
 
 
 def test_program_help(fp8ref):
@@ -125,7 +125,7 @@ def test_list_text(fp8ref):
 
 def test_list_json(fp8ref):
     j = json.loads(fp8ref("list", "--json", check=True).stdout)
-    assert j["version"] == "0.5.0"
+    assert j["version"] == "0.6.0"
     fm = {f["name"]: f for f in j["formats"]}
     assert fm["e4m3fn"]["max_finite"] == 448 and fm["e4m3fn"]["bias"] == 7 and fm["e4m3fn"]["man_bits"] == 3
     assert fm["e4m3fnuz"]["max_finite"] == 240 and fm["e4m3fnuz"]["safetensors"] == "F8_E4M3FNUZ"
