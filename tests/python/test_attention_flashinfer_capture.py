@@ -85,7 +85,7 @@ def test_flashinfer_against_flashinfers_prefill_kernel(fp8ref, test_data, tmp_pa
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools" / "device"))
     from paged_inputs import prefill_case
     d = np.load(path)
-    split_cases = unsplit_outputs = 0
+    split_cases = unsplit_outputs = mismatched = 0
     for c in sorted({k.split("_")[0] for k in d.files if k.startswith("c")}, key=lambda x: int(x[1:])):
         seed, hkv, hq, dim, page, window = (int(x) for x in d[f"{c}_case"])
         q_lens = [int(x) for x in d[f"{c}_q_lens"]]
@@ -97,9 +97,10 @@ def test_flashinfer_against_flashinfers_prefill_kernel(fp8ref, test_data, tmp_pa
         cta_tile_q, split, chunk, _ = (int(x) for x in d[f"{c}_plan"])
         print(f"{c}: plan cta_tile_q {cta_tile_q} split {split} chunk {chunk}: bit-equal {eq:.5f} of {ours.size}, "
               f"max {worst:.2f} row ulps")
+        mismatched += int(np.sum(ours != gpu))
         if split:
             split_cases += 1
-            assert eq >= 0.999 and worst <= 2.0, c
+            assert eq >= 0.9995 and worst <= 2.0, c
         else:
             unsplit_outputs += ours.size
             assert eq == 1.0, c
@@ -111,5 +112,8 @@ def test_flashinfer_against_flashinfers_prefill_kernel(fp8ref, test_data, tmp_pa
         assert np.mean(run(fp8ref, tmp_path, inp, window, "--fi-kernel", "decode") == gpu) < 0.7, c
         if max(q_lens) > 1 and min(q_lens) > 1:  # auto: every sequence here has a prefill chunk, so the same kernel
             assert np.array_equal(run(fp8ref, tmp_path, inp, window), ours), c
-    assert split_cases >= 8 and unsplit_outputs >= 58000
+    # 16 at capture. Mutants, measured: p = ex2(s·c − m·c) without ptxas's contraction into one fma 24; QK as an f32
+    # FMA chain instead of the HMMA steps over 100 (unsplit batches off too); P not rounded to bf16 ~40 % of all. (The
+    # row sum as P·ones on the tensor cores, read from the SASS, and as an f32 sum give the same outputs here.)
+    assert split_cases >= 8 and unsplit_outputs >= 58000 and mismatched <= 16
 
