@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -460,6 +461,41 @@ int check_triton_unified(PagedProblem& p, bool guard = true) {
   return bad;
 }
 
+// FlashInfer's online state and its split-KV merge (shared by the two dense checks below).
+struct FiSt {
+  float m = -INFINITY, d = 1.0f;
+  std::vector<float> o;
+};
+float fi_ex2(float x) { return ref::mufu_ex2(std::isnan(x) ? -INFINITY : x); }
+void fi_merge(FiSt& st, const std::vector<float>& v, float sc) {
+  const float mp = st.m;
+  st.m = std::max(mp, sc);
+  const float f1 = fi_ex2(mp - st.m), f2 = fi_ex2(sc - st.m);
+  st.d = std::fma(st.d, f1, f2);
+  for (size_t i = 0; i < st.o.size(); ++i) st.o[i] = std::fma(st.o[i], f1, v[i] * f2);
+}
+std::vector<float> fi_out_of(const FiSt& st, Format of) {  // o·rcp(d), 0 for d = 0, in the output dtype
+  std::vector<float> v(st.o.size());
+  const float r = st.d > 0 ? attn::ref::mufu_rcp(st.d) : 0.0f;
+  for (size_t i = 0; i < v.size(); ++i) v[i] = round_to(of, st.o[i] * r);
+  return v;
+}
+float fi_lse(const FiSt& st) { return st.m + static_cast<float>(std::log2(static_cast<double>(st.d))); }
+// The chunks' states (in order) -> the row's output before the V scale: one chunk normalized; several merged in
+// L = 128 / (Dv / max(8, Dv/32)) lanes (chunk c to lane c % L), then the lanes in order.
+std::vector<float> fi_chunks_out(const std::vector<FiSt>& chunk, int64_t Dv, Format of) {
+  if (chunk.size() == 1) return fi_out_of(chunk[0], of);
+  const int64_t L = 128 / (Dv / std::max<int64_t>(8, Dv / 32));
+  std::vector<FiSt> lane(static_cast<size_t>(L));
+  for (FiSt& st : lane) st.o.assign(static_cast<size_t>(Dv), 0.0f);
+  for (size_t c = 0; c < chunk.size(); ++c)
+    fi_merge(lane[c % static_cast<size_t>(L)], fi_out_of(chunk[c], of), chunk[c].m == -INFINITY ? -INFINITY : fi_lse(chunk[c]));
+  FiSt all;
+  all.o.assign(static_cast<size_t>(Dv), 0.0f);
+  for (const FiSt& st : lane) fi_merge(all, fi_out_of(st, of), fi_lse(st));
+  return fi_out_of(all, of);
+}
+
 // flashinfer, re-implemented densely from FlashInfer's decode kernel as attention.h states it (pac b.4): the K
 // scale folded into the softmax scale (sm·sk in double, then ·log2 e in f32), raw codes in the dot, base-2 online
 // softmax over T-key tiles from m = −inf, d = 1, o = 0 with f32 probabilities and the GPU's exp2 (MUFU.EX2,
@@ -476,33 +512,13 @@ void check_flashinfer(PagedProblem& p) {
   const AttnSpec& s = p.spec;
   const int64_t Dk = s.cache.head_dim, Dv = s.dv(), T = s.tile_keys();
   const int64_t C = s.kv_chunk >= 0 ? s.kv_chunk : attn::flashinfer_plan_chunk(s, p.args());
-  const int64_t L = 128 / (Dv / std::max<int64_t>(8, Dv / 32));
-  auto ex2 = [](float x) { return ref::mufu_ex2(std::isnan(x) ? -INFINITY : x); };
-  struct St {
-    float m = -INFINITY, d = 1.0f;
-    std::vector<float> o;
-  };
-  auto merge = [&](St& st, const std::vector<float>& v, float sc) {
-    const float mp = st.m;
-    st.m = std::max(mp, sc);
-    const float f1 = ex2(mp - st.m), f2 = ex2(sc - st.m);
-    st.d = std::fma(st.d, f1, f2);
-    for (size_t i = 0; i < st.o.size(); ++i) st.o[i] = std::fma(st.o[i], f1, v[i] * f2);
-  };
-  auto out_of = [&](const St& st) {  // o·rcp(d), 0 for d = 0, in the output dtype
-    std::vector<float> v(st.o.size());
-    const float r = st.d > 0 ? attn::ref::mufu_rcp(st.d) : 0.0f;
-    for (size_t i = 0; i < v.size(); ++i) v[i] = round_to(s.out_format, st.o[i] * r);
-    return v;
-  };
-  auto lse = [](const St& st) { return st.m + static_cast<float>(std::log2(static_cast<double>(st.d))); };
   int bad = 0;
   for_each_row(p, [&](int64_t b, int64_t row, int64_t h, int64_t kvh, int64_t si, const std::vector<int64_t>& js) {
     const float c2 = static_cast<float>(s.scale() * static_cast<double>(p.ks[si])) * static_cast<float>(M_LOG2E);
     const int64_t n = p.seq_lens[b], cs = C > 0 && n > C ? C : std::max<int64_t>(n, 1), nc = (n + cs - 1) / cs;
-    std::vector<St> chunk(static_cast<size_t>(std::max<int64_t>(nc, 1)));
+    std::vector<FiSt> chunk(static_cast<size_t>(std::max<int64_t>(nc, 1)));
     for (int64_t c = 0; c < static_cast<int64_t>(chunk.size()); ++c) {
-      St& st = chunk[static_cast<size_t>(c)];
+      FiSt& st = chunk[static_cast<size_t>(c)];
       st.o.assign(static_cast<size_t>(Dv), 0.0f);
       std::vector<std::vector<int64_t>> tiles;  // the chunk's visible keys by tile, tiles from the chunk's start
       for (int64_t j : js)
@@ -531,24 +547,110 @@ void check_flashinfer(PagedProblem& p) {
         st.m = mj;
       }
     }
-    std::vector<float> res;
-    if (chunk.size() == 1) {
-      res = out_of(chunk[0]);
-    } else {
-      std::vector<St> lane(static_cast<size_t>(L));
-      for (St& st : lane) st.o.assign(static_cast<size_t>(Dv), 0.0f);
-      for (size_t c = 0; c < chunk.size(); ++c)
-        merge(lane[c % static_cast<size_t>(L)], out_of(chunk[c]), chunk[c].m == -INFINITY ? -INFINITY : lse(chunk[c]));
-      St all;
+    const std::vector<float> res = fi_chunks_out(chunk, Dv, s.out_format);
+    for (int64_t d = 0; d < Dv; ++d) {
+      const float od = res[static_cast<size_t>(d)];
+      expect_out(p, row, h, d, v_scale(p, si) == 1.0f ? od : od * v_scale(p, si), &bad);
+    }
+  });
+  CHECK(bad == 0);
+}
+
+// flashinfer's prefill kernel, re-implemented densely from the steps in attention.h ("flashinfer prefill kernel"):
+// per row its visible keys grouped by chunk (from the row's KV start, a window's moved by the row's q tile), KV warp
+// and tile (T keys; tile t of a chunk to warp t mod nw), each warp's tiles in order: s = the HMMA.16816 chain over
+// dims 16 at a time from 0, the scale inside the base-2 softmax (m rescale by ex2(RN32(m − m')·c), p = ex2(fma(s, c,
+// −RN32(m'·c))) rounded to md), d and o by HMMA steps of 16 keys (P·ones, P·V); then m·c, the warps merged in order,
+// and the chunks as FlashInfer merges split-KV chunks. Rows of sequences that take the decode kernel are not checked.
+void check_flashinfer_prefill(PagedProblem& p) {
+  const AttnSpec s = attn::resolve_launch(p.spec, p.args());  // FlashInfer's plan: cta_tile_q and the chunk
+  const int64_t Dk = s.cache.head_dim, Dv = s.dv(), G = s.num_q_heads / s.cache.num_kv_heads;
+  int64_t nw = 1;
+  const int64_t T = attn::flashinfer_prefill_tile(Dk, s.cta_tile_q, &nw);
+  REQUIRE(T > 0);
+  const Format f = s.q_format;
+  const std::vector<float> ones(16, 1.0f);
+  int bad = 0, rows = 0;
+  for_each_row(p, [&](int64_t b, int64_t row, int64_t h, int64_t kvh, int64_t si, const std::vector<int64_t>& js) {
+    if (!attn::flashinfer_takes_prefill(s, attn::seq_pages(s, p.args(), b))) return;
+    ++rows;
+    const int64_t n = p.seq_lens[b], i = row - p.qsl[b];
+    const int64_t qt = (i * G + h % G) / s.cta_tile_q;
+    const int64_t a0 = s.window_left >= 0 ? std::max<int64_t>(0, n + qt * s.cta_tile_q / G - p.q_lens[b] - s.window_left) : 0;
+    const int64_t C = s.prefill_kv_chunk > 0 ? s.prefill_kv_chunk : std::max<int64_t>(n - a0, 1);
+    const float c = static_cast<float>(s.scale() * static_cast<double>(p.ks[si]) * 1.44269502162933349609375);
+    std::vector<float> q(static_cast<size_t>(Dk)), k(static_cast<size_t>(Dk));
+    for (int64_t d = 0; d < Dk; ++d) q[static_cast<size_t>(d)] = q_val(p, row, h, d);
+    // keys[chunk][warp] = the tiles (start, keys) in order
+    std::map<int64_t, std::map<int64_t, std::vector<std::pair<int64_t, std::vector<int64_t>>>>> keys;
+    for (int64_t j : js) {
+      const int64_t ch = (j - a0) / C, t0 = a0 + ch * C + (j - a0 - ch * C) / T * T;
+      auto& tiles = keys[ch][((t0 - a0 - ch * C) / T) % nw];
+      if (tiles.empty() || tiles.back().first != t0) tiles.push_back({t0, {}});
+      tiles.back().second.push_back(j);
+    }
+    std::vector<FiSt> chunk;
+    for (int64_t ch = 0; ch * C < n - a0 || ch == 0; ++ch) {
+      std::vector<FiSt> w(static_cast<size_t>(nw));
+      for (int64_t wi = 0; wi < nw; ++wi) {
+        FiSt& st = w[static_cast<size_t>(wi)];
+        st.o.assign(static_cast<size_t>(Dv), 0.0f);
+        for (const auto& [t0, tj] : keys[ch][wi]) {
+          std::vector<float> sv;
+          float mj = st.m;
+          for (int64_t j : tj) {
+            for (int64_t d = 0; d < Dk; ++d) k[static_cast<size_t>(d)] = k_code(p, b, j, kvh, d);
+            sv.push_back(ref::hmma16_dot(f, q.data(), k.data(), Dk, 0.0f));
+            mj = std::max(mj, sv.back());
+          }
+          const float a = st.m == -INFINITY ? 0.0f : fi_ex2((st.m - mj) * c);
+          st.d *= a;
+          for (float& x : st.o) x *= a;
+          std::vector<float> P(static_cast<size_t>(T), 0.0f), V(static_cast<size_t>(T * Dv), 0.0f);
+          for (size_t e = 0; e < tj.size(); ++e) {
+            const int64_t at = tj[e] - t0;
+            P[static_cast<size_t>(at)] = round_to(f, fi_ex2(std::fma(sv[e], c, -(mj * c))));
+            for (int64_t d = 0; d < Dv; ++d) V[static_cast<size_t>(d * T + at)] = v_code(p, b, tj[e], kvh, d);
+          }
+          for (int64_t blk = 0; blk < T; blk += 16) {
+            st.d = ref::hmma16_step(f, P.data() + blk, ones.data(), 16, st.d);
+            for (int64_t d = 0; d < Dv; ++d)
+              st.o[static_cast<size_t>(d)] = ref::hmma16_step(f, P.data() + blk, V.data() + d * T + blk, 16, st.o[static_cast<size_t>(d)]);
+          }
+          st.m = mj;
+        }
+        if (st.m == -INFINITY) st.d = 0.0f;
+        else st.m *= c;
+      }
+      FiSt all;  // the warps, in order
       all.o.assign(static_cast<size_t>(Dv), 0.0f);
-      for (const St& st : lane) merge(all, out_of(st), lse(st));
-      res = out_of(all);
+      for (const FiSt& st : w) {
+        const float mp = all.m;
+        all.m = std::max(all.m, st.m);
+        all.d = std::fma(all.d, fi_ex2(mp - all.m), st.d * fi_ex2(st.m - all.m));
+      }
+      for (size_t wi = 0; wi < w.size(); ++wi)
+        for (int64_t d = 0; d < Dv; ++d) {
+          const float t = w[wi].o[static_cast<size_t>(d)], sc = fi_ex2(w[wi].m - all.m);
+          all.o[static_cast<size_t>(d)] = wi == 0 ? t * sc : std::fma(t, sc, all.o[static_cast<size_t>(d)]);
+        }
+      if (all.m == -INFINITY) all.d = 0.0f;
+      chunk.push_back(all);
+    }
+    std::vector<float> res;
+    if (chunk.size() == 1) {  // one pass: o·rcp(d), 0 for a row without a key
+      res.resize(static_cast<size_t>(Dv));
+      const float r = chunk[0].m == -INFINITY ? 0.0f : attn::ref::mufu_rcp(chunk[0].d);
+      for (int64_t d = 0; d < Dv; ++d) res[static_cast<size_t>(d)] = round_to(s.out_format, chunk[0].o[static_cast<size_t>(d)] * r);
+    } else {
+      res = fi_chunks_out(chunk, Dv, s.out_format);
     }
     for (int64_t d = 0; d < Dv; ++d) {
       const float od = res[static_cast<size_t>(d)];
       expect_out(p, row, h, d, v_scale(p, si) == 1.0f ? od : od * v_scale(p, si), &bad);
     }
   });
+  CHECK(rows > 0);
   CHECK(bad == 0);
 }
 
@@ -895,6 +997,45 @@ TEST_SUITE("attention") {
             CHECK(check_triton_unified(p) == 0);
           }
         }
+  }
+
+  TEST_CASE("flashinfer prefill kernel: bitwise against a dense re-implementation of its steps, as planned and forced") {
+    struct Case {
+      const char* name;
+      int64_t bs, hkv, hq, d;
+      std::vector<int64_t> seq_lens, q_lens;
+      Format md;
+      int64_t window, cta_tile_q, chunk;
+      attn::FiKernel kernel;
+      bool csr;
+    };
+    const Case cases[] = {
+        {"mixed G4 D64", 16, 2, 8, 64, {300, 77, 150, 5}, {9, 1, 30, 5}, Format::bf16, -1, 0, -1, attn::FiKernel::automatic, false},
+        {"G1 D128 f16", 16, 4, 4, 128, {129, 400}, {40, 20}, Format::f16, -1, 0, -1, attn::FiKernel::automatic, true},
+        {"D256 page1", 1, 2, 8, 256, {300}, {3}, Format::bf16, -1, 0, -1, attn::FiKernel::automatic, false},
+        {"window split", 16, 2, 4, 128, {600, 250}, {14, 22}, Format::bf16, 100, 0, -1, attn::FiKernel::automatic, false},
+        {"cta16 4 warps", 16, 1, 8, 64, {700, 64}, {3, 1}, Format::bf16, -1, 16, 0, attn::FiKernel::prefill, false},
+        {"cta128 chunk 96", 64, 1, 8, 128, {500, 90}, {30, 20}, Format::bf16, -1, 128, 96, attn::FiKernel::automatic, false},
+        {"cta64 window chunk", 16, 2, 2, 64, {400, 17}, {60, 17}, Format::f16, 20, 64, 48, attn::FiKernel::prefill, true},
+    };
+    uint64_t seed = 900;
+    for (const Case& k : cases) {
+      CAPTURE(k.name);
+      AttnSpec s = base_spec(k.bs, k.hkv, k.hq, k.d);
+      s.convention = AttnConvention::flashinfer;
+      s.q_format = s.out_format = k.md;
+      s.window_left = k.window;
+      s.cta_tile_q = k.cta_tile_q;
+      s.prefill_kv_chunk = k.chunk;
+      s.fi_kernel = k.kernel;
+      PagedProblem p = test::random_problem(s, k.seq_lens, k.q_lens, seed++, k.csr);
+      attn::ref::paged_attention(p.spec, p.args());
+      check_flashinfer_prefill(p);
+      PagedProblem pc = p;  // the cpu backend: bit for bit
+      std::fill(pc.out.begin(), pc.out.end(), uint8_t{0xCD});
+      attn::cpu::paged_attention(pc.spec, pc.args());
+      CHECK(pc.out == p.out);
+    }
   }
 
   TEST_CASE("vllm-triton-unified with a sliding window: vLLM's where(m_j > -inf, m_j, 0) guard, 2D and 3D") {
