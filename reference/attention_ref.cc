@@ -532,7 +532,8 @@ void flashinfer_prefill_pass(const HeadCtx& c, const std::vector<float>& q, int6
   const int64_t first = std::max(lo, cs), last = std::min(hi, ce - 1);
   std::vector<FiState> w(static_cast<size_t>(nw), FiState(Dv));
   std::vector<float> kf(static_cast<size_t>(Dk)), s(static_cast<size_t>(T)), p(static_cast<size_t>(T)),
-      vt(static_cast<size_t>(Dv * T)), ones(16, 1.0f);
+      vt(static_cast<size_t>(Dv * T)), ones(16, 1.0f), code(256);
+  for (int x = 0; x < 256; ++x) code[static_cast<size_t>(x)] = c.code(static_cast<uint8_t>(x));  // (the codes' values)
   // Tiles without a visible key leave a warp's state as it is (m = −inf: d becomes 0, as every later step keeps it).
   for (int64_t t0 = first > last ? ce : cs + (first - cs) / T * T; t0 <= last; t0 += T) {
     FiState& st = w[static_cast<size_t>(((t0 - cs) / T) % nw)];
@@ -542,7 +543,7 @@ void flashinfer_prefill_pass(const HeadCtx& c, const std::vector<float>& q, int6
       float x = kNegInf;
       if (j >= a && j <= e) {
         const uint8_t* k = c.krow(j);
-        for (int64_t d = 0; d < Dk; ++d) kf[static_cast<size_t>(d)] = c.code(k[d]);
+        for (int64_t d = 0; d < Dk; ++d) kf[static_cast<size_t>(d)] = code[k[d]];
         x = fp8ref::ref::hmma16_dot(f, q.data(), kf.data(), Dk, 0.0f);  // HMMA.16816 over dims 16i.., C = 0
         mt = std::max(mt, x);
       }
@@ -556,7 +557,7 @@ void flashinfer_prefill_pass(const HeadCtx& c, const std::vector<float>& q, int6
       p[static_cast<size_t>(j)] = round_to(f, ex2_ftz(std::fma(s[static_cast<size_t>(j)], scale, -msc)));
       const bool vis = t0 + j >= a && t0 + j <= e;
       const uint8_t* v = vis ? c.vrow(t0 + j) : nullptr;
-      for (int64_t d = 0; d < Dv; ++d) vt[static_cast<size_t>(d * T + j)] = vis ? c.code(v[d]) : 0.0f;
+      for (int64_t d = 0; d < Dv; ++d) vt[static_cast<size_t>(d * T + j)] = vis ? code[v[d]] : 0.0f;
     }
     for (int64_t b = 0; b < T; b += 16) {  // d: the row sum of P on the tensor cores (P·ones), then P·V, 16 keys a step
       st.d = fp8ref::ref::hmma16_step(f, p.data() + b, ones.data(), 16, st.d);

@@ -413,9 +413,10 @@ int64_t flashinfer_prefill_tile(int64_t d, int64_t cta_tile_q, int64_t* warps);
 // min(cdiv(window + cta_tile_q, page), pages) pages). Sets *cta_tile_q and *chunk (keys; 0 = no split).
 void flashinfer_prefill_plan(const AttnSpec& spec, const AttnArgs& args, int64_t* cta_tile_q, int64_t* chunk);
 // flashinfer: the split-KV chunk (keys; 0 = none) FlashInfer 0.7.4's DecodePlan picks for this batch on a 132-SM
-// Hopper — its work estimation with the max_grid_size (blocks per SM by occupancy × SMs) it computed on an H100 for
-// the e4m3/bf16 CUDA-core decode kernel (Dk = Dv in {64, 128, 256}, G in {1, 2, 3, 4, 6, 8, 16}; else 0): none for
-// a batch with a prefill chunk or with num_seqs·Hkv >= max_grid_size; else the fewest pages per chunk, at least
+// Hopper for the sequences that run the decode kernel (flashinfer_takes_prefill false) — its work estimation with
+// the max_grid_size (blocks per SM by occupancy × SMs) it computed on an H100 for the e4m3/bf16 CUDA-core decode
+// kernel (Dk = Dv in {64, 128, 256}, G in {1, 2, 3, 4, 6, 8, 16}; else 0): none when one of them has more than one
+// query token (fi_kernel decode) or their count·Hkv >= max_grid_size; else the fewest pages per chunk, at least
 // max(128 / page, 1), with Σ_b cdiv(pages_b, n)·Hkv <= max_grid_size, and none if that leaves one chunk per sequence.
 int64_t flashinfer_plan_chunk(const AttnSpec& spec, const AttnArgs& args);
 // vllm-triton-unified (a resolved spec): whether vLLM's kernel starts query row i (0-based in a sequence of seq_len

@@ -118,18 +118,23 @@ int64_t flashinfer_max_grid(int64_t d, bool window, int64_t g) {
 }  // namespace
 
 int64_t flashinfer_plan_chunk(const AttnSpec& s, const AttnArgs& a) {
-  // DecodePlan (attention/scheduler.cuh): no split when some sequence has more than one query token (the prefill
-  // path), when batch·Hkv >= max_grid_size, or when the smallest chunk the binary search finds leaves every sequence
-  // one chunk; else chunks of `low` pages, low = the least page count >= max(128 / page, 1) with
-  // Σ_b cdiv(pages_b, low)·Hkv <= max_grid_size (binary search between that floor and the largest page count).
-  const int64_t H = s.cache.num_kv_heads, G = s.num_q_heads / H, page = s.cache.block_size, B = a.num_seqs;
+  // DecodePlan (attention/scheduler.cuh) over the sequences that run the decode kernel (the others, prefill chunks
+  // on FlashInfer's prefill kernel, have their own plan: vLLM plans its decode and prefill wrappers apart): no split
+  // when one of them has more than one query token (fi_kernel decode), when their count·Hkv >= max_grid_size, or when
+  // the smallest chunk the binary search finds leaves every sequence one chunk; else chunks of `low` pages, low = the
+  // least page count >= max(128 / page, 1) with Σ_b cdiv(pages_b, low)·Hkv <= max_grid_size (binary search between
+  // that floor and the largest page count).
+  const int64_t H = s.cache.num_kv_heads, G = s.num_q_heads / H, page = s.cache.block_size;
   const int64_t grid = flashinfer_max_grid(s.cache.head_dim, s.window_left >= 0, G);
-  std::vector<int64_t> pages(static_cast<size_t>(std::max<int64_t>(B, 0)));
-  for (int64_t b = 0; b < B; ++b) {
-    if (a.query_start_loc[b + 1] - a.query_start_loc[b] > 1) return 0;
-    pages[static_cast<size_t>(b)] = (seq_pages(s, a, b).seq_len + page - 1) / page;
+  std::vector<int64_t> pages;
+  for (int64_t b = 0; b < a.num_seqs; ++b) {
+    const SeqPages q = seq_pages(s, a, b);
+    if (flashinfer_takes_prefill(s, q)) continue;
+    if (q.q_len > 1) return 0;
+    pages.push_back((q.seq_len + page - 1) / page);
   }
-  if (grid == 0 || s.dv() != s.cache.head_dim || B * H >= grid) return 0;
+  const int64_t B = static_cast<int64_t>(pages.size());
+  if (grid == 0 || s.dv() != s.cache.head_dim || B == 0 || B * H >= grid) return 0;
   int64_t low = std::max<int64_t>(128 / page, 1), high = 0;
   for (int64_t p : pages) high = std::max(high, p);
   auto chunks = [&](int64_t n, bool at_least_one) {

@@ -302,15 +302,19 @@ def test_segments_option_follows_vllms_launch(fp8ref, tmp_path):
 
 
 def test_kv_chunk_option_follows_flashinfers_plan(fp8ref, tmp_path):
-    """flashinfer by default splits the KV as FlashInfer's DecodePlan does on an H100/H200: a small decode-only batch
-    of long sequences in chunks of 128 keys, a batch with a prefill chunk, or of short sequences, in one pass."""
+    """flashinfer by default splits the KV as FlashInfer's DecodePlan does on an H100/H200, over the sequences that
+    run its decode kernel: a small batch of long decode sequences in chunks of 128 keys (also beside a prefill chunk,
+    which runs the prefill kernel, as vLLM plans its two wrappers apart); a batch of short sequences in one pass, and
+    so one whose prefill rows take the decode kernel's steps too (--fi-kernel decode)."""
     rng = np.random.default_rng(13)
-    for seq_lens, q_lens, want in (([1000, 300, 77], [1, 1, 1], "128"), ([1000, 300, 77], [1, 5, 1], "0"),
-                                   ([100, 60, 7], [1, 1, 1], "0")):
+    for seq_lens, q_lens, kernel, want in (([1000, 300, 77], [1, 1, 1], (), "128"),
+                                           ([1000, 300, 77], [1, 5, 1], (), "128"),
+                                           ([1000, 300, 77], [1, 5, 1], ("--fi-kernel", "decode"), "0"),
+                                           ([100, 60, 7], [1, 1, 1], (), "0")):
         attention_inputs(tmp_path, rng, seq_lens, q_lens, 2, 8, 64, 16)
         outs = {}
         for extra in ((), ("--kv-chunk", "128"), ("--kv-chunk", "0"), ("--kv-chunk", "-1")):
-            r = run_attention(fp8ref, tmp_path, "flashinfer", extra=extra)
+            r = run_attention(fp8ref, tmp_path, "flashinfer", extra=(*kernel, *extra))
             assert r.returncode == 0, r.stderr
             outs[extra] = np.load(tmp_path / "out.npy")
         assert np.array_equal(outs[()], outs[("--kv-chunk", want)]), (seq_lens, q_lens)
