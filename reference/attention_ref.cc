@@ -236,6 +236,7 @@ struct HeadCtx {
   int64_t b, h, kvh, Dk, Dv;
   float sk, sv;
   CacheShape vshape;
+  ref::HmmaLanes hmma;  // flashinfer prefill: the HMMA steps in lanes (fn null: scalar)
 
   const uint8_t* krow(int64_t j) const {
     const int64_t bs = spec.cache.block_size;
@@ -523,6 +524,20 @@ void flashinfer_pass(const HeadCtx& c, const std::vector<float>& q, int64_t lo, 
 float ftz(float x) { return std::fabs(x) < 0x1p-126f ? std::copysign(0.0f, x) : x; }
 float ex2_ftz(float x) { return fp8ref::ref::mufu_ex2(std::isnan(x) ? kNegInf : x); }
 
+// HmmaLanes::fn's scalar form: ref::hmma16_step per lane, its operands gathered (0 outside [k_lo, k_hi)).
+void hmma_lane_steps(Format f, const float* a, int n, int k_lo, int k_hi, const float* b, ptrdiff_t row0,
+                     size_t stride, float* c, size_t l0, size_t l1) {
+  float ak[16], bk[16];
+  for (size_t l = l0; l < l1; ++l) {
+    for (int k = 0; k < n; ++k) {
+      const bool on = k >= k_lo && k < k_hi;
+      ak[k] = on ? a[k] : 0.0f;
+      bk[k] = on ? b[(row0 + k) * static_cast<ptrdiff_t>(stride) + static_cast<ptrdiff_t>(l)] : 0.0f;
+    }
+    c[l] = fp8ref::ref::hmma16_step(f, ak, bk, n, c[l]);
+  }
+}
+
 void flashinfer_prefill_pass(const HeadCtx& c, const std::vector<float>& q, int64_t lo, int64_t hi, int64_t cs,
                              int64_t ce, float scale, FiState& res) {
   const Format f = c.spec.q_format;
@@ -530,40 +545,46 @@ void flashinfer_prefill_pass(const HeadCtx& c, const std::vector<float>& q, int6
   int64_t nw = 1;
   const int64_t T = flashinfer_prefill_tile(Dk, c.spec.cta_tile_q, &nw);
   const int64_t first = std::max(lo, cs), last = std::min(hi, ce - 1);
+  const auto step = c.hmma.fn ? c.hmma.fn : hmma_lane_steps;
+  const int64_t L = c.hmma.fn ? static_cast<int64_t>(c.hmma.lanes) : 16;  // (T, Dv: multiples of 16)
   std::vector<FiState> w(static_cast<size_t>(nw), FiState(Dv));
-  std::vector<float> kf(static_cast<size_t>(Dk)), s(static_cast<size_t>(T)), p(static_cast<size_t>(T)),
-      vt(static_cast<size_t>(Dv * T)), ones(16, 1.0f), code(256);
+  // kt: the tile's K codes' values dim-major [Dk][T]; vk: its V key-major [T][Dv] (0 for keys it does not see)
+  std::vector<float> kt(static_cast<size_t>(Dk * T)), s(static_cast<size_t>(T)), p(static_cast<size_t>(T)),
+      vk(static_cast<size_t>(T * Dv)), ones(16, 1.0f), code(256);
   for (int x = 0; x < 256; ++x) code[static_cast<size_t>(x)] = c.code(static_cast<uint8_t>(x));  // (the codes' values)
   // Tiles without a visible key leave a warp's state as it is (m = −inf: d becomes 0, as every later step keeps it).
   for (int64_t t0 = first > last ? ce : cs + (first - cs) / T * T; t0 <= last; t0 += T) {
     FiState& st = w[static_cast<size_t>(((t0 - cs) / T) % nw)];
     const int64_t a = std::max(first, t0), e = std::min(last, t0 + T - 1);
     float mt = st.m;
-    for (int64_t j = t0; j < t0 + T; ++j) {
-      float x = kNegInf;
-      if (j >= a && j <= e) {
-        const uint8_t* k = c.krow(j);
-        for (int64_t d = 0; d < Dk; ++d) kf[static_cast<size_t>(d)] = code[k[d]];
-        x = fp8ref::ref::hmma16_dot(f, q.data(), kf.data(), Dk, 0.0f);  // HMMA.16816 over dims 16i.., C = 0
-        mt = std::max(mt, x);
-      }
-      s[static_cast<size_t>(j - t0)] = x;
+    for (int64_t j = 0; j < T; ++j) {
+      const uint8_t* k = t0 + j >= a && t0 + j <= e ? c.krow(t0 + j) : nullptr;
+      for (int64_t d = 0; d < Dk; ++d) kt[static_cast<size_t>(d * T + j)] = k ? code[k[d]] : 0.0f;
+      const uint8_t* v = k ? c.vrow(t0 + j) : nullptr;
+      for (int64_t d = 0; d < Dv; ++d) vk[static_cast<size_t>(j * Dv + d)] = v ? code[v[d]] : 0.0f;
+    }
+    for (int64_t j0 = 0; j0 < T; j0 += L) {  // s: HMMA.16816 steps over dims 16i .. 16i + 15 in order, from C = 0
+      std::fill(s.begin() + j0, s.begin() + j0 + L, 0.0f);
+      for (int64_t d0 = 0; d0 < Dk; d0 += 16)
+        step(f, q.data() + d0, 16, 0, 16, kt.data() + j0, d0, static_cast<size_t>(T), s.data() + j0, 0,
+             static_cast<size_t>(L));
+    }
+    for (int64_t j = 0; j < T; ++j) {
+      float& x = s[static_cast<size_t>(j)];
+      x = t0 + j >= a && t0 + j <= e ? x : kNegInf;
+      mt = std::max(mt, x);
     }
     const float msc = std::max(mt * scale, -std::numeric_limits<float>::max());
     const float osc = st.m == kNegInf ? 0.0f : ex2_ftz((st.m - mt) * scale);
     st.d = ftz(st.d * osc);
     for (float& x : st.o) x = ftz(x * osc);
-    for (int64_t j = 0; j < T; ++j) {  // p = ex2(fma(s, scale, −m·scale)) rounded to the q dtype (FFMA + MUFU.EX2)
+    for (int64_t j = 0; j < T; ++j)  // p = ex2(fma(s, scale, −m·scale)) rounded to the q dtype (FFMA + MUFU.EX2)
       p[static_cast<size_t>(j)] = round_to(f, ex2_ftz(std::fma(s[static_cast<size_t>(j)], scale, -msc)));
-      const bool vis = t0 + j >= a && t0 + j <= e;
-      const uint8_t* v = vis ? c.vrow(t0 + j) : nullptr;
-      for (int64_t d = 0; d < Dv; ++d) vt[static_cast<size_t>(d * T + j)] = vis ? code[v[d]] : 0.0f;
-    }
     for (int64_t b = 0; b < T; b += 16) {  // d: the row sum of P on the tensor cores (P·ones), then P·V, 16 keys a step
       st.d = fp8ref::ref::hmma16_step(f, p.data() + b, ones.data(), 16, st.d);
-      for (int64_t d = 0; d < Dv; ++d)
-        st.o[static_cast<size_t>(d)] =
-            fp8ref::ref::hmma16_step(f, p.data() + b, vt.data() + d * T + b, 16, st.o[static_cast<size_t>(d)]);
+      for (int64_t d0 = 0; d0 < Dv; d0 += L)
+        step(f, p.data() + b, 16, 0, 16, vk.data() + d0, b, static_cast<size_t>(Dv), st.o.data() + d0, 0,
+             static_cast<size_t>(L));
     }
     st.m = mt;
   }
@@ -695,9 +716,10 @@ void row_torch_math(const HeadCtx& c, const std::vector<float>& q, int64_t lo, i
 
 }  // namespace
 
-void paged_attention_head(const AttnSpec& spec, const AttnArgs& args, int64_t b, int64_t h, double* exact_out) {
+void paged_attention_head(const AttnSpec& spec, const AttnArgs& args, int64_t b, int64_t h, double* exact_out,
+                          HmmaLanes hmma) {
   const int64_t G = spec.num_q_heads / spec.cache.num_kv_heads;
-  HeadCtx c{spec, args, seq_pages(spec, args, b), b, h, h / G, spec.cache.head_dim, spec.dv(), 0, 0, spec.cache};
+  HeadCtx c{spec, args, seq_pages(spec, args, b), b, h, h / G, spec.cache.head_dim, spec.dv(), 0, 0, spec.cache, hmma};
   c.vshape.head_dim = c.Dv;
   const int64_t si = scale_index(spec.scale_kind, b, c.kvh);
   c.sk = args.k_scale[si];

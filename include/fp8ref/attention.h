@@ -444,8 +444,17 @@ float kv_dynamic_scale(Format md, float amax, float range);
 // exact_out: optional [Tq, Hq, Dv] f64 — the exact convention's unrounded f64 result (any convention's spec: the
 // exact path is run for it).
 void paged_attention(const AttnSpec& spec, const AttnArgs& args, double* exact_out = nullptr);
-// One (sequence, q head): writes the q_len rows of out for q head h. The unit both backends share for exact.
-void paged_attention_head(const AttnSpec& spec, const AttnArgs& args, int64_t b, int64_t h, double* exact_out);
+// HMMA.16816 steps for several outputs at once, as cpu::hmma16_lanes states them (c[l] for lanes l in [l0, l1) of
+// `lanes`); the flashinfer prefill kernel's QK and P·V steps take it. fn null: ref::hmma16_step lane by lane.
+struct HmmaLanes {
+  void (*fn)(Format f, const float* a, int n, int k_lo, int k_hi, const float* b, ptrdiff_t row0, size_t stride,
+             float* c, size_t l0, size_t l1) = nullptr;
+  size_t lanes = 1;
+};
+// One (sequence, q head): writes the q_len rows of out for q head h. The unit both backends share for exact and
+// for flashinfer's prefill kernel (the cpu backend with its SIMD steps as `hmma`).
+void paged_attention_head(const AttnSpec& spec, const AttnArgs& args, int64_t b, int64_t h, double* exact_out,
+                          HmmaLanes hmma = {});
 // The exp models (documented above). NaN -> NaN, x < −104 (exp) / x < −150 (exp2) -> +0.
 float exp_sleef(float x);
 float exp2_sleef(float x);

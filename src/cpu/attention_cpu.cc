@@ -1133,11 +1133,14 @@ void paged_attention(const AttnSpec& spec, const AttnArgs& args) {
     }
     for (int64_t i = 0; i < s.q_len; i += kChunk) units.push_back({b, i, std::min(s.q_len, i + kChunk)});
   }
-  // Those run the reference's rows (scalar: the HMMA.16816 steps, ref::hmma16_step) per (sequence, q head), in parallel.
+  // Those run the reference's rows per (sequence, q head), in parallel, their QK and P·V HMMA.16816 steps in this
+  // target's lanes (hmma16_lanes: the same arithmetic as ref::hmma16_step).
   const int64_t np = static_cast<int64_t>(fi_prefill.size()) * rs.num_q_heads;
+  const ref::HmmaLanes lanes{hmma16_lanes, float_lanes()};
 #pragma omp parallel for schedule(dynamic)
   for (int64_t u = 0; u < np; ++u)
-    ref::paged_attention_head(rs, args, fi_prefill[static_cast<size_t>(u / rs.num_q_heads)], u % rs.num_q_heads, nullptr);
+    ref::paged_attention_head(rs, args, fi_prefill[static_cast<size_t>(u / rs.num_q_heads)], u % rs.num_q_heads, nullptr,
+                              lanes);
   const int64_t nu = static_cast<int64_t>(units.size());
 #pragma omp parallel
   {
