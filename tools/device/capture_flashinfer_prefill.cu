@@ -62,9 +62,14 @@
 
 using namespace flashinfer;
 
+#if defined(FI_F16) && FI_F16  // f16 q and output (the wrapper's q dtype float16), else bf16
+using DTypeQ = half;
+using DTypeO = half;
+#else
 using DTypeQ = nv_bfloat16;
-using DTypeKV = __nv_fp8_e4m3;
 using DTypeO = nv_bfloat16;
+#endif
+using DTypeKV = __nv_fp8_e4m3;
 using IdType = int32_t;
 
 constexpr int HEAD_DIM_QK = FI_HEAD_DIM;
