@@ -147,8 +147,8 @@
 //   RN_out(RN32(o_d·rcp(d))) (0 where m = −inf), rcp = MUFU.RCP; several: each chunk's (o, m, d) merged as the decode
 //   kernel's split-KV chunks (flashinfer_merge_chunks). Then the V scale as in the decode kernel. exp2 = MUFU.EX2
 //   (ref::mufu_ex2), NaN arguments (−inf − (−inf)) taken as −inf.
-//   Against FlashInfer's own prefill kernel on an H100 (tests/data/h200/flashinfer_prefill.npz): 216,560 of 216,576
-//   outputs bit-equal, every one of the unsplit batches (docs/attention.md).
+//   Against FlashInfer's own prefill kernel on an H100 (tests/data/h200/flashinfer_prefill.npz, _f16.npz): 216,560 of
+//   216,576 bf16 and 105,958 of 105,984 f16 outputs bit-equal, every one of the unsplit batches (docs/attention.md).
 // torch-sdpa-math (aten/src/ATen/native/transformers/attention.cpp _scaled_dot_product_attention_math, CPU; pac b.1.7)
 //   K̂, V̂ = deq_md (the dequantized cache as md tensors); c = RN32(sqrt(sm_scale)) (double sqrt, then the f32
 //   opmath scalar); q' = RN32(f32(q)·c); k'_j = RN32(k̂_j·c) (q·√s and kᵀ·√s, applied separately);
