@@ -518,6 +518,37 @@ void flashinfer_pass(const HeadCtx& c, const std::vector<float>& q, int64_t lo, 
   }
 }
 
+// A flashinfer row's output from its passes (pass(a, e, st): the keys [a, e) into st, m = −inf, d = 1, o = 0 at the
+// start): one pass over [a0, seq_len) normalized (o·rcp(d), 0 where it saw no key), or split-KV chunks of C keys from
+// a0, their outputs in the output dtype with their lse merged (flashinfer_merge_chunks); then RN_out and the V scale
+// in the output dtype.
+template <class Pass>
+void flashinfer_row_out(const HeadCtx& c, int64_t a0, int64_t C, void* out, int64_t oidx, Pass pass) {
+  const int64_t n = c.seq.seq_len, Dv = c.Dv;
+  const Format of = c.spec.out_format;
+  FiState res(Dv);
+  if (C <= 0 || n - a0 <= C) {
+    pass(a0, n, res);
+    res.normalize();
+  } else {
+    const int64_t nc = (n - a0 + C - 1) / C;
+    std::vector<float> o(static_cast<size_t>(nc * Dv)), m(static_cast<size_t>(nc)), d(static_cast<size_t>(nc));
+    for (int64_t ch = 0; ch < nc; ++ch) {
+      FiState st(Dv);
+      pass(a0 + ch * C, std::min(n, a0 + ch * C + C), st);
+      std::copy(st.o.begin(), st.o.end(), o.begin() + ch * Dv);
+      m[static_cast<size_t>(ch)] = st.m;
+      d[static_cast<size_t>(ch)] = st.d;
+    }
+    flashinfer_merge_chunks(o.data(), m.data(), d.data(), nc, Dv, of, res.o.data());
+  }
+  for (int64_t d = 0; d < Dv; ++d) {
+    float r = round_to(of, res.o[static_cast<size_t>(d)]);
+    if (c.sv != 1.0f) r = round_to(of, r * c.sv);
+    store_out(of, out, oidx + d, r);
+  }
+}
+
 // FlashInfer's tensor-core prefill kernel (attention.h, "flashinfer prefill"): the pass of one row over the chunk
 // [cs, ce) of its sequence, its visible keys [lo, hi], in nw KV warps of T-key tiles (warp w: tiles from
 // cs + (it·nw + w)·T); sets m (scaled by `scale`; −inf: no visible key), d (0 then) and o (unnormalized).
@@ -619,64 +650,22 @@ void flashinfer_prefill_pass(const HeadCtx& c, const std::vector<float>& q, int6
 // sliding window moves it by the row's q tile), one pass each, merged as FlashInfer merges split-KV chunks.
 void row_flashinfer_prefill(const HeadCtx& c, const std::vector<float>& q, int64_t i, int64_t lo, int64_t hi,
                             void* out, int64_t oidx) {
-  const int64_t n = c.seq.seq_len, Dv = c.Dv, G = c.spec.num_q_heads / c.spec.cache.num_kv_heads;
+  const int64_t n = c.seq.seq_len, G = c.spec.num_q_heads / c.spec.cache.num_kv_heads;
   const int64_t qt = (i * G + c.h % G) / c.spec.cta_tile_q;
   const int64_t start =
       c.spec.window_left >= 0 ? std::max<int64_t>(0, n + qt * c.spec.cta_tile_q / G - c.seq.q_len - c.spec.window_left) : 0;
   // sm_scale·k_scale (Python doubles), then ·log2(e) as the kernel's variant does it: in double, rounded to f32
   const float scale = static_cast<float>(c.spec.scale() * static_cast<double>(c.sk) * 1.44269502162933349609375);
-  const Format of = c.spec.out_format;
-  const int64_t C = c.spec.prefill_kv_chunk;
-  FiState res(Dv);
-  if (C <= 0 || n - start <= C) {
-    flashinfer_prefill_pass(c, q, lo, hi, start, n, scale, res);
-    const float r = res.m == kNegInf ? 0.0f : mufu_rcp(res.d);
-    for (float& x : res.o) x = ftz(x * r);
-  } else {
-    const int64_t nc = (n - start + C - 1) / C;
-    std::vector<float> o(static_cast<size_t>(nc * Dv)), m(static_cast<size_t>(nc)), d(static_cast<size_t>(nc));
-    for (int64_t ch = 0; ch < nc; ++ch) {
-      FiState st(Dv);
-      flashinfer_prefill_pass(c, q, lo, hi, start + ch * C, std::min(n, start + ch * C + C), scale, st);
-      std::copy(st.o.begin(), st.o.end(), o.begin() + ch * Dv);
-      m[static_cast<size_t>(ch)] = st.m;
-      d[static_cast<size_t>(ch)] = st.d;
-    }
-    flashinfer_merge_chunks(o.data(), m.data(), d.data(), nc, Dv, of, res.o.data());
-  }
-  for (int64_t d = 0; d < Dv; ++d) {
-    float r = round_to(of, res.o[static_cast<size_t>(d)]);
-    if (c.sv != 1.0f) r = round_to(of, r * c.sv);
-    store_out(of, out, oidx + d, r);
-  }
+  flashinfer_row_out(c, start, c.spec.prefill_kv_chunk, out, oidx, [&](int64_t a, int64_t e, FiState& st) {
+    flashinfer_prefill_pass(c, q, lo, hi, a, e, scale, st);
+  });
 }
 
 void row_flashinfer(const HeadCtx& c, const std::vector<float>& q, int64_t i, int64_t lo, int64_t hi, void* out,
                     int64_t oidx) {
   if (flashinfer_takes_prefill(c.spec, c.seq)) return row_flashinfer_prefill(c, q, i, lo, hi, out, oidx);
-  const int64_t n = c.seq.seq_len, C = c.spec.kv_chunk, Dv = c.Dv;
-  const Format of = c.spec.out_format;
-  FiState res(Dv);
-  if (C <= 0 || n <= C) {  // one pass
-    flashinfer_pass(c, q, lo, hi, 0, n, res);
-    res.normalize();
-  } else {  // split-KV: chunk outputs in the output dtype with their lse, merged (flashinfer_merge_chunks)
-    const int64_t nc = (n + C - 1) / C;
-    std::vector<float> o(static_cast<size_t>(nc * Dv)), m(static_cast<size_t>(nc)), d(static_cast<size_t>(nc));
-    for (int64_t ch = 0; ch < nc; ++ch) {
-      FiState st(Dv);
-      flashinfer_pass(c, q, lo, hi, ch * C, std::min(n, ch * C + C), st);
-      std::copy(st.o.begin(), st.o.end(), o.begin() + ch * Dv);
-      m[static_cast<size_t>(ch)] = st.m;
-      d[static_cast<size_t>(ch)] = st.d;
-    }
-    flashinfer_merge_chunks(o.data(), m.data(), d.data(), nc, Dv, of, res.o.data());
-  }
-  for (int64_t d = 0; d < Dv; ++d) {
-    float r = round_to(of, res.o[static_cast<size_t>(d)]);
-    if (c.sv != 1.0f) r = round_to(of, r * c.sv);
-    store_out(of, out, oidx + d, r);
-  }
+  flashinfer_row_out(c, 0, c.spec.kv_chunk, out, oidx,
+                     [&](int64_t a, int64_t e, FiState& st) { flashinfer_pass(c, q, lo, hi, a, e, st); });
 }
 
 void row_torch_math(const HeadCtx& c, const std::vector<float>& q, int64_t lo, int64_t hi, void* out, int64_t oidx) {

@@ -36,15 +36,7 @@
 #include <utility>
 #include <vector>
 
-#define CK(x)                                                                              \
-    do {                                                                                   \
-        cudaError_t e_ = (x);                                                              \
-        if (e_ != cudaSuccess) {                                                           \
-            std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(e_),    \
-                         __FILE__, __LINE__, cudaGetErrorString(e_));                     \
-            std::exit(2);                                                                  \
-        }                                                                                  \
-    } while (0)
+#include "capture_util.cuh"
 
 enum Op : int {
     F32_E4M3_SAT = 0,

@@ -21,27 +21,18 @@ _seq_lens [B] int32, _plan [split_kv, kv_chunk_size] int32 (what FlashInfer's De
 uint16 (bf16 bits, after the V scale).
 """
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import torch
 
-inc = sys.argv[1] if len(sys.argv) > 1 else ""
-if not os.path.isfile(os.path.join(inc, "flashinfer", "attention", "decode.cuh")):
-    sys.exit("give the include/ directory of a FlashInfer release (with flashinfer/attention/decode.cuh)")
+from flashinfer_include import prepared_include  # noqa: E402 (this script's directory)
+
+work, src_inc = prepared_include(sys.argv[1] if len(sys.argv) > 1 else "", "decode.cuh")
 out_dir = os.environ.get("OUT", "flashinfer_capture")
 os.makedirs(out_dir, exist_ok=True)
 print("torch", torch.__version__, torch.cuda.get_device_name(0), flush=True)
-work = tempfile.mkdtemp()
-src_inc = os.path.join(work, "include")
-shutil.copytree(inc, src_inc)
-fd = os.path.join(src_inc, "flashinfer", "fastdiv.cuh")
-text = open(fd).read()
-if "cuda::fast_mod_div<uint32_t> impl_;" in text:
-    open(fd, "w").write(text.replace("cuda::fast_mod_div<uint32_t> impl_;", "uint32_t impl_;"))
 harness = os.path.join(os.path.dirname(os.path.abspath(__file__)), "capture_flashinfer_decode.cu")
 binaries = {}
 

@@ -60,6 +60,8 @@
 #include <flashinfer/attention/variant_helper.cuh>
 #include <type_traits>
 
+#include "capture_util.cuh"
+
 using namespace flashinfer;
 
 #if defined(FI_F16) && FI_F16  // f16 q and output (the wrapper's q dtype float16), else bf16
@@ -149,37 +151,6 @@ using AttentionVariant = DefaultAttention<use_custom_mask, USE_SLIDING_WINDOW, U
                                           /*use_alibi=*/POS_ENCODING_MODE == PosEncodingMode::kALiBi>;
 // the PAGED_KV_STRIDE_MODE_EQUAL branch of batch_prefill_paged.cuh (K and V caches with identical strides)
 constexpr bool SAME_KV_STRIDES = true;
-
-#define CK(x)                                                                               \
-  do {                                                                                      \
-    cudaError_t e_ = (x);                                                                   \
-    if (e_ != cudaSuccess) {                                                                \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                         \
-    }                                                                                       \
-  } while (0)
-
-template <typename T>
-std::vector<T> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  if (!f) {
-    std::fprintf(stderr, "cannot read %s\n", path.c_str());
-    std::exit(1);
-  }
-  const size_t n = static_cast<size_t>(f.tellg());
-  std::vector<T> v(n / sizeof(T));
-  f.seekg(0);
-  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n));
-  return v;
-}
-
-template <typename T>
-T* to_device(const std::vector<T>& v) {
-  T* p = nullptr;
-  CK(cudaMalloc(&p, v.size() * sizeof(T) + 16));
-  CK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return p;
-}
 
 // Which NUM_MMA_KV (so CTA_TILE_KV = NUM_MMA_KV * NUM_WARPS_KV * 16) BatchPrefillWithPagedKVCacheDispatched chose:
 // it sets cudaFuncAttributeMaxDynamicSharedMemorySize = sizeof(SharedStoragePaged) on the kernel it launches only.
@@ -326,23 +297,14 @@ int run(const std::string& dir, uint32_t B, uint32_t HQ, uint32_t HKV, uint32_t 
   params.q_stride_h = HEAD_DIM_QK;       // q.stride(1)
   params.window_left = window_left;
 
-  params.request_indices = nullptr;
-  params.qo_tile_indices = nullptr;
-  params.kv_tile_indices = nullptr;
-  params.merge_indptr = nullptr;
-  params.o_indptr = nullptr;
-  params.kv_chunk_size_ptr = nullptr;
+  params.request_indices = params.qo_tile_indices = params.kv_tile_indices = nullptr;  // (the plan's, set below)
+  params.merge_indptr = params.o_indptr = params.kv_chunk_size_ptr = nullptr;
   params.block_valid_mask = nullptr;
   params.total_num_rows = nullptr;
-  params.max_total_num_rows = 0;
-  params.padded_batch_size = 0;
+  params.max_total_num_rows = params.padded_batch_size = 0;
   params.partition_kv = false;
-  params.k_sf_stride_page = 0;
-  params.k_sf_stride_n = 0;
-  params.k_sf_stride_h = 0;
-  params.v_sf_stride_page = 0;
-  params.v_sf_stride_n = 0;
-  params.v_sf_stride_h = 0;
+  params.k_sf_stride_page = params.k_sf_stride_n = params.k_sf_stride_h = 0;
+  params.v_sf_stride_page = params.v_sf_stride_n = params.v_sf_stride_h = 0;
 
   // ADDITIONAL_PARAMS_SETTER with the wrapper's run() arguments: no custom mask / mask indptr, the alibi slopes
   // buffer, no multi-item-scoring pointers, no KV scale-factor tensors (so the sf strides stay 0), logits_soft_cap

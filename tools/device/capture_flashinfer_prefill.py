@@ -37,18 +37,16 @@ far; then the npz is written as flashinfer_prefill_FAILED.npz and the script exi
 """
 import math
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 
-inc = sys.argv[1] if len(sys.argv) > 1 else ""
-if not os.path.isfile(os.path.join(inc, "flashinfer", "attention", "prefill.cuh")):
-    sys.exit("give the include/ directory of a FlashInfer release (with flashinfer/attention/prefill.cuh)")
+from flashinfer_include import prepared_include  # noqa: E402 (this script's directory)
+
+work, src_inc = prepared_include(sys.argv[1] if len(sys.argv) > 1 else "", "prefill.cuh")
 out_dir = os.environ.get("OUT", "flashinfer_capture")
 os.makedirs(out_dir, exist_ok=True)
 here = os.path.dirname(os.path.abspath(__file__))
@@ -56,13 +54,6 @@ major, minor = torch.cuda.get_device_capability(0)
 num_sm = torch.cuda.get_device_properties(0).multi_processor_count
 device = f"{torch.cuda.get_device_name(0)} (sm_{major}{minor}, {num_sm} SMs)"
 print("torch", torch.__version__, device, flush=True)
-work = tempfile.mkdtemp()
-src_inc = os.path.join(work, "include")
-shutil.copytree(inc, src_inc)
-fd = os.path.join(src_inc, "flashinfer", "fastdiv.cuh")
-text = open(fd).read()
-if "cuda::fast_mod_div<uint32_t> impl_;" in text:
-    open(fd, "w").write(text.replace("cuda::fast_mod_div<uint32_t> impl_;", "uint32_t impl_;"))
 harness = os.path.join(here, "capture_flashinfer_prefill.cu")
 
 arch = f"{major}{minor}" + ("a" if major >= 9 else "")

@@ -23,15 +23,7 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                                             \
-  do {                                                                                                    \
-    cudaError_t e_ = (x);                                                                                 \
-    if (e_ != cudaSuccess) {                                                                              \
-      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(e_), __FILE__, __LINE__,      \
-                   cudaGetErrorString(e_));                                                               \
-      std::exit(2);                                                                                       \
-    }                                                                                                     \
-  } while (0)
+#include "capture_util.cuh"
 
 #define MMA_KERNEL(NAME, FA, FB)                                                                          \
   __global__ void NAME(const uint8_t* __restrict__ A, const uint8_t* __restrict__ BT,                     \

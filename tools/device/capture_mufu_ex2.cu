@@ -10,14 +10,7 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                         \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      return 1;                                                                       \
-    }                                                                                 \
-  } while (0)
+#include "capture_util.cuh"
 
 __device__ __forceinline__ float ex2(float x) {
   float y;
