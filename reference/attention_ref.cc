@@ -549,9 +549,7 @@ void flashinfer_row_out(const HeadCtx& c, int64_t a0, int64_t C, void* out, int6
   }
 }
 
-// FlashInfer's tensor-core prefill kernel (attention.h, "flashinfer prefill"): the pass of one row over the chunk
-// [cs, ce) of its sequence, its visible keys [lo, hi], in nw KV warps of T-key tiles (warp w: tiles from
-// cs + (it·nw + w)·T); sets m (scaled by `scale`; −inf: no visible key), d (0 then) and o (unnormalized).
+// -use_fast_math's flush of f32 results below 2^-126, and MUFU.EX2 with a NaN argument (−inf − (−inf)) as −inf.
 float ftz(float x) { return std::fabs(x) < 0x1p-126f ? std::copysign(0.0f, x) : x; }
 float ex2_ftz(float x) { return fp8ref::ref::mufu_ex2(std::isnan(x) ? kNegInf : x); }
 
@@ -569,6 +567,9 @@ void hmma_lane_steps(Format f, const float* a, int n, int k_lo, int k_hi, const 
   }
 }
 
+// FlashInfer's tensor-core prefill kernel (attention.h, "flashinfer prefill"): the pass of one row over the chunk
+// [cs, ce) of its sequence, its visible keys [lo, hi], in nw KV warps of T-key tiles (warp w: tiles from
+// cs + (it·nw + w)·T); sets m (scaled by `scale`; −inf: no visible key), d (0 then) and o (unnormalized).
 void flashinfer_prefill_pass(const HeadCtx& c, const std::vector<float>& q, int64_t lo, int64_t hi, int64_t cs,
                              int64_t ce, float scale, FiState& res) {
   const Format f = c.spec.q_format;
