@@ -1019,8 +1019,10 @@ TEST_SUITE("attention") {
         {"cta64 window chunk", 16, 2, 2, 64, {400, 17}, {60, 17}, Format::f16, 20, 64, 48, attn::FiKernel::prefill, true},
     };
     uint64_t seed = 900;
+    size_t ci = 0;
     for (const Case& k : cases) {
       CAPTURE(k.name);
+      if (FP8REF_TEST_ASAN && ci++ % 4 != 0) continue;  // (two of the cases under ASan: it checks memory)
       AttnSpec s = base_spec(k.bs, k.hkv, k.hq, k.d);
       s.convention = AttnConvention::flashinfer;
       s.q_format = s.out_format = k.md;
