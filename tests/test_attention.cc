@@ -637,14 +637,7 @@ void check_flashinfer_prefill(PagedProblem& p) {
       if (all.m == -INFINITY) all.d = 0.0f;
       chunk.push_back(all);
     }
-    std::vector<float> res;
-    if (chunk.size() == 1) {  // one pass: o·rcp(d), 0 for a row without a key
-      res.resize(static_cast<size_t>(Dv));
-      const float r = chunk[0].m == -INFINITY ? 0.0f : attn::ref::mufu_rcp(chunk[0].d);
-      for (int64_t d = 0; d < Dv; ++d) res[static_cast<size_t>(d)] = round_to(s.out_format, chunk[0].o[static_cast<size_t>(d)] * r);
-    } else {
-      res = fi_chunks_out(chunk, Dv, s.out_format);
-    }
+    const std::vector<float> res = fi_chunks_out(chunk, Dv, s.out_format);  // (d = 0 exactly where m = −inf)
     for (int64_t d = 0; d < Dv; ++d) {
       const float od = res[static_cast<size_t>(d)];
       expect_out(p, row, h, d, v_scale(p, si) == 1.0f ? od : od * v_scale(p, si), &bad);

@@ -368,9 +368,8 @@ void check_paged_attention(const AttnSpec& spec, const AttnArgs& a) {
       throw InputError(std::string(what) + ": FlashInfer's prefill kernel takes head dims 64, 128 or 256 (Dk = Dv, no "
                        "MLA) with bf16 or f16 queries, not Dk " + num(c.head_dim) + ", Dv " + num(spec.dv()) + ", q " +
                        format_name(spec.q_format) + (spec.v_from_k ? ", V from K" : ""));
-    int64_t warps = 0;
-    if (spec.cta_tile_q != 0 && flashinfer_prefill_tile(flashinfer_prefill_supported(spec) ? c.head_dim : 128,
-                                                        spec.cta_tile_q, &warps) == 0)
+    const int64_t q = spec.cta_tile_q;
+    if (q != 0 && q != 16 && q != 64 && !(q == 128 && c.head_dim != 256))
       throw InputError(std::string(what) + ": cta_tile_q must be 16, 64 or 128 (not 128 for head dim 256), or 0 (as "
                        "FlashInfer plans), not " + num(spec.cta_tile_q));
     if (spec.prefill_kv_chunk < -1)

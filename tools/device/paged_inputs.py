@@ -14,7 +14,7 @@ prefill_case(seed, seq_lens, q_lens, hkv, hq, d, page) -> the same dict for batc
 rows per request (1 <= q_len <= seq_len: causal, aligned bottom-right). Same draws in the same order as decode_case
 (page permutation, K and V caches, q, k/v scales), only q has [qo_indptr[B], hq, d] rows (request b's rows are
 qo_indptr[b] .. qo_indptr[b+1]-1, its last row the query of position seq_len - 1), and qo_indptr [B+1] int32 is
-added. With every q_len = 1 it returns decode_case's arrays bit for bit (plus qo_indptr = arange(B+1)).
+added. decode_case is prefill_case with one query a sequence (without qo_indptr).
 
 dense_case(rng, seq_lens, q_lens, hkv, hq, d, bs, e4m3_codes, bf16_bits) -> the inputs of
 capture_vllm_unified_attention.py (its draws, in its order): a dense block table bt [B, max pages + 4] over shuffled
