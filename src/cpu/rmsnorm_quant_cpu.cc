@@ -29,7 +29,9 @@
 //         whose z holds no NaN (v not NaN) and whose r is not NaN, with y not exported (normed = null), take
 //         NormWeightBf16Fast: weights widened once per thread, no NaN canonicalisation, bf16 RNE as
 //         (b + 0x7FFF + lsb) & 0xFFFF0000 (every NaN there has zero low 16 bits, so it stays a NaN), group amax as a
-//         u32 max of |y| bits with a rescan of groups that hold a NaN — the same amax, NaN flag and quotients.
+//         u32 max of |y| bits with a rescan of groups that hold a NaN — the same amax, NaN flag and quotients. On AVX2
+//         (NormWeightBf16Avx2), under a scale guard of at least 2^-60 and weights of at most 2^50, the roundings by
+//         Veltkamp's split in three floating-point operations instead (SplitBf16Avx2; the same codes and scales).
 //   7. the group quant, vectorised for the f32 kernels' specs (scale-dtype f32, scale-formula amax/max or
 //      amax*(1/max), formula x/s or x*(1/s)): amax per group in lanes (NaN lanes masked to 0; amax-nan=propagate
 //      tracks them apart), the scale per group in scalar f32 (the reference's steps 3–6), the quotient, the GPU NaN
@@ -179,6 +181,22 @@ HWY_INLINE __m256i RoundBf16NoNanAvx2(__m256i b) {
   const __m256i odd = _mm256_cmpeq_epi32(_mm256_and_si256(b, bit), bit);
   return _mm256_and_si256(_mm256_sub_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7FFF)), odd),
                           _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)));
+}
+// RN_bf16(a) as f32 by Veltkamp's split with C = 2^16 + 1: g = RN(a·C), RN_bf16(a) = g − RN(g − a) — three
+// floating-point operations where RoundBf16NoNanAvx2 takes five integer ones that Zen 2 cannot overlap with its
+// multiplies. Equal to it (ties to even included) for a = ±0 and 2^-126 <= |a| < 2^111, every such f32 (cpu::
+// bf16_split_failures, tests/exhaustive_bf16_split.cc); below that range it keeps 8 significant bits where bf16's
+// subnormals keep fewer, above it a·C overflows. NormWeightBf16Avx2's kFp rows stay inside it, or are harmless.
+HWY_INLINE __m256 SplitBf16Avx2(__m256 a) {
+  const __m256 g = _mm256_mul_ps(a, _mm256_set1_ps(65537.0f));
+  return _mm256_sub_ps(g, _mm256_sub_ps(g, a));
+}
+// RN_bf16(a1·w) for bf16 values a1 and w, given wc = w·(2^16 + 1) (exact: w has 8 significant bits): the split of the
+// exact product p = a1·w with the multiply folded in — g = RN(a1·wc) = RN(p·C), then RN(g − p) by one FMA. The same
+// operations on p as SplitBf16Avx2, so the same range: p = ±0 or 2^-126 <= |p| < 2^111.
+HWY_INLINE __m256 SplitBf16ProductAvx2(__m256 a1, __m256 w, __m256 wc) {
+  const __m256 g = _mm256_mul_ps(a1, wc);
+  return _mm256_sub_ps(g, _mm256_fnmadd_ps(a1, w, g));
 }
 #endif
 
@@ -897,18 +915,22 @@ void NormWeightBf16FastT(const Z z, const float* w, size_t K, float r, float* y,
 // 64 rows in cache, 1 thread, alternated: vllm-rmsnorm-quant 0.284 -> 0.268 ms, + residual 0.456 -> 0.433 ms (fusing
 // this with the quant per group, y in a 1 KiB L1 buffer instead of a row through L2, measured no faster: dropped).
 // 16 values of y from x (+ res) at k, permuted (lo: elements 0–3 and 8–11, hi: 4–7 and 12–15), as f32 bits.
-template <int kMode>
-HWY_INLINE void NormStep16(const uint16_t* x, const uint16_t* res, const float* wp, size_t k, __m256 vr, __m256i& olo,
-                           __m256i& ohi) {
+// kFp: the bf16 roundings by SplitBf16Avx2 / SplitBf16ProductAvx2 (wcp: the permuted w·(2^16 + 1)), for rows whose
+// values stay in their range or go where it does not matter (NormWeightBf16Fast).
+template <int kMode, bool kFp>
+HWY_INLINE void NormStep16(const uint16_t* x, const uint16_t* res, const float* wp, const float* wcp, size_t k,
+                           __m256 vr, __m256i& olo, __m256i& ohi) {
   const __m256i zero = _mm256_setzero_si256();
   auto widen = [&](const uint16_t* p, __m256& lo, __m256& hi) HWY_ATTR __attribute__((always_inline)) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));
     hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));
   };
-  auto weight = [&](__m256 z, const float* w) HWY_ATTR __attribute__((always_inline)) {
+  auto weight = [&](__m256 z, const float* w, const float* wc) HWY_ATTR __attribute__((always_inline)) {
     const __m256 a = _mm256_mul_ps(z, vr);
     const __m256 wv = _mm256_load_ps(w);
+    if constexpr (kFp && kMode == 1) return _mm256_castps_si256(SplitBf16ProductAvx2(SplitBf16Avx2(a), wv, _mm256_load_ps(wc)));
+    if constexpr (kFp && kMode == 2) return _mm256_castps_si256(SplitBf16Avx2(_mm256_mul_ps(a, wv)));
     if constexpr (kMode == 0) return _mm256_castps_si256(_mm256_mul_ps(a, wv));
     const __m256 a1 = kMode == 1 ? _mm256_castsi256_ps(RoundBf16NoNanAvx2(_mm256_castps_si256(a))) : a;
     return RoundBf16NoNanAvx2(_mm256_castps_si256(_mm256_mul_ps(a1, wv)));
@@ -921,12 +943,14 @@ HWY_INLINE void NormStep16(const uint16_t* x, const uint16_t* res, const float* 
     lo = _mm256_add_ps(lo, rlo);
     hi = _mm256_add_ps(hi, rhi);
   }
-  olo = weight(lo, wp + k);
-  ohi = weight(hi, wp + k + 8);
+  olo = weight(lo, wp + k, wcp + k);
+  ohi = weight(hi, wp + k + 8, wcp + k + 8);
 }
-template <int kMode>
-void NormWeightBf16Avx2(const uint16_t* x, const uint16_t* res, const float* wp, size_t K, float r, float* y, size_t G,
-                        float* amax, uint8_t* nan, NextRow next) {
+// Returns false (kFp only) when a group's max |y| is not finite: the row is to be redone with kFp false (it cannot
+// happen on the rows NormWeightBf16Fast gives kFp; a safety net, not a path).
+template <int kMode, bool kFp>
+bool NormWeightBf16Avx2(const uint16_t* x, const uint16_t* res, const float* wp, const float* wcp, size_t K, float r,
+                        float* y, size_t G, float* amax, uint8_t* nan, NextRow next) {
   const __m256 vr = _mm256_set1_ps(r);
   const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF);
   for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
@@ -934,12 +958,13 @@ void NormWeightBf16Avx2(const uint16_t* x, const uint16_t* res, const float* wp,
     for (size_t k = k0; k < k0 + G; k += 16) {
       next.At(k);
       __m256i olo, ohi;
-      NormStep16<kMode>(x, res, wp, k, vr, olo, ohi);
+      NormStep16<kMode, kFp>(x, res, wp, wcp, k, vr, olo, ohi);
       _mm256_store_si256(reinterpret_cast<__m256i*>(y + k), olo);
       _mm256_store_si256(reinterpret_cast<__m256i*>(y + k + 8), ohi);
       mx = _mm256_max_epu32(mx, _mm256_max_epu32(_mm256_and_si256(olo, absm), _mm256_and_si256(ohi, absm)));
     }
     const uint32_t m = hn::GetLane(hn::MaxOfLanes(DU(), hn::Vec<DU>{mx}));
+    if (kFp && m >= 0x7F800000u) return false;
     if (m <= 0x7F800000u) {
       std::memcpy(&amax[g], &m, 4);
       nan[g] = 0;
@@ -951,26 +976,40 @@ void NormWeightBf16Avx2(const uint16_t* x, const uint16_t* res, const float* wp,
       nan[g] = 1;
     }
   }
+  return true;
 }
 #endif
 // wp: the weights permuted for NormWeightBf16Avx2 (null: that form is not allowed, e.g. the quant after it is not
-// RowQuantFast). Returns true when y was written permuted (AVX2 only; see NormWeightBf16Avx2).
-bool NormWeightBf16Fast(ZRow zr, const float* w, const float* wp, size_t K, float r, NormWeight mode, float* y, size_t G,
-                        float* amax, uint8_t* nan, const uint16_t* next_x, const uint16_t* next_r) {
+// RowQuantFast). wcp: those weights ·(2^16 + 1), or null — given (by the caller) only where the bf16 roundings may
+// take Veltkamp's split (SplitBf16Avx2): the row's z and r finite, every |w| <= 2^50 and the quant spec's guard keeps
+// every scale >= 2^-60 (rq512::flush_subnormal_harmless's conditions). Then every a = RN(z·r) and product is ±0, in
+// the split's range, or below 2^-126: |a| <= |z|·r stays near sqrt(K) (r = rsqrt of the mean of squares + eps), a
+// product below |a|·2^50; and a value below 2^-126 gives |y| <= 2^-75, a code ±0 with y's sign (the split keeps a
+// nonzero value nonzero, as the integer rounding does) and a group max under the guard's amax — the same codes and
+// scales either way. Returns true when y was written permuted (AVX2 only; see NormWeightBf16Avx2).
+bool NormWeightBf16Fast(ZRow zr, const float* w, const float* wp, const float* wcp, size_t K, float r, NormWeight mode,
+                        float* y, size_t G, float* amax, uint8_t* nan, const uint16_t* next_x, const uint16_t* next_r) {
   const NextRow nx{next_x, next_r};
 #if HWY_TARGET == HWY_AVX2 && HWY_ARCH_X86
   if (wp && zr.kind != 0 && G % 16 == 0 && K % G == 0 && reinterpret_cast<uintptr_t>(y) % 32 == 0) {
     const auto* x = static_cast<const uint16_t*>(zr.p);
     const uint16_t* res = zr.kind == 2 ? zr.p2 : nullptr;
     switch (mode) {
-      case NormWeight::f32: NormWeightBf16Avx2<0>(x, res, wp, K, r, y, G, amax, nan, nx); break;
-      case NormWeight::dtype_twice: NormWeightBf16Avx2<1>(x, res, wp, K, r, y, G, amax, nan, nx); break;
-      default: NormWeightBf16Avx2<2>(x, res, wp, K, r, y, G, amax, nan, nx); break;
+      case NormWeight::f32: NormWeightBf16Avx2<0, false>(x, res, wp, wp, K, r, y, G, amax, nan, nx); break;
+      case NormWeight::dtype_twice:
+        if (!wcp || !NormWeightBf16Avx2<1, true>(x, res, wp, wcp, K, r, y, G, amax, nan, nx))
+          NormWeightBf16Avx2<1, false>(x, res, wp, wp, K, r, y, G, amax, nan, nx);
+        break;
+      default:
+        if (!wcp || !NormWeightBf16Avx2<2, true>(x, res, wp, wcp, K, r, y, G, amax, nan, nx))
+          NormWeightBf16Avx2<2, false>(x, res, wp, wp, K, r, y, G, amax, nan, nx);
+        break;
     }
     return true;
   }
 #else
   (void)wp;
+  (void)wcp;
 #endif
   VisitZ(zr, [&](auto z) HWY_ATTR {
     switch (mode) {
@@ -1447,6 +1486,54 @@ bool RowGroupScales(const QuantSpec& qs, float rcp_max, bool mul, bool lanes, co
   return all_fast;
 }
 
+// cpu::bf16_split_failures on this target (AVX2 only: the splits are AVX2's; elsewhere -1).
+int64_t Bf16SplitFailures(uint64_t i0, uint64_t i1, bool product, int64_t* checked) {
+  *checked = 0;
+#if HWY_TARGET == HWY_AVX2 && HWY_ARCH_X86
+  int64_t bad = 0, seen = 0;
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 lo = _mm256_set1_ps(0x1p-126f), hi = _mm256_set1_ps(0x1p111f), zero = _mm256_setzero_ps();
+  for (uint64_t i = i0; i < i1; i += 8) {
+    const __m256i iv = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(static_cast<uint32_t>(i))), lane);
+    __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<uint64_t>(i1 - i, 8))), lane));
+    __m256 got, in;
+    if (!product) {
+      in = _mm256_castsi256_ps(iv);
+      got = SplitBf16Avx2(in);
+    } else {  // a1 = bf16 word i >> 16, w = bf16 word i & 0xFFFF
+      const __m256 a1 = _mm256_castsi256_ps(_mm256_and_si256(iv, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+      const __m256 w = _mm256_castsi256_ps(_mm256_slli_epi32(iv, 16));
+      const __m256 wc = _mm256_mul_ps(w, _mm256_set1_ps(65537.0f));
+      in = _mm256_mul_ps(a1, w);
+      got = SplitBf16ProductAvx2(a1, w, wc);
+      // finite a1, |w| < 2^111 (w·C finite), and a zero product only from a zero factor
+      valid = _mm256_and_ps(valid, _mm256_cmp_ps(_mm256_and_ps(a1, absm), _mm256_set1_ps(INFINITY), _CMP_LT_OQ));
+      valid = _mm256_and_ps(valid, _mm256_cmp_ps(_mm256_and_ps(w, absm), hi, _CMP_LT_OQ));
+      const __m256 zf = _mm256_or_ps(_mm256_cmp_ps(a1, zero, _CMP_EQ_OQ), _mm256_cmp_ps(w, zero, _CMP_EQ_OQ));
+      valid = _mm256_and_ps(valid, _mm256_or_ps(_mm256_cmp_ps(in, zero, _CMP_NEQ_UQ), zf));
+    }
+    // the range: ±0 or 2^-126 <= |in| < 2^111
+    const __m256 ai = _mm256_and_ps(in, absm);
+    const __m256 inr = _mm256_or_ps(_mm256_cmp_ps(in, zero, _CMP_EQ_OQ),
+                                    _mm256_and_ps(_mm256_cmp_ps(ai, lo, _CMP_GE_OQ), _mm256_cmp_ps(ai, hi, _CMP_LT_OQ)));
+    valid = _mm256_and_ps(valid, inr);
+    const __m256i want = RoundBf16NoNanAvx2(_mm256_castps_si256(in));
+    const __m256 diff = _mm256_castsi256_ps(
+        _mm256_xor_si256(_mm256_cmpeq_epi32(want, _mm256_castps_si256(got)), _mm256_set1_epi32(-1)));
+    seen += __builtin_popcount(static_cast<unsigned>(_mm256_movemask_ps(valid)));
+    bad += __builtin_popcount(static_cast<unsigned>(_mm256_movemask_ps(_mm256_and_ps(valid, diff))));
+  }
+  *checked = seen;
+  return bad;
+#else
+  (void)i0;
+  (void)i1;
+  (void)product;
+  return -1;
+#endif
+}
+
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace fp8ref::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -1474,6 +1561,14 @@ HWY_EXPORT(RowQuant);
 HWY_EXPORT(RowGroupScales);
 HWY_EXPORT(RowQuantFast);
 HWY_EXPORT(NormQuantBf16);
+HWY_EXPORT(Bf16SplitFailures);
+
+int64_t bf16_split_failures(uint64_t i0, uint64_t i1, bool product, int64_t* checked) {
+  int64_t c = 0;
+  const int64_t bad = HWY_DYNAMIC_DISPATCH(Bf16SplitFailures)(i0, i1, product, &c);
+  if (checked) *checked = c;
+  return bad;
+}
 
 namespace {
 
@@ -1649,9 +1744,9 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
     // rows and widened weights 64-byte aligned (hwy::AllocateAligned): every vector access within one cache line
     // (std::vector's 16-byte alignment split every 64-byte load of wf across two lines)
     const size_t Ka = static_cast<size_t>(K > 0 ? K : 1), Kp = (Ka + 15) / 16 * 16;
-    // (carved from the thread's arena: z, ybuf, v, wf, wfp, w512 K floats each, y512 K words)
+    // (carved from the thread's arena: z, ybuf, v, wf, wfp, w512, wcp K floats each, y512 K words)
     RowArena local;
-    const size_t arena_bytes = 6 * Kp * 4 + Kp * 2;
+    const size_t arena_bytes = 7 * Kp * 4 + Kp * 2;
     uint8_t* arena = (arena_bytes <= kArenaKeep ? t_arena : local).take(arena_bytes);
     auto slice = [&](int i) { return reinterpret_cast<float*>(arena) + static_cast<size_t>(i) * Kp; };
     float *const z = slice(0), *const ybuf = slice(1), *const v = slice(2);
@@ -1659,7 +1754,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
     std::vector<float> gamax(static_cast<size_t>(ngroups > 0 ? ngroups : 1)), gsv(gamax.size());
     std::vector<uint8_t> gnan(gamax.size()), gfast(gamax.size());
     std::vector<float> grb(gamax.size());
-    float *wf = nullptr, *wfp = nullptr, *w512 = nullptr;
+    float *wf = nullptr, *wfp = nullptr, *w512 = nullptr, *wcp = nullptr;
     uint16_t* y512 = nullptr;
     rq512::Plan plan;
     if (a.from != Format::bf16 || fast) {  // weights widened once per thread (bf16: for the fast path)
@@ -1677,10 +1772,16 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
             wfp[k + 8 + i] = wf[k + 4 + i];
             wfp[k + 12 + i] = wf[k + 12 + i];
           }
+        // w·(2^16 + 1) for the roundings by Veltkamp's split (NormWeightBf16Fast's conditions; exact products)
+        const bool w_small = std::all_of(wf, wf + K, [](float v) { return std::fabs(v) <= 0x1p50f; });
+        if (path == RmsNormPath::automatic && w_small && guard_s_min >= 0x1p-60 && spec.weight != NormWeight::f32) {
+          wcp = slice(6);
+          for (int64_t k = 0; k < K; ++k) wcp[k] = wfp[k] * 65537.0f;
+        }
       }
       if (use512 || use512w) {
         w512 = slice(5);
-        y512 = reinterpret_cast<uint16_t*>(slice(6));  // (mode 0: the weights' sign bytes)
+        y512 = reinterpret_cast<uint16_t*>(slice(7));  // (mode 0: the weights' sign bytes)
         rq512::make_plan(use512w ? 0 : spec.weight == NormWeight::dtype_twice ? 1 : 2, zkind, wf, static_cast<size_t>(K),
                          w512, &plan, reinterpret_cast<uint8_t*>(y512));
         plan.flush_ok = use512 && rq512::flush_subnormal_harmless(plan, guard_s_min);
@@ -1873,9 +1974,11 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
         continue;
       bool permuted = false;  // y in NormWeightBf16Avx2's order (RowQuantFast puts the codes in order)
       if (bf16_fast) {
-        permuted = HWY_DYNAMIC_DISPATCH(NormWeightBf16Fast)(zp, wf, wfp, static_cast<size_t>(K), r,
-                                                            spec.weight, y, static_cast<size_t>(G), gamax.data(),
-                                                            gnan.data(), next_x, next_r);
+        const bool split_ok = std::isfinite(var) && std::isfinite(r);  // (and wcp's conditions)
+        permuted = HWY_DYNAMIC_DISPATCH(NormWeightBf16Fast)(zp, wf, wfp, split_ok ? wcp : nullptr,
+                                                            static_cast<size_t>(K), r, spec.weight, y,
+                                                            static_cast<size_t>(G), gamax.data(), gnan.data(), next_x,
+                                                            next_r);
       } else if (a.from == Format::bf16) {
         HWY_DYNAMIC_DISPATCH(NormWeightBf16)(z_row(), static_cast<const uint16_t*>(a.weight), static_cast<size_t>(K), r,
                                              spec.weight, y, static_cast<size_t>(G), gamax.data(), gnan.data());
