@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
                       }
                     },
                     {}});
-    for (const char* conv : {"vllm-rmsnorm-quant", "aiter-rmsnorm-quant", "exact"}) {
+    for (const char* conv : {"vllm-rmsnorm-quant", "aiter-rmsnorm-quant", "deepseek-rmsnorm", "exact"}) {
       for (int v = 0; v < 4; ++v) {
         const bool residual = v % 2 == 1;
         const auto path = v < 2 ? fp8ref::cpu::RmsNormPath::automatic : fp8ref::cpu::RmsNormPath::highway;

@@ -262,6 +262,46 @@ TEST_CASE("rmsnorm_quant: cpu cub partials keep each thread's element order (bf1
   }
 }
 
+// Quant specs off the fused path with row-local scales: the cpu backend quantizes each row right after normalising
+// it (cpu::quantize on [1, K]); the rows' scales land at their rows whatever their element size. The CLI offers f32
+// scales only; the C++ API takes any quant spec.
+TEST_CASE("rmsnorm_quant: cpu row-by-row group quant off the fused path (ue8m0 and bf16 scales, a row with an Inf)") {
+  struct Q {
+    ScaleDtype dtype;
+    std::vector<std::pair<std::string, std::string>> ov;
+  };
+  const std::vector<Q> quant_ov = {
+      {ScaleDtype::ue8m0, {{"scale-round", "pow2-ceil"}}},
+      {ScaleDtype::bf16, {{"granularity", "group:64"}}},
+  };
+  std::mt19937_64 rng(37);
+  for (const char* conv : {"vllm-rmsnorm-quant", "deepseek-rmsnorm"}) {
+    for (const Q& qo : quant_ov) {
+      RmsNormQuantSpec spec = spec_for(conv, Format::e4m3fn);
+      std::string err;
+      spec.quant.scale_dtype = qo.dtype;
+      for (const auto& [k, v] : qo.ov) REQUIRE_MESSAGE(apply_quant_override(k, v, &spec.quant, &err), err);
+      finalize_rmsnorm_quant_spec(&spec);
+      const int64_t M = 9, K = 256;
+      std::vector<float> xv = make_rows(rng, M, K, Format::bf16, true);
+      xv[static_cast<size_t>(4 * K + 7)] = INFINITY;  // a row of NaN y
+      std::vector<float> wv(static_cast<size_t>(K));
+      std::normal_distribution<float> nd(1.0f, 0.5f);
+      for (float& w : wv) w = nd(rng);
+      const std::vector<float> rv = make_rows(rng, M, K, Format::bf16, true);
+      const auto x = encode_as(Format::bf16, xv), w = encode_as(Format::bf16, wv), r = encode_as(Format::bf16, rv);
+      for (bool with_res : {false, true}) {
+        INFO(conv << " " << spec.describe() << " residual " << with_res);
+        const Outputs a = run(false, spec, Format::bf16, x, w, with_res ? &r : nullptr, {M, K}, false);
+        const Outputs b = run(true, spec, Format::bf16, x, w, with_res ? &r : nullptr, {M, K}, false);
+        CHECK(a.q == b.q);
+        CHECK(a.scales == b.scales);
+        CHECK(a.res == b.res);
+      }
+    }
+  }
+}
+
 TEST_CASE("rmsnorm_quant: cpu backend bit-identical to the reference, every SIMD target") {
   struct Case {
     const char* convention;

@@ -246,9 +246,10 @@ struct WordLineStream {
 };
 #endif
 
-// Step 1 for bf16 rows. z[k] (f32; z null: not written); residual_out bits when a residual is given.
+// Step 1 for bf16 rows. z[k] (f32; z null: not written); residual_out bits when a residual is given; zbf (not null,
+// with dtype_sum): z's bf16 bits as well (residual_out's values, but never streamed: the caller's bf16 z row).
 bool LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_sum, float* z, uint16_t* res_out,
-                 double* sumsq, bool stream, float* part, size_t T) {
+                 double* sumsq, bool stream, float* part, size_t T, uint16_t* zbf) {
   if (sumsq) *sumsq = -1.0;
   (void)stream;  // (AVX-512 and AVX2 only)
   (void)part;
@@ -295,10 +296,11 @@ bool LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
       if (_mm512_cmp_ps_mask(ze, zo, _CMP_UNORD_Q)) break;
       if (res_out || dtype_sum) {
         const __m512 be = RoundBf16NoNan(hn::Vec<DF>{ze}).raw, bo = RoundBf16NoNan(hn::Vec<DF>{zo}).raw;
-        if (res_out) {  // the pair (even, odd) = (be >> 16, bo)
+        if (res_out || (zbf && dtype_sum)) {  // the pair (even, odd) = (be >> 16, bo)
           const __m512i pr = _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(be), 16), _mm512_castps_si512(bo));
-          if (stream) ws.put(pr);
-          else _mm512_storeu_si512(reinterpret_cast<void*>(res_out + k), pr);
+          if (res_out && stream) ws.put(pr);
+          else if (res_out) _mm512_storeu_si512(reinterpret_cast<void*>(res_out + k), pr);
+          if (zbf && dtype_sum) _mm512_storeu_si512(reinterpret_cast<void*>(zbf + k), pr);
         }
         if (dtype_sum) {
           ze = be;
@@ -333,7 +335,8 @@ bool LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
   }
   // (a step that broke out above, the steps after it and the tail: the generic loops)
 #elif HWY_TARGET == HWY_AVX2 && HWY_ARCH_X86
-  // AVX2 with a residual and no f32 row (z null, the sum not rounded: the caller's ZSum path), 32 elements a step, as
+  // AVX2 with a residual and no f32 row (z null: the sum not rounded, the caller's ZSum path; or rounded, dtype_sum,
+  // the rounded pairs also into zbf, the caller's bf16 z row — residual_out may be streamed), 32 elements a step, as
   // the AVX-512 loop above and in vec4 order from the start: the bf16 pairs of x and of res (dwords) split by one
   // shufps each into E = the pairs of vec4s 0, 1, 4, 5 | 2, 3, 6, 7 of the step (each vec4's elements 0, 1) and O
   // (elements 2, 3), and each widened in place (<< 16: the even element, & 0xFFFF0000: the odd one), so v_j = z of
@@ -343,7 +346,7 @@ bool LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
   // to the generic loop before anything of it is written; sumsq: Σ z² in f64 lanes (any order); stream: residual_out
   // by non-temporal stores (32-byte aligned), fenced before returning. Against the generic loop and a separate
   // CubPartials pass (which read x and res twice, with the widening permutations): see bench/RESULTS.md, session 13.
-  if (res && !z && !dtype_sum && K % 32 == 0) {
+  if (res && !z && K % 32 == 0) {
     const bool cub = part && T % 8 == 0;
     if (cub) std::memset(part, 0, T * sizeof(float));
     stream = stream && res_out && (reinterpret_cast<uintptr_t>(res_out) & 31) == 0;
@@ -365,21 +368,30 @@ bool LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
       const __m256i orr = _mm256_castps_si256(_mm256_shuffle_ps(ra, rb, 0xDD));
       auto lo = [](__m256i p) HWY_ATTR { return _mm256_castsi256_ps(_mm256_slli_epi32(p, 16)); };
       auto hi = [&](__m256i p) HWY_ATTR { return _mm256_castsi256_ps(_mm256_and_si256(p, hi16)); };
-      const __m256 v0 = _mm256_add_ps(lo(ex), lo(er)), v1 = _mm256_add_ps(hi(ex), hi(er));
-      const __m256 v2 = _mm256_add_ps(lo(ox), lo(orr)), v3 = _mm256_add_ps(hi(ox), hi(orr));
+      __m256 v0 = _mm256_add_ps(lo(ex), lo(er)), v1 = _mm256_add_ps(hi(ex), hi(er));
+      __m256 v2 = _mm256_add_ps(lo(ox), lo(orr)), v3 = _mm256_add_ps(hi(ox), hi(orr));
       const __m256 u = _mm256_or_ps(_mm256_cmp_ps(v0, v1, _CMP_UNORD_Q), _mm256_cmp_ps(v2, v3, _CMP_UNORD_Q));
       if (_mm256_movemask_ps(u)) break;
-      if (res_out) {  // the pairs (RN(v0) >> 16 | RN(v1)) and (RN(v2) >> 16 | RN(v3)), back in element order
-        auto rnd = [](__m256 v) HWY_ATTR { return RoundBf16NoNanAvx2(_mm256_castps_si256(v)); };
-        const __m256i pe = _mm256_or_si256(_mm256_srli_epi32(rnd(v0), 16), rnd(v1));
-        const __m256i po = _mm256_or_si256(_mm256_srli_epi32(rnd(v2), 16), rnd(v3));
+      if (res_out || dtype_sum) {  // the pairs (RN(v0) >> 16 | RN(v1)) and (RN(v2) >> 16 | RN(v3)), in element order
+        const __m256i b0 = RoundBf16NoNanAvx2(_mm256_castps_si256(v0)), b1 = RoundBf16NoNanAvx2(_mm256_castps_si256(v1));
+        const __m256i b2 = RoundBf16NoNanAvx2(_mm256_castps_si256(v2)), b3 = RoundBf16NoNanAvx2(_mm256_castps_si256(v3));
+        const __m256i pe = _mm256_or_si256(_mm256_srli_epi32(b0, 16), b1);
+        const __m256i po = _mm256_or_si256(_mm256_srli_epi32(b2, 16), b3);
         const __m256i o0 = _mm256_unpacklo_epi32(pe, po), o1 = _mm256_unpackhi_epi32(pe, po);
-        if (stream) {
+        if (res_out && stream) {
           _mm256_stream_si256(reinterpret_cast<__m256i*>(res_out + k), o0);
           _mm256_stream_si256(reinterpret_cast<__m256i*>(res_out + k + 16), o1);
-        } else {
+        } else if (res_out) {
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(res_out + k), o0);
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(res_out + k + 16), o1);
+        }
+        if (dtype_sum) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(zbf + k), o0);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(zbf + k + 16), o1);
+          v0 = _mm256_castsi256_ps(b0);
+          v1 = _mm256_castsi256_ps(b1);
+          v2 = _mm256_castsi256_ps(b2);
+          v3 = _mm256_castsi256_ps(b3);
         }
       }
       if (cub) {  // threads t0 .. t0 + 7 (t0 = (k / 4) mod T), each chain in vec4 order
@@ -419,6 +431,7 @@ bool LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
       const auto bits = RoundBf16Bits(v);
       if (dtype_sum) v = hn::BitCast(df, hn::ShiftLeft<16>(bits));
       if (res_out) hn::StoreU(hn::DemoteTo(du16, hn::BitCast(hn::RebindToSigned<DF>(), bits)), du16, res_out + k);
+      if (zbf && dtype_sum) hn::StoreU(hn::DemoteTo(du16, hn::BitCast(hn::RebindToSigned<DF>(), bits)), du16, zbf + k);
     }
     if (z) hn::StoreU(v, df, z + k);
   }
@@ -443,6 +456,7 @@ bool LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
         std::memcpy(&v, &w, 4);
       }
       if (res_out) res_out[k] = h;
+      if (zbf && dtype_sum) zbf[k] = h;
     }
     if (z) z[k] = v;
   }
@@ -1686,9 +1700,18 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
   const int64_t M = L.M, K = L.K;
   const QuantSpec& qs = spec.quant;
   const bool fast = fast_quant(qs) && !a.exact_q && K > 0;
+  // Quant specs off the fused path (exact formulas, div=triton-nv, bf16/f16/ue8m0 scales, ...) with row-local scales
+  // (group, row): each row quantized right after its normalisation, from cache, by the CPU backend's group quant
+  // on [1, K] (its scales are the logical row-major ones, so a row's are contiguous). deepseek-rmsnorm bf16
+  // [4096, 7168], 2 threads: 59.7-60.4 -> see bench/RESULTS.md session 37 (the whole f32 y through memory before).
+  const GranularityKind gk = qs.granularity.kind;
+  const bool row_quant = !fast && !a.exact_q && K > 0 &&
+                         (gk == GranularityKind::group || gk == GranularityKind::row);
+  const size_t scale_row_bytes =
+      static_cast<size_t>(L.quant.n_scales / (M > 0 ? M : 1)) * static_cast<size_t>(format_info(scale_storage(qs)).bits / 8);
   // The normed rows are kept whole only when the reference quant runs after the loop (or they are asked for).
   std::vector<float> all_y;
-  if (!fast && !a.normed) all_y.resize(static_cast<size_t>(M * K));
+  if (!fast && !row_quant && !a.normed) all_y.resize(static_cast<size_t>(M * K));
   float* y_out = a.normed ? a.normed : all_y.data();
   const int64_t G = qs.granularity.kind == GranularityKind::row ? (K > 0 ? K : 1) : qs.granularity.bk;
   const int64_t ngroups = L.quant.n_scales / (M > 0 ? M : 1);
@@ -1744,12 +1767,13 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
     // rows and widened weights 64-byte aligned (hwy::AllocateAligned): every vector access within one cache line
     // (std::vector's 16-byte alignment split every 64-byte load of wf across two lines)
     const size_t Ka = static_cast<size_t>(K > 0 ? K : 1), Kp = (Ka + 15) / 16 * 16;
-    // (carved from the thread's arena: z, ybuf, v, wf, wfp, w512, wcp K floats each, y512 K words)
+    // (carved from the thread's arena: z, ybuf, v, wf, wfp, w512, wcp K floats each, y512 and zb K words each)
     RowArena local;
-    const size_t arena_bytes = 7 * Kp * 4 + Kp * 2;
+    const size_t arena_bytes = 7 * Kp * 4 + 2 * Kp * 2;
     uint8_t* arena = (arena_bytes <= kArenaKeep ? t_arena : local).take(arena_bytes);
     auto slice = [&](int i) { return reinterpret_cast<float*>(arena) + static_cast<size_t>(i) * Kp; };
     float *const z = slice(0), *const ybuf = slice(1), *const v = slice(2);
+    uint16_t* const zb = reinterpret_cast<uint16_t*>(slice(7)) + Kp;
     std::vector<float> part(static_cast<size_t>(L.cub_threads > 0 ? L.cub_threads : 1)), lane0(part.size() / 32 + 1);
     std::vector<float> gamax(static_cast<size_t>(ngroups > 0 ? ngroups : 1)), gsv(gamax.size());
     std::vector<uint8_t> gnan(gamax.size()), gfast(gamax.size());
@@ -1761,7 +1785,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       wf = slice(3);
       if (a.from == Format::bf16)  // (bf16 widened in lanes: LoadRowBf16 without a residual)
         HWY_DYNAMIC_DISPATCH(LoadRowBf16)(static_cast<const uint16_t*>(a.weight), nullptr, static_cast<size_t>(K), false,
-                                          wf, nullptr, nullptr, false, nullptr, 0);
+                                          wf, nullptr, nullptr, false, nullptr, 0, nullptr);
       // (and permuted for NormWeightBf16Avx2 where the row's quant is RowQuantFast: 16-blocks as 0–3, 8–11, 4–7, 12–15)
       if (a.from == Format::bf16 && cast_in_lanes && K % 16 == 0) {
         wfp = slice(4);
@@ -1841,34 +1865,42 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
                          (spec.variance == Variance::exact || spec.variance == Variance::cub);
       const bool zbf16 = zfast && !rr;
       const bool zsum = zfast && rr && !dtype_sum && !out_overlaps;
-      bool have_z = !zbf16 && !zsum;  // (every other path writes z below)
+      // with a residual summed in bf16 (vLLM's fused_add_rms_norm) z is bf16-valued: its bits in the bf16 row zb
+      // (residual_out's values; the AVX-512 BF16 passes keep their f32 row)
+      const bool zrnd = zfast && rr && dtype_sum && !use512;
+      bool have_z = !zbf16 && !zsum && !zrnd;  // (every other path writes z below)
       double sumsq = -1.0;            // Σ z² when the residual pass computed it (variance=exact)
       bool parts_done = false;        // the cub partials, when the residual pass computed them
       auto z_row = [&]() {
-        if (!have_z)
+        if (!have_z && zrnd)
+          HWY_DYNAMIC_DISPATCH(LoadRowBf16)(zb, nullptr, static_cast<size_t>(K), false, z, nullptr, nullptr, false,
+                                            nullptr, 0, nullptr);
+        else if (!have_z)
           HWY_DYNAMIC_DISPATCH(LoadRowBf16)(reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr),
-                                            static_cast<size_t>(K), false, z, nullptr, nullptr, false, nullptr, 0);
+                                            static_cast<size_t>(K), false, z, nullptr, nullptr, false, nullptr, 0,
+                                            nullptr);
         have_z = true;
         return z;
       };
       const ZRow zp = zbf16  ? ZRow{xr, nullptr, 1}
                       : zsum ? ZRow{xr, reinterpret_cast<const uint16_t*>(rr), 2}
+                      : zrnd ? ZRow{zb, nullptr, 1}
                              : ZRow{z, nullptr, 0};
       if (zbf16) {
         // (nothing to write)
-      } else if (zsum) {  // residual_out only (and Σ z² or the cub partials on the way)
+      } else if (zsum || zrnd) {  // residual_out (zrnd: and zb), and Σ z² or the cub partials on the way
         const bool cub_here = spec.variance == Variance::cub && L.cub_threads % 16 == 0 && K % 64 == 0;
-        if (ro || spec.variance == Variance::exact || cub_here)
+        if (ro || zrnd || spec.variance == Variance::exact || cub_here)
           parts_done = HWY_DYNAMIC_DISPATCH(LoadRowBf16)(
                            reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr),
-                           static_cast<size_t>(K), false, nullptr, reinterpret_cast<uint16_t*>(ro),
+                           static_cast<size_t>(K), zrnd, nullptr, reinterpret_cast<uint16_t*>(ro),
                            spec.variance == Variance::exact ? &sumsq : nullptr, stream_out, cub_here ? part.data() : nullptr,
-                           static_cast<size_t>(L.cub_threads)) &&
+                           static_cast<size_t>(L.cub_threads), zrnd ? zb : nullptr) &&
                        cub_here;
       } else if (a.from == Format::bf16) {
         HWY_DYNAMIC_DISPATCH(LoadRowBf16)(reinterpret_cast<const uint16_t*>(xr), reinterpret_cast<const uint16_t*>(rr),
                                           static_cast<size_t>(K), dtype_sum, z, reinterpret_cast<uint16_t*>(ro), nullptr,
-                                          stream_out, nullptr, 0);
+                                          stream_out, nullptr, 0, nullptr);
       } else {
         for (int64_t k = 0; k < K; ++k) {
           auto ld = [&](const uint8_t* p) {
@@ -1934,7 +1966,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
                                                   : gpu(1.0f / gpu(std::sqrt(u)));
       if (a.rms) a.rms[m] = r;
       // 5.–6. (and, for bf16 rows, the groups' amax)
-      float* y = fast && !a.normed ? ybuf : y_out + off;
+      float* y = (fast || row_quant) && !a.normed ? ybuf : y_out + off;
       const bool bf16_fast = a.from == Format::bf16 && fast && !a.normed && !std::isnan(var) && !std::isnan(r);
       // (the same next row for the Highway bf16 paths, which prefetch it and look ahead into it)
       const auto* next_x = a.from == Format::bf16 ? pf_x : nullptr;
@@ -1994,6 +2026,10 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
           }
         }
       }
+      if (row_quant) {
+        quantize(qs, Format::f32, y, {1, K}, a.q + off, static_cast<uint8_t*>(a.scales) + m * scale_row_bytes, nullptr);
+        continue;
+      }
       if (!fast) continue;
       // 7. the group quant (reference steps 2–9 of quant.h for the f32 kernels' specs)
       if (a.from != Format::bf16)
@@ -2016,7 +2052,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
   }
   // Every other quant spec: the CPU backend's group quant over the normed rows (src/cpu/quant_cpu.cc, bit-identical
   // to ref::quantize; it defers to the reference itself where it is not vectorised, e.g. for exact_q).
-  if (!fast) quantize(qs, Format::f32, y_out, a.shape, a.q, a.scales, a.exact_q);
+  if (!fast && !row_quant) quantize(qs, Format::f32, y_out, a.shape, a.q, a.scales, a.exact_q);
 }
 
 }  // namespace cpu
