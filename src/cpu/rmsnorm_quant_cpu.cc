@@ -1703,7 +1703,9 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
   // Quant specs off the fused path (exact formulas, div=triton-nv, bf16/f16/ue8m0 scales, ...) with row-local scales
   // (group, row): each row quantized right after its normalisation, from cache, by the CPU backend's group quant
   // on [1, K] (its scales are the logical row-major ones, so a row's are contiguous). deepseek-rmsnorm bf16
-  // [4096, 7168], 2 threads: 59.7-60.4 -> see bench/RESULTS.md session 37 (the whole f32 y through memory before).
+  // [4096, 7168], 2 threads: 59.7–60.4 -> 14.3–14.4 ms (the whole f32 y went through memory before; session 37). bf16
+  // rows there take the fused path's z reads and NormWeightBf16Fast too (y not exported: its NaN bits never reach a code,
+  // the quotient's NaN is canonical).
   const GranularityKind gk = qs.granularity.kind;
   const bool row_quant = !fast && !a.exact_q && K > 0 &&
                          (gk == GranularityKind::group || gk == GranularityKind::row);
@@ -1781,7 +1783,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
     float *wf = nullptr, *wfp = nullptr, *w512 = nullptr, *wcp = nullptr;
     uint16_t* y512 = nullptr;
     rq512::Plan plan;
-    if (a.from != Format::bf16 || fast) {  // weights widened once per thread (bf16: for the fast path)
+    if (a.from != Format::bf16 || fast || row_quant) {  // weights widened once per thread (bf16: for the fast path)
       wf = slice(3);
       if (a.from == Format::bf16)  // (bf16 widened in lanes: LoadRowBf16 without a residual)
         HWY_DYNAMIC_DISPATCH(LoadRowBf16)(static_cast<const uint16_t*>(a.weight), nullptr, static_cast<size_t>(K), false,
@@ -1861,7 +1863,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       // residual z is the widened x, read in registers from x itself (ZBf16); with one whose sum stays f32 it is
       // recomputed from x and the residual (ZSum) — unless residual_out overlaps them (in place: the passes after
       // this one would read the updated residual). The f32 row only if a rarer path needs it (z_row()).
-      const bool zfast = a.from == Format::bf16 && fast && !a.normed &&
+      const bool zfast = a.from == Format::bf16 && (fast || row_quant) && !a.normed &&
                          (spec.variance == Variance::exact || spec.variance == Variance::cub);
       const bool zbf16 = zfast && !rr;
       const bool zsum = zfast && rr && !dtype_sum && !out_overlaps;
@@ -1967,7 +1969,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
       if (a.rms) a.rms[m] = r;
       // 5.–6. (and, for bf16 rows, the groups' amax)
       float* y = (fast || row_quant) && !a.normed ? ybuf : y_out + off;
-      const bool bf16_fast = a.from == Format::bf16 && fast && !a.normed && !std::isnan(var) && !std::isnan(r);
+      const bool bf16_fast = a.from == Format::bf16 && (fast || row_quant) && !a.normed && !std::isnan(var) && !std::isnan(r);
       // (the same next row for the Highway bf16 paths, which prefetch it and look ahead into it)
       const auto* next_x = a.from == Format::bf16 ? pf_x : nullptr;
       const auto* next_r = a.from == Format::bf16 ? pf_r : nullptr;
