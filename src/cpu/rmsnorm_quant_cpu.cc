@@ -10,7 +10,9 @@
 //      is exactly the widened x); with a residual summed in f32 (residual-sum=f32) they recompute z = x + residual
 //      from both rows (ZSum; the residual pass writes only residual_out, and for variance=exact sums z² on the
 //      way, for variance=cub with T % 16 == 0 and K % 64 == 0 the cub partials) — unless residual_out overlaps x or
-//      the residual (in place). The f32 row is written only when a rarer
+//      the residual (in place); with a residual summed in bf16 (residual-sum=dtype) the residual pass also writes
+//      z's bf16 bits into a row of its own, which they read as ZBf16 (not on the AVX-512 BF16 passes). The same
+//      holds for the quant specs below that run row by row. The f32 row is written only when a rarer
 //      path needs it (the reference's exact sum, a NaN row).
 //   2. the mean of squares:
 //      exact    Σ z² in f64 lanes (z² is exact in f64; any order). For n non-negative terms the computed sum is
@@ -47,8 +49,9 @@
 //      by vcvtne2ps2bf16 under a per-row guard against subnormals (src/cpu/rmsnorm_quant_avx512.cc;
 //      cpu::RmsNormPath::highway keeps them on the Highway path); the codes (and residual_out) of outputs of 16 MiB
 //      and more go out by non-temporal stores at any alignment. Every other
-//      quant spec (exact formulas, div=triton-nv, bf16/f16/ue8m0 scales) runs cpu::quantize (src/cpu/quant_cpu.cc)
-//      on the normed rows after the loop.
+//      quant spec (exact formulas, div=triton-nv, bf16/f16/ue8m0 scales) runs cpu::quantize (src/cpu/quant_cpu.cc):
+//      at group and row granularity on each row right after its normalisation (row_quant, from cache), else on
+//      the normed rows after the loop.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/rmsnorm_quant_cpu.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -2052,8 +2055,8 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
     }
     flush(true, nullptr, nullptr);  // this thread's last row (the region's end waits for every thread)
   }
-  // Every other quant spec: the CPU backend's group quant over the normed rows (src/cpu/quant_cpu.cc, bit-identical
-  // to ref::quantize; it defers to the reference itself where it is not vectorised, e.g. for exact_q).
+  // Every other quant spec off row_quant: the CPU backend's group quant over the normed rows (src/cpu/quant_cpu.cc,
+  // bit-identical to ref::quantize; it defers to the reference itself where it is not vectorised, e.g. for exact_q).
   if (!fast && !row_quant) quantize(qs, Format::f32, y_out, a.shape, a.q, a.scales, a.exact_q);
 }
 
