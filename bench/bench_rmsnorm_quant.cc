@@ -15,6 +15,7 @@
 // (K·2) + codes (1 B/elem) + scales (4 B per group).
 //
 // Usage: bench_rmsnorm_quant [--m 4096] [--k 7168] [--reps 5] [--numpy-gbs G] [--only PAT[|PAT...]] [--highway]
+//                            [--residual-sum f32|dtype]  (every convention's residual sum overridden)
 #include <omp.h>
 
 #include <algorithm>
@@ -51,9 +52,11 @@ struct Row {
   double gbs() const { return bytes / best() / 1e9; }
 };
 
-fp8ref::RmsNormQuantSpec spec_of(const char* name) {
+// residual_sum: "" (the convention's) or an override of every convention's residual-sum (f32, dtype)
+fp8ref::RmsNormQuantSpec spec_of(const char* name, const std::string& residual_sum) {
   std::string err;
   auto s = fp8ref::resolve_rmsnorm_quant_convention(name, fp8ref::Format::e4m3fn, &err);
+  if (s && !residual_sum.empty() && !fp8ref::apply_rmsnorm_override("residual-sum", residual_sum, &*s, &err)) s.reset();
   if (!s) {
     std::fprintf(stderr, "bench_rmsnorm_quant: %s\n", err.c_str());
     std::exit(2);
@@ -70,6 +73,7 @@ int main(int argc, char** argv) {
   double numpy_gbs = 0;
   std::string only;  // time only the matching rows: prefixes or whole names (NAME$), '|' between alternatives
   bool highway = false;
+  std::string residual_sum;  // --residual-sum: every convention's, overridden
   for (int a = 1; a < argc; ++a) {
     const std::string s = argv[a];
     auto val = [&]() -> std::string {
@@ -85,10 +89,11 @@ int main(int argc, char** argv) {
     else if (s == "--numpy-gbs") numpy_gbs = std::stod(val());
     else if (s == "--only") only = val();
     else if (s == "--highway") highway = true;
+    else if (s == "--residual-sum") residual_sum = val();
     else {
       std::fprintf(stderr,
                    "usage: bench_rmsnorm_quant [--m 4096] [--k 7168] [--reps 5] [--numpy-gbs G] [--only PAT[|PAT...]] "
-                   "[--highway]\n");
+                   "[--highway] [--residual-sum f32|dtype]\n");
       return 2;
     }
   }
@@ -160,7 +165,7 @@ int main(int argc, char** argv) {
         const bool residual = v % 2 == 1;
         const auto path = v < 2 ? fp8ref::cpu::RmsNormPath::automatic : fp8ref::cpu::RmsNormPath::highway;
         if (std::string(conv) == "exact" && (residual || t != max_threads)) continue;
-        const fp8ref::RmsNormQuantSpec spec = spec_of(conv);
+        const fp8ref::RmsNormQuantSpec spec = spec_of(conv, residual_sum);
         const bool bf16_weights = spec.weight != fp8ref::NormWeight::f32;
         if (v >= 2 && !(highway && bf16_weights && fp8ref::cpu::rmsnorm_quant_has_avx512bf16())) continue;
         rows.push_back({std::string(conv) + (residual ? " + residual" : "") + (v >= 2 ? " [highway]" : ""), t,

@@ -30,4 +30,6 @@ TEST_CASE("rmsnorm_quant's AVX2 bf16 rounding by Veltkamp's split is RNE on ever
        }))
     names += t + " ";
   MESSAGE("SIMD targets checked: ", names, "(AVX2 ran: ", ran, ")");
+  // where this CPU runs the AVX2 target, the sweeps ran on it (not skipped as "not an AVX2 target")
+  CHECK((ran == 1) == (names.find("AVX2") != std::string::npos));
 }

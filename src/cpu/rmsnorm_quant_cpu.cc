@@ -389,8 +389,10 @@ bool LoadRowBf16(const uint16_t* x, const uint16_t* res, size_t K, bool dtype_su
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(res_out + k + 16), o1);
         }
         if (dtype_sum) {
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(zbf + k), o0);
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(zbf + k + 16), o1);
+          if (zbf) {
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(zbf + k), o0);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(zbf + k + 16), o1);
+          }
           v0 = _mm256_castsi256_ps(b0);
           v1 = _mm256_castsi256_ps(b1);
           v2 = _mm256_castsi256_ps(b2);
