@@ -11,6 +11,7 @@
 #include "fp8ref/error.h"
 #include "fp8ref/io.h"
 #include "fp8ref/rmsnorm.h"
+#include "scales_file.h"
 
 namespace fp8ref::cli {
 namespace {
@@ -26,8 +27,9 @@ const char* kHelp =
     "normed value is rounded to the input dtype, and the group quant (include/fp8ref/rmsnorm.h lists them).\n"
     "\n"
     "Files: IN [..., K], WEIGHT [K] and the residual [..., K] are '<f4' (f32), '<f2' (f16) or '<u2' arrays of bf16\n"
-    "bit patterns (all of the --from type). Q is written as uint8 codes of IN's shape, SCALES as float32\n"
-    "[..., ceil(K/G)], and with --residual the updated residual (x + residual, in the --from type) to --residual-out.\n"
+    "bit patterns (all of the --from type). Q is written as uint8 codes of IN's shape, SCALES as float32 values\n"
+    "[..., ceil(K/G)] (exact in the scale dtype), or uint8 E8M0 codes with --scale-dtype ue8m0 --scale-codes, and\n"
+    "with --residual the updated residual (x + residual, in the --from type) to --residual-out.\n"
     "\n"
     "Conventions:\n"
     "  exact                every step rounded once (exact mean of squares, correctly rounded rsqrt, exact quant)\n"
@@ -42,6 +44,9 @@ const char* kHelp =
     "  --to FMT              e4m3fn, e5m2, e4m3fnuz, e5m2fnuz (each convention defines some)\n"
     "  --convention NAME     see above\n"
     "  --group G             group size along K (default 128); --granularity row for one scale per row\n"
+    "  --scale-dtype D       f32 (default), bf16, f16, ue8m0: the scale variant of the convention's group quant,\n"
+    "                        e.g. deepseek-rmsnorm ue8m0 (DeepSeek-V3.1+ act_quant scale_fmt=\"ue8m0\"), exact any\n"
+    "  --scale-codes         ue8m0 scales as uint8 E8M0 codes instead of float32 values\n"
     "  --residual FILE       add this residual first; needs --residual-out\n"
     "  --residual-out FILE   where the updated residual goes\n"
     "  --eps E               epsilon (default 1e-6), rounded to f32\n"
@@ -57,15 +62,19 @@ const char* kHelp =
     "  --variance exact|f32-seq|cub:auto|cub:T  the sum of squares (cub:T = vLLM's block reduce, T threads)\n"
     "  --rsqrt rn|ieee|cuda-rsqrtf            correctly rounded, 1/sqrtf, or CUDA rsqrtf (MUFU.RSQ, captured)\n"
     "  --weight-round f32|dtype-twice|dtype-once   y = z*r*w in f32 / bf16(bf16(z*r)*w) / bf16(z*r*w)\n"
-    "  --scale-layout row-major|col-major|tma-aligned   how SCALES is stored: col-major [ceil(K/G), M] (vLLM\n"
-    "                                         is_scale_transposed), tma-aligned [ceil(K/G), align4(M)] (DeepGEMM)\n"
-    "  --granularity, --tail, --amax-nan, --guard, --scale-formula, --formula, --clamp, --fp8-max, --cast\n"
+    "  --scale-layout row-major|col-major|tma-aligned|packed-ue8m0   how SCALES is stored: col-major [ceil(K/G), M]\n"
+    "                                         (vLLM is_scale_transposed), tma-aligned [ceil(K/G), align4(M)]\n"
+    "                                         (DeepGEMM), packed-ue8m0 (4 E8M0 codes per int32, DeepGEMM on sm100)\n"
+    "  --granularity, --tail, --amax-nan, --guard, --scale-formula, --scale-round, --scale-store, --formula,\n"
+    "  --clamp, --fp8-max, --cast, --div\n"
     "                                         the group quant's fields, as in fp8ref quantize --help\n"
     "\n"
     "Examples:\n"
     "  fp8ref rmsnorm-quant --from bf16 --to e4m3fn --convention vllm-rmsnorm-quant x.npy w.npy q.npy s.npy\n"
     "  fp8ref rmsnorm-quant --from bf16 --to e4m3fnuz --convention aiter-rmsnorm-quant --residual r.npy \\\n"
     "      --residual-out r2.npy x.npy w.npy q.npy s.npy\n"
+    "  fp8ref rmsnorm-quant --from bf16 --to e4m3fn --convention deepseek-rmsnorm --scale-dtype ue8m0 --scale-codes \\\n"
+    "      x.npy w.npy q.npy s.npy\n"
     "\n"
     "Exit codes: 0 success, 2 bad usage or bad input (nothing is written).\n";
 
@@ -76,7 +85,8 @@ const std::pair<const char*, const char*> kOverrides[] = {
     {"--amax-nan", "amax-nan"},         {"--guard", "guard"},             {"--scale-formula", "scale-formula"},
     {"--formula", "formula"},           {"--clamp", "clamp"},             {"--fp8-max", "fp8-max"},
     {"--cast", "cast"},                 {"--group", "group"},             {"--eps", "eps"},
-    {"--scale-layout", "scale-layout"}};
+    {"--scale-layout", "scale-layout"}, {"--scale-round", "scale-round"}, {"--scale-store", "scale-store"},
+    {"--div", "div"}};
 
 io::Tensor read_source(const std::string& path, Format from, const char* what) {
   io::Tensor t = io::read_npy(path);
@@ -92,7 +102,8 @@ int rmsnorm_quant_main(int argc, char** argv) {
             {{"--from"}, {"--to"}, {"--convention"}, {"--group"}, {"--residual"}, {"--residual-out"}, {"--eps"},
              {"--normed"}, {"--exact"}, {"--rms"}, {"--backend"}, {"--verbose", Kind::flag}, {"--residual-sum"}, {"--variance"},
              {"--rsqrt"}, {"--weight-round"}, {"--granularity"}, {"--tail"}, {"--amax-nan"}, {"--guard"},
-             {"--scale-formula"}, {"--formula"}, {"--clamp"}, {"--fp8-max"}, {"--cast"}, {"--scale-layout"}});
+             {"--scale-formula"}, {"--formula"}, {"--clamp"}, {"--fp8-max"}, {"--cast"}, {"--scale-layout"},
+             {"--scale-dtype"}, {"--scale-codes", Kind::flag}, {"--scale-round"}, {"--scale-store"}, {"--div"}});
   const std::string from_name = args.require("--from"), to_name = args.require("--to");
   const std::string convention = args.require("--convention");
   args.expect_positionals({"IN", "WEIGHT", "Q", "SCALES"});
@@ -121,13 +132,25 @@ int rmsnorm_quant_main(int argc, char** argv) {
   if (from != Format::f32 && from != Format::bf16 && from != Format::f16)
     throw InputError("--from " + from_name + ": rmsnorm-quant reads f32, bf16 (uint16 bit patterns) or f16");
   if (!parse_format(to_name, &to)) throw InputError("unknown format '" + to_name + "' for --to");
+  std::optional<ScaleDtype> dt;
+  if (auto v = args.get("--scale-dtype")) {
+    ScaleDtype d;
+    if (!parse_scale_dtype(*v, &d)) throw InputError("unknown --scale-dtype '" + *v + "' (f32, bf16, f16, ue8m0)");
+    dt = d;
+  }
   std::string err;
-  std::optional<RmsNormQuantSpec> spec = resolve_rmsnorm_quant_convention(convention, to, &err);
+  std::optional<RmsNormQuantSpec> spec = resolve_rmsnorm_quant_convention(convention, to, &err, dt);
   if (!spec) throw InputError(err);
   for (const auto& [flag, field] : kOverrides)
     if (auto v = args.get(flag))
       if (!apply_rmsnorm_override(field, *v, &*spec, &err)) throw InputError(std::string(flag) + ": " + err);
   finalize_rmsnorm_quant_spec(&*spec);
+  const bool codes = args.has("--scale-codes");
+  if (codes && spec->quant.scale_layout == ScaleLayout::packed_ue8m0)
+    throw InputError("--scale-codes: packed-ue8m0 scales are written as int32 words of 4 E8M0 codes already");
+  if (codes && spec->quant.scale_dtype != ScaleDtype::ue8m0)
+    throw InputError(std::string("--scale-codes writes E8M0 codes: it needs ue8m0 scales, not ") +
+                     to_string(spec->quant.scale_dtype));
 
   const io::Tensor x = read_source(pos[0], from, "IN");
   const io::Tensor w = read_source(pos[1], from, "WEIGHT");
@@ -142,7 +165,8 @@ int rmsnorm_quant_main(int argc, char** argv) {
   }
 
   io::Tensor q = io::make_tensor("", io::DType::U8, x.shape);
-  io::Tensor s = io::make_tensor("", io::format_dtype(scale_storage(spec->quant)), L.quant.scale_shape);
+  std::vector<uint8_t> storage(static_cast<size_t>(L.quant.n_scales) *
+                               static_cast<size_t>(format_info(scale_storage(spec->quant)).bits / 8));
   io::Tensor r2 = io::make_tensor("", x.dtype, r ? x.shape : std::vector<int64_t>{0});
   io::Tensor normed = io::make_tensor("", io::DType::F32, normed_path ? x.shape : std::vector<int64_t>{0});
   io::Tensor exact = io::make_tensor("", io::DType::F64, exact_path ? x.shape : std::vector<int64_t>{0});
@@ -155,7 +179,7 @@ int rmsnorm_quant_main(int argc, char** argv) {
   a.shape = x.shape;
   a.weight_shape = w.shape;
   a.q = q.data.data();
-  a.scales = s.data.data();
+  a.scales = storage.data();
   if (r) {
     a.residual = r->data.data();
     a.residual_out = r2.data.data();
@@ -167,12 +191,7 @@ int rmsnorm_quant_main(int argc, char** argv) {
   logical.quant.scale_layout = ScaleLayout::row_major;
   if (backend == "cpu") cpu::rmsnorm_quant(logical, a);
   else ref::rmsnorm_quant(logical, a);
-  if (spec->quant.scale_layout != ScaleLayout::row_major) {
-    const StoredScaleShape st = stored_scales(spec->quant, L.quant);
-    io::Tensor stored = io::make_tensor("", st.packed ? io::DType::I32 : s.dtype, st.shape);
-    stored.data = layout_scales(spec->quant, L.quant, s.data.data());
-    s = std::move(stored);
-  }
+  const io::Tensor s = stored_scales_file(spec->quant, codes, storage, L.quant);  // values or codes, as stored
 
   io::OutputFiles files;  // all written, or none
   files.add_npy(pos[2], q);

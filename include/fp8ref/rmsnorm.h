@@ -112,7 +112,10 @@ struct RmsNormConventionInfo {
 const std::vector<RmsNormConventionInfo>& rmsnorm_quant_conventions();
 
 // The preset `name` for target `to` (group:128 by default). nullopt + *error for an unknown name or target.
-std::optional<RmsNormQuantSpec> resolve_rmsnorm_quant_convention(std::string_view name, Format to, std::string* error);
+// scale_dtype picks the quant's scale variant as resolve_quant_convention does for the quant convention the preset
+// runs (e.g. deepseek-rmsnorm with ue8m0 scales: DeepSeek-V3.2's act_quant scale_fmt="ue8m0"); nullopt: f32.
+std::optional<RmsNormQuantSpec> resolve_rmsnorm_quant_convention(std::string_view name, Format to, std::string* error,
+                                                                 std::optional<ScaleDtype> scale_dtype = std::nullopt);
 // Overrides one field: residual-sum (f32|dtype), variance (exact|f32-seq|cub:auto|cub:T), eps (a number >= 0,
 // rounded to f32), rsqrt (rn|ieee|cuda-rsqrtf), weight (f32|dtype-twice|dtype-once), group (G: granularity group:G), and
 // every quantize field of apply_quant_override. false + *error for an unknown field or a bad value.

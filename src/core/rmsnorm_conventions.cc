@@ -42,8 +42,8 @@ std::string number_text(double v) {
   return buf;
 }
 
-QuantSpec quant_preset(const char* name, Format to, std::string* error, bool* ok) {
-  auto q = resolve_quant_convention(name, to, std::nullopt, error);
+QuantSpec quant_preset(const char* name, Format to, std::optional<ScaleDtype> scale_dtype, std::string* error, bool* ok) {
+  auto q = resolve_quant_convention(name, to, scale_dtype, error);
   *ok = q.has_value();
   return q ? *q : QuantSpec{};
 }
@@ -78,7 +78,8 @@ std::string RmsNormQuantSpec::describe() const {
 
 const std::vector<RmsNormConventionInfo>& rmsnorm_quant_conventions() { return kConventions; }
 
-std::optional<RmsNormQuantSpec> resolve_rmsnorm_quant_convention(std::string_view name, Format to, std::string* error) {
+std::optional<RmsNormQuantSpec> resolve_rmsnorm_quant_convention(std::string_view name, Format to, std::string* error,
+                                                                 std::optional<ScaleDtype> scale_dtype) {
   auto fail = [&](const std::string& why) -> std::optional<RmsNormQuantSpec> {
     if (error) *error = why;
     return std::nullopt;
@@ -104,7 +105,7 @@ std::optional<RmsNormQuantSpec> resolve_rmsnorm_quant_convention(std::string_vie
     s.variance = Variance::exact;
     s.rsqrt = Rsqrt::rn;
     s.weight = NormWeight::f32;
-    s.quant = quant_preset("exact", to, error, &ok);
+    s.quant = quant_preset("exact", to, scale_dtype, error, &ok);
   } else if (n == "aiter-rmsnorm-quant") {
     // research §7.1; ROCm/aiter aiter/ops/triton/_triton_kernels/quant/fused_fp8_quant.py (@e4048607a5, group path
     // unchanged since PR #1148 e0d26ecbfb) _fused_rms_fp8_group_quant_kernel, _rmsmorm_op, _fp8_quant_op:
@@ -124,7 +125,7 @@ std::optional<RmsNormQuantSpec> resolve_rmsnorm_quant_convention(std::string_vie
     s.variance = Variance::exact;
     s.rsqrt = Rsqrt::rn;
     s.weight = NormWeight::f32;
-    s.quant = quant_preset("sglang-triton", to, error, &ok);
+    s.quant = quant_preset("sglang-triton", to, scale_dtype, error, &ok);
     if (ok) {
       s.quant.fp8_max = static_cast<float>(format_info(to).max_value);
       s.quant.div = Division::ieee;  // Triton `/` on ROCm is LLVM fdiv (research A1), not NVIDIA's div.full.f32
@@ -149,7 +150,7 @@ std::optional<RmsNormQuantSpec> resolve_rmsnorm_quant_convention(std::string_vie
     s.cub_threads = 0;
     s.rsqrt = Rsqrt::cuda;
     s.weight = NormWeight::dtype_twice;
-    s.quant = quant_preset("vllm-per-token", to, error, &ok);
+    s.quant = quant_preset("vllm-per-token", to, scale_dtype, error, &ok);
   } else {
     // deepseek-rmsnorm — research §7.3; deepseek-ai/DeepSeek-V3 inference/model.py @adecc0e RMSNorm.forward:
     //   x = x.float(); var = x.pow(2).mean(-1, keepdim=True) — torch reduction order: NOT modelled -> variance=exact
@@ -161,9 +162,12 @@ std::optional<RmsNormQuantSpec> resolve_rmsnorm_quant_convention(std::string_vie
     s.variance = Variance::exact;
     s.rsqrt = Rsqrt::cuda;
     s.weight = NormWeight::dtype_once;
-    s.quant = quant_preset("deepseek-act-quant", to, error, &ok);
+    s.quant = quant_preset("deepseek-act-quant", to, scale_dtype, error, &ok);
   }
-  if (!ok) return std::nullopt;
+  if (!ok) {  // the quant preset refused the target or the scale dtype: say which rmsnorm convention asked
+    if (error) *error = "rmsnorm-quant convention '" + n + "': its group quant " + *error;
+    return std::nullopt;
+  }
   s.quant.convention = n;
   std::string err;
   if (!parse_granularity("group:128", &s.quant.granularity, &err)) return fail(err);

@@ -2,13 +2,15 @@
 //
 //   rmsnorm_quant from=bf16 to=e4m3fn shape=64x512 convention=vllm-rmsnorm-quant residual=yes fill=normal:amax=8 seed=1
 //     tensors: input.x [shape] (BF16/F16/F32), input.weight [K], input.residual [shape] (residual=yes);
-//              output.q [shape] (F8 tag of `to`), output.scale [..., ceil(K/G)] (F32 for every convention here;
+//              output.q [shape] (F8 tag of `to`), output.scale [..., ceil(K/G)] (the scale storage: F32 by default,
+//              scale-dtype=ue8m0 as the convention stores it, e.g. F32 powers of two for deepseek-rmsnorm;
 //              scale-layout col-major [ceil(K/G), M] / tma-aligned [ceil(K/G), align4(M)] as stored, named in
 //              fp8ref.outputs with its logical shape),
 //              output.residual [shape] (residual=yes: the updated residual, in the input dtype);
 //              exact.q [shape] (F64: y / s, the normed value over its stored scale, before the cast).
 //     Fills: input.x `fill` (stream 0), input.weight `weight-fill` (stream 1), input.residual `fill` (stream 2).
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "fp8ref/error.h"
@@ -22,7 +24,7 @@ namespace {
 // Descriptor keys that override one field of the convention (apply_rmsnorm_override).
 const char* const kOverrides[] = {"group",    "eps",  "residual-sum", "variance", "rsqrt",   "weight",
                                   "granularity", "tail", "amax-nan",     "guard",    "scale-formula", "formula",
-                                  "clamp",    "fp8-max", "cast", "scale-layout"};
+                                  "clamp",    "fp8-max", "cast", "scale-layout", "scale-round", "scale-store", "div"};
 
 struct Case {
   Format from;
@@ -42,7 +44,14 @@ Case parse_case(const Descriptor& d) {
   if (res != "yes" && res != "no") throw InputError(where(d) + "residual is yes or no, not '" + res + "'");
   c.residual = res == "yes";
   std::string err;
-  auto spec = resolve_rmsnorm_quant_convention(d.get("convention"), to, &err);
+  std::optional<ScaleDtype> dt;
+  if (d.get("scale-dtype") != "-") {
+    ScaleDtype v;
+    if (!parse_scale_dtype(d.get("scale-dtype"), &v))
+      throw InputError(where(d) + "unknown scale-dtype '" + d.get("scale-dtype") + "' (f32, bf16, f16, ue8m0)");
+    dt = v;
+  }
+  auto spec = resolve_rmsnorm_quant_convention(d.get("convention"), to, &err, dt);
   if (!spec) throw InputError(where(d) + err);
   for (const char* key : kOverrides)
     if (d.get(key) != "-" && !apply_rmsnorm_override(key, d.get(key), &*spec, &err)) throw InputError(where(d) + err);
@@ -113,6 +122,7 @@ OpInfo rmsnorm_quant_op() {
       {"shape", "64x512", "shape of input.x and output.q ([..., K]); weight is [K]"},
       {"convention", "exact", "exact, aiter-rmsnorm-quant, vllm-rmsnorm-quant, deepseek-rmsnorm"},
       {"residual", "no", "yes: input.residual is added first and output.residual returned"},
+      {"scale-dtype", "-", "f32, bf16, f16, ue8m0: the scale variant of the convention's group quant (default f32)"},
       {"group", "-", "override: the group size G (granularity group:G; default 128)"},
       {"eps", "-", "override: epsilon (default 1e-6), rounded to f32"},
       {"residual-sum", "-", "override: f32, dtype"},
@@ -128,7 +138,10 @@ OpInfo rmsnorm_quant_op() {
       {"clamp", "-", "override: none, nan-to-max, nan-to-min, nan-kept"},
       {"fp8-max", "-", "override: a positive f32 value or finfo"},
       {"cast", "-", "override: the convert convention of the final cast"},
-      {"scale-layout", "-", "override: row-major, col-major, tma-aligned (output.scale as stored)"},
+      {"scale-layout", "-", "override: row-major, col-major, tma-aligned, packed-ue8m0 (output.scale as stored)"},
+      {"scale-round", "-", "override: rne, pow2-ceil, pow2-ceil-clamp, mx-floor"},
+      {"scale-store", "-", "override: native, f32 (ue8m0 held as f32)"},
+      {"div", "-", "override: ieee, triton-nv"},
       {"fill", "normal:amax=8", "fill of input.x and input.residual (docs/golden-format.md)"},
       {"weight-fill", "normal:amax=3", "fill of input.weight"},
       {"seed", "1", "case seed"},

@@ -524,3 +524,88 @@ def test_deepseek_rmsnorm_bit_equal(fp8ref, tmp_path, with_residual):
     want_q, want_s = deepseek_act_quant(y)
     got_q, got_s, got_r = run_cli(fp8ref, tmp_path, "deepseek-rmsnorm", "bf16", x, w, r)
     assert_same(f"deepseek-rmsnorm residual={with_residual}", got_q, want_q, got_s, want_s, got_r, want_r)
+
+
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_deepseek_rmsnorm_ue8m0_scales(fp8ref, tmp_path, with_residual):
+    """deepseek-rmsnorm --scale-dtype ue8m0: DeepSeek-V3.1+'s act_quant with scale_fmt="ue8m0" (s = exp2(ceil(log2(
+    amax/448)))) after the same RMSNorm — bit-equal with the oracle as float32 values, as E8M0 codes (--scale-codes),
+    and as DeepGEMM's packed int32 words (4 codes a word, MN-major); both backends."""
+    from test_quant_oracle import deepseek_act_quant
+    rng = np.random.default_rng(33 + with_residual)
+    M, K = 6, 640                                                     # 5 groups: the second packed word holds one
+    x, x32, _ = source(rows(rng, M, K, "bf16"), "bf16")
+    w, w32, _ = source(rng.standard_normal(K), "bf16")
+    r, want_r, z = None, None, x32
+    if with_residual:
+        r, r32, _ = source(rows(rng, M, K, "bf16")[::-1].copy(), "bf16")
+        _, res = residual_sum(x32, r32, BF16)
+        z, want_r = res.astype(F32), res.view(np.uint16)
+    y = np.empty((M, K), dtype=F32)
+    for m in range(M):
+        rr = rsqrt_cuda(gpu(mean_square_exact(z[m]) + EPS)[()])
+        yb = gpu(w32 * gpu(z[m] * rr)).astype(BF16)
+        yb.view(np.uint16)[np.isnan(yb)] = 0x7FFF
+        y[m] = yb.astype(F32)
+    want_q, want_s = deepseek_act_quant(y, ue8m0=True)
+    for backend in ("cpu", "reference"):
+        got_q, got_s, got_r = run_cli(fp8ref, tmp_path, "deepseek-rmsnorm", "bf16", x, w, r, "--scale-dtype", "ue8m0",
+                                      "--backend", backend)
+        assert_same(f"deepseek-rmsnorm ue8m0 {backend} residual={with_residual}", got_q, want_q, got_s, want_s, got_r,
+                    want_r)
+    want_codes = (want_s.view(np.uint32) >> 23).astype(np.uint8)      # powers of two: the exponent field
+    _, codes, _ = run_cli(fp8ref, tmp_path, "deepseek-rmsnorm", "bf16", x, w, r, "--scale-dtype", "ue8m0",
+                          "--scale-codes")
+    assert codes.dtype == np.uint8 and np.array_equal(codes, want_codes)
+    _, words, _ = run_cli(fp8ref, tmp_path, "deepseek-rmsnorm", "bf16", x, w, r, "--scale-dtype", "ue8m0",
+                          "--scale-layout", "packed-ue8m0")
+    assert words.dtype == np.int32 and words.shape == (2, 8)          # [ceil(5/4), align4(M)]
+    wu = words.view(np.uint32)
+    for p in range(2):
+        for j in range(4):
+            g = 4 * p + j
+            want = want_codes[:, g].astype(np.uint32) if g < 5 else np.zeros(M, dtype=np.uint32)
+            assert np.array_equal((wu[p, :M] >> (8 * j)) & 0xFF, want), (p, j)
+
+
+def test_scale_dtype_errors(fp8ref, tmp_path):
+    """A scale dtype the convention's quant does not write, --scale-codes without ue8m0 scales, codes with packed
+    words: exit 2 naming the problem, nothing written."""
+    rng = np.random.default_rng(5)
+    x, _, _ = source(rows(rng, 6, 256, "bf16"), "bf16")
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "w.npy", np.ones(256, dtype=np.float32).astype(BF16).view(np.uint16))
+
+    def run(*extra):
+        r = fp8ref("rmsnorm-quant", "--from", "bf16", "--to", "e4m3fn", *extra, tmp_path / "x.npy", tmp_path / "w.npy",
+                   tmp_path / "q.npy", tmp_path / "s.npy")
+        assert r.returncode == 2, (extra, r.stdout, r.stderr)
+        assert not (tmp_path / "q.npy").exists() and not (tmp_path / "s.npy").exists()
+        return r.stderr
+
+    err = run("--convention", "vllm-rmsnorm-quant", "--scale-dtype", "bf16")
+    assert "vllm-rmsnorm-quant" in err and "f32 scales, not bf16" in err
+    assert "unknown --scale-dtype" in run("--convention", "exact", "--scale-dtype", "e8m0x")
+    assert "needs ue8m0 scales, not f32" in run("--convention", "exact", "--scale-codes")
+    assert "int32 words" in run("--convention", "exact", "--scale-dtype", "ue8m0", "--scale-codes",
+                                "--scale-layout", "packed-ue8m0")
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16", "ue8m0"])
+def test_exact_scale_dtypes_match_quantize(fp8ref, tmp_path, dt):
+    """exact with any scale dtype: the fused op's codes and scales equal `fp8ref quantize --convention exact` with the
+    same scale dtype on the normed rows it writes (--normed), on both backends."""
+    rng = np.random.default_rng(8)
+    x, _, _ = source(rows(rng, 8, 384, "f32"), "f32")
+    w = np.linspace(0.25, 2.0, 384, dtype=F32)
+    for backend in ("cpu", "reference"):
+        q, s, _ = run_cli(fp8ref, tmp_path, "exact", "f32", x, w, None, "--scale-dtype", dt, "--backend", backend,
+                          "--normed", tmp_path / "y.npy")
+        fin = s[np.isfinite(s)]
+        exact_in = {"bf16": fin.astype(BF16).astype(F32), "f16": fin.astype(np.float16).astype(F32),
+                    "ue8m0": np.exp2(np.ceil(np.log2(fin))).astype(F32)}[dt]
+        assert fin.size and np.array_equal(fin, exact_in), (dt, backend)   # the scales are values of the dtype
+        fp8ref("quantize", "--from", "f32", "--to", "e4m3fn", "--convention", "exact", "--granularity", "group:128",
+               "--scale-dtype", dt, tmp_path / "y.npy", tmp_path / "q2.npy", tmp_path / "s2.npy", check=True)
+        assert np.array_equal(q, np.load(tmp_path / "q2.npy")), (dt, backend)
+        assert np.array_equal(s.view(np.uint32), np.load(tmp_path / "s2.npy").view(np.uint32)), (dt, backend)
