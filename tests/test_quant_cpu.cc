@@ -16,6 +16,7 @@
 
 #include "fp8ref/convert.h"
 #include "fp8ref/error.h"
+#include "cpu/quant_rows.h"
 #include "fp8ref/quant.h"
 #include "support/simd_targets.h"
 
@@ -202,6 +203,60 @@ TEST_SUITE("quant_cpu") {
     }
     MESSAGE(cases, " cases, ", elems, " elements");
     CHECK(cases > 300);
+  }
+
+  TEST_CASE("RowQuantizer (rmsnorm_quant's rows) == cpu::quantize on [1, K]: every convention, scale dtype, row granularity") {
+    // f32 rows one at a time through one quantizer (its context and scratch reused): without group maxima, and with
+    // the maxima a caller knows (rows without NaN); K 7168 (56 groups of 128), 161 (a tail), 9000 (row: longer than
+    // a work chunk, the reference route).
+    std::mt19937_64 rng(20261206);
+    size_t cases = 0, given_rows = 0;
+    for (const QuantConventionInfo& ci : quant_conventions()) {
+      for (std::optional<ScaleDtype> dt : {std::optional<ScaleDtype>{}, std::optional<ScaleDtype>{ScaleDtype::bf16},
+                                           std::optional<ScaleDtype>{ScaleDtype::ue8m0}}) {
+        for (const char* g : {"group:128", "group:32", "row", "mx:32"}) {
+          auto spec = try_spec(ci.name, Format::e4m3fn, dt, {{"granularity", g}, {"tail", "partial"}}, true);
+          if (!spec) continue;
+          for (int64_t K : {int64_t{7168}, int64_t{161}, int64_t{9000}}) {
+            if (K == 9000 && std::string(g) != "row") continue;
+            const int64_t rows = 6;
+            const std::vector<float> x = adversarial(rng, rows, K, Format::e4m3fn);
+            const QuantLayout L = quant_layout(*spec, {1, K});
+            const size_t sb = static_cast<size_t>(L.n_scales) * static_cast<size_t>(format_info(scale_storage(*spec)).bits / 8);
+            const size_t G = spec->granularity.kind == GranularityKind::row ? static_cast<size_t>(K)
+                                                                             : static_cast<size_t>(spec->granularity.bk);
+            cpu::RowQuantizer rq(*spec, K);
+            for (int64_t r = 0; r < rows; ++r) {
+              const float* y = x.data() + r * K;
+              std::vector<uint8_t> q0(static_cast<size_t>(K), 0xA5), s0(sb, 0xA5);
+              cpu::quantize(*spec, Format::f32, y, {1, K}, q0.data(), s0.data());
+              std::vector<uint32_t> amax(static_cast<size_t>(L.n_scales), 0u);
+              bool nan = false;
+              for (int64_t k = 0; k < K; ++k) {
+                const uint32_t b = f32_bits(y[k]) & 0x7FFFFFFFu;
+                nan = nan || b > 0x7F800000u;
+                uint32_t& m = amax[static_cast<size_t>(k) / G];
+                m = b > m ? b : m;
+              }
+              for (bool give : {false, true}) {
+                if (give && nan) continue;
+                std::vector<uint8_t> q1(static_cast<size_t>(K), 0x5A), s1(sb, 0x5A);
+                rq.row(y, q1.data(), s1.data(), give ? amax.data() : nullptr);
+                const std::string what = std::string(ci.name) + " " + to_string(spec->scale_dtype) + " " + g + " K " +
+                                         std::to_string(K) + " row " + std::to_string(r) + (give ? " (maxima given)" : "");
+                CHECK_MESSAGE(first_diff(q1, q0).empty(), what, " codes: ", first_diff(q1, q0));
+                CHECK_MESSAGE(first_diff(s1, s0).empty(), what, " scales: ", first_diff(s1, s0));
+                given_rows += give;
+              }
+            }
+            ++cases;
+          }
+        }
+      }
+    }
+    MESSAGE(cases, " cases, ", given_rows, " rows with maxima given");
+    CHECK(cases > 40);
+    CHECK(given_rows > 100);
   }
 
   TEST_CASE("cpu == reference on every compiled SIMD target (f16 Inf/NaN widened by the emulated targets too)") {

@@ -1283,6 +1283,7 @@ HWY_AFTER_NAMESPACE();
 
 #include "fp8ref/error.h"
 #include "fp8ref/triton_div.h"
+#include "cpu/quant_rows.h"
 
 namespace fp8ref {
 HWY_EXPORT(AmaxGroups);
@@ -1723,46 +1724,57 @@ void params_all(const Ctx& c, const std::vector<float>& sv, const std::vector<fl
 // ---- dynamic, by granularity ------------------------------------------------------------------------------------
 
 
-// group / mx / row (when a row's groups fit a chunk): amax, scales and elements per chunk, fused.
-void quantize_rowlocal(const Ctx& c, const void* x, uint8_t* q, void* scales) {
+// group / mx / row (when a row's groups fit a chunk): amax, scales and elements of chunk [k0, k1) of row r, fused.
+// given: the chunk's group maxima bits as AmaxGroups would compute them (the caller knows them; null: computed here).
+// lookahead: ElemFast may read the next chunk's group maxima on the way (quantize_rowlocal; a RowQuantizer's rows are
+// not contiguous).
+void rowlocal_chunk(const Ctx& c, Scratch& w, const void* x, uint8_t* q, void* scales, size_t r, size_t k0, size_t k1,
+                    const uint32_t* given, bool lookahead) {
   const size_t K = static_cast<size_t>(c.L.K);
   const bool prop = c.sc.propagate;
+  const size_t g0 = k0 / c.G, ng = (k1 - 1) / c.G + 1 - g0;
+  w.groups(ng);
+  const void* src_row = static_cast<const uint8_t*>(x) + r * K * c.es;
+  bool finite = true;
+  if (given) {
+    for (size_t i = 0; i < ng; ++i) finite = finite && given[i] < 0x7F800000u;
+    std::copy(given, given + ng, w.amax_bits.begin());
+  } else if (w.next_ok && w.next_r == r && w.next_k0 == k0) {  // read by the previous chunk's ElemFast
+    std::swap(w.amax_bits, w.next_amax);
+  } else {
+    std::fill(w.amax_bits.begin(), w.amax_bits.begin() + static_cast<long>(ng), 0u);
+    finite = HWY_DYNAMIC_DISPATCH(AmaxGroups)(c.src, src_row, k0, k1, c.G, prop, g0, w.amax_bits.data());
+  }
+  w.next_ok = false;
+  const size_t gid_row = r * c.nk;
+  compute_scales(c, w.amax_bits.data(), ng, gid_row + g0, scales, w.amax.data(), w.sv.data(), w.tmp.data(),
+                 w.codes.data());
+  group_params(c, w.sv.data(), w.amax.data(), ng, w.a.data(), w.b.data());
+  if (c.ec.fast_cast && finite) {
+    if (const int fast = fast_groups(c, w.a.data(), w.b.data(), w.amax_bits.data(), ng)) {
+      // the look-ahead: the next chunk of the row, or the next row's first, when it has the same length and
+      // group alignment (bf16; ElemFast says whether it could)
+      const size_t rows = static_cast<size_t>(c.L.B * c.L.M);
+      const size_t nr = k1 < K ? r : r + 1, nk0 = k1 < K ? k1 : 0;
+      const bool la = lookahead && c.src == 1 && nr < rows && std::min(K, nk0 + chunk_len(c)) - nk0 == k1 - k0 &&
+                      k0 % c.G == 0 && nk0 % c.G == 0;
+      if (la && w.next_amax.size() < w.amax_bits.size()) w.next_amax.resize(w.amax_bits.size());
+      const auto* nx = la ? reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(x) + (nr * K + nk0) * 2)
+                          : nullptr;
+      w.next_ok = HWY_DYNAMIC_DISPATCH(ElemFast)(c.src, c.ec.op, src_row, k0, k1, c.G, g0, w.a.data(), w.b.data(),
+                                                 c.ec.fast_bound, fast == 1, q + r * K + k0, nx,
+                                                 la ? w.next_amax.data() : nullptr);
+      w.next_r = nr;
+      w.next_k0 = nk0;
+      return;
+    }
+  }
+  elements(c, x, r, k0, k1, gid_row, w.a.data(), w.b.data(), scales, q, w);
+}
+
+void quantize_rowlocal(const Ctx& c, const void* x, uint8_t* q, void* scales) {
   for_each_chunk(c, chunk_len(c), [&](Scratch& w, size_t r, size_t k0, size_t k1) {
-      const size_t g0 = k0 / c.G, ng = (k1 - 1) / c.G + 1 - g0;
-      w.groups(ng);
-      const void* src_row = static_cast<const uint8_t*>(x) + r * K * c.es;
-      bool finite = true;
-      if (w.next_ok && w.next_r == r && w.next_k0 == k0) {  // read by the previous chunk's ElemFast
-        std::swap(w.amax_bits, w.next_amax);
-      } else {
-        std::fill(w.amax_bits.begin(), w.amax_bits.begin() + static_cast<long>(ng), 0u);
-        finite = HWY_DYNAMIC_DISPATCH(AmaxGroups)(c.src, src_row, k0, k1, c.G, prop, g0, w.amax_bits.data());
-      }
-      w.next_ok = false;
-      const size_t gid_row = r * c.nk;
-      compute_scales(c, w.amax_bits.data(), ng, gid_row + g0, scales, w.amax.data(), w.sv.data(), w.tmp.data(),
-                     w.codes.data());
-      group_params(c, w.sv.data(), w.amax.data(), ng, w.a.data(), w.b.data());
-      if (c.ec.fast_cast && finite) {
-        if (const int fast = fast_groups(c, w.a.data(), w.b.data(), w.amax_bits.data(), ng)) {
-          // the look-ahead: the next chunk of the row, or the next row's first, when it has the same length and
-          // group alignment (bf16; ElemFast says whether it could)
-          const size_t rows = static_cast<size_t>(c.L.B * c.L.M);
-          const size_t nr = k1 < K ? r : r + 1, nk0 = k1 < K ? k1 : 0;
-          const bool la = c.src == 1 && nr < rows && std::min(K, nk0 + chunk_len(c)) - nk0 == k1 - k0 &&
-                          k0 % c.G == 0 && nk0 % c.G == 0;
-          if (la && w.next_amax.size() < w.amax_bits.size()) w.next_amax.resize(w.amax_bits.size());
-          const auto* nx = la ? reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(x) + (nr * K + nk0) * 2)
-                              : nullptr;
-          w.next_ok = HWY_DYNAMIC_DISPATCH(ElemFast)(c.src, c.ec.op, src_row, k0, k1, c.G, g0, w.a.data(), w.b.data(),
-                                                     c.ec.fast_bound, fast == 1, q + r * K + k0, nx,
-                                                     la ? w.next_amax.data() : nullptr);
-          w.next_r = nr;
-          w.next_k0 = nk0;
-          return;
-        }
-      }
-      elements(c, x, r, k0, k1, gid_row, w.a.data(), w.b.data(), scales, q, w);
+    rowlocal_chunk(c, w, x, q, scales, r, k0, k1, nullptr, true);
   });
 }
 
@@ -1923,6 +1935,37 @@ void quantize(const QuantSpec& spec, Format from, const void* x, const std::vect
   const Ctx c = make_ctx(spec, from, shape);
   if (c.L.n_elems == 0) return ref::quantize(spec, from, x, shape, q, scales, exact_q);
   quantize_vector(c, x, q, scales);
+}
+
+// RowQuantizer (quant_rows.h): quantize_vector's row-local path for one row, its Ctx and Scratch kept.
+struct RowQuantizer::Impl {
+  QuantSpec spec;
+  std::vector<int64_t> shape;
+  Ctx c;
+  Scratch w;
+  bool vec = false;  // the row-local vector path (else cpu::quantize)
+};
+
+RowQuantizer::RowQuantizer(const QuantSpec& spec, int64_t K) : impl_(new Impl) {
+  require_finalized(spec, "quantize");
+  Impl& m = *impl_;
+  m.spec = spec;
+  m.shape = {1, K};
+  const GranularityKind kind = spec.granularity.kind;
+  if (K > 0 && reference_reason(spec, true, false).empty() &&
+      (kind == GranularityKind::group || kind == GranularityKind::mx || kind == GranularityKind::row)) {
+    m.c = make_ctx(m.spec, Format::f32, m.shape);  // (c.spec points at m.spec)
+    m.vec = m.c.G <= kChunk;
+  }
+}
+RowQuantizer::~RowQuantizer() = default;
+
+void RowQuantizer::row(const float* y, uint8_t* q, void* scales, const uint32_t* amax) {
+  Impl& m = *impl_;
+  if (!m.vec) return quantize(m.spec, Format::f32, y, m.shape, q, scales, nullptr);
+  const size_t K = static_cast<size_t>(m.c.L.K), C = chunk_len(m.c);
+  for (size_t k0 = 0; k0 < K; k0 += C)
+    rowlocal_chunk(m.c, m.w, y, q, scales, 0, k0, std::min(K, k0 + C), amax ? amax + k0 / m.c.G : nullptr, false);
 }
 
 void quantize_static(const QuantSpec& spec, Format from, const void* x, const std::vector<int64_t>& shape,
