@@ -971,6 +971,36 @@ TEST_CASE("rmsnorm_quant: under a scale guard the AVX-512 BF16 passes take rows 
       for (int64_t k = 64; k < K; ++k) neg0 += want.q[static_cast<size_t>(m * K + k)] == 0x80;
     CHECK(neg0 > 300);  // the −tiny values' codes keep their sign
   }
+  // Group 128 on AVX2: the norm pass by Veltkamp's split, then RowQuantFast (session 37's product form of the split
+  // lost the sign of products below 2^-150 here: group 2's w = 2^-25 lanes coded 0x00 for 0x80). The quant specs
+  // off the fused path (row by row, y in element order) under an amax floor: the split there too for e4m3fn (every
+  // scale >= 2^-60 leaves a subnormal y a code ±0), not for e5m2, whose subnormals reach 2^-16 (|y/s| up to 2^-15
+  // would differ); f16 scales neither. deepseek-rmsnorm: Triton's division, f32 / ue8m0 scales.
+  struct RowSpec {
+    const char* conv;
+    Format to;
+    std::optional<ScaleDtype> dt;
+    std::vector<std::pair<std::string, std::string>> ov;
+  };
+  const RowSpec row_specs[] = {
+      {"vllm-rmsnorm-quant", Format::e4m3fn, std::nullopt, {{"group", "128"}}},
+      {"deepseek-rmsnorm", Format::e4m3fn, std::nullopt, {{"group", "64"}}},
+      {"deepseek-rmsnorm", Format::e4m3fn, ScaleDtype::ue8m0, {{"group", "64"}, {"weight", "dtype-twice"}}},
+      {"exact", Format::e5m2, std::nullopt, {{"group", "64"}, {"guard", "amax-floor:1e-12"}, {"weight", "dtype-once"}}},
+      {"exact", Format::e4m3fn, ScaleDtype::f16, {{"group", "64"}, {"guard", "amax-floor:1e-12"}, {"weight", "dtype-twice"}}},
+  };
+  for (const RowSpec& rs : row_specs) {
+    std::string err;
+    auto spec = resolve_rmsnorm_quant_convention(rs.conv, rs.to, &err, rs.dt);
+    REQUIRE_MESSAGE(spec.has_value(), err);
+    for (auto& [k, v] : rs.ov) REQUIRE_MESSAGE(apply_rmsnorm_override(k, v, &*spec, &err), err);
+    finalize_rmsnorm_quant_spec(&*spec);
+    INFO(spec->describe());
+    const Outputs want = run(false, *spec, Format::bf16, x, w, nullptr, {M, K}, false);
+    const Outputs got = run(true, *spec, Format::bf16, x, w, nullptr, {M, K}, false);
+    CHECK(got.q == want.q);
+    CHECK(got.scales == want.scales);
+  }
   if (!cpu::cpu_has_avx512bf16()) {
     MESSAGE("this CPU has no AVX-512 BF16: the passes' own check skipped");
     return;

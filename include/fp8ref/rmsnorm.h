@@ -183,9 +183,10 @@ bool rmsnorm_quant_has_avx512bf16();
 // comparisons only where the estimate lies too near an f32 rounding boundary.
 float rsqrt_rn(float u);
 // The AVX2 path's bf16 roundings by Veltkamp's split against the integer RNE, on the current SIMD target (AVX2 only:
-// elsewhere -1). product false: the f32 with bits i for i in [i0, i1) (i1 <= 2^32); true: the products a1·w of the bf16
-// words a1 = i >> 16, w = i & 0xFFFF (finite a1, |w| < 2^111, a zero product only from a zero factor). Only values
-// (or exact products) of ±0 or 2^-126 <= |·| < 2^111 are compared, their count in *checked. Returns the mismatches.
+// elsewhere -1). product false: the f32 with bits i for i in [i0, i1) (i1 <= 2^32); true: RN(a1·w) of the bf16 words
+// a1 = i >> 16, w = i & 0xFFFF (finite). Values of ±0 or 2^-126 <= |·| < 2^111 are compared with the integer RNE bit
+// for bit; subnormal ones must keep their sign and round to 0 < |·| <= 2^-126 (what the flush argument needs); their
+// count in *checked. Returns the mismatches.
 int64_t bf16_split_failures(uint64_t i0, uint64_t i1, bool product, int64_t* checked = nullptr);
 }  // namespace cpu
 

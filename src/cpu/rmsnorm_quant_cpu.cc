@@ -191,17 +191,14 @@ HWY_INLINE __m256i RoundBf16NoNanAvx2(__m256i b) {
 // floating-point operations where RoundBf16NoNanAvx2 takes five integer ones that Zen 2 cannot overlap with its
 // multiplies. Equal to it (ties to even included) for a = ±0 and 2^-126 <= |a| < 2^111, every such f32 (cpu::
 // bf16_split_failures, tests/exhaustive_bf16_split.cc); below that range it keeps 8 significant bits where bf16's
-// subnormals keep fewer, above it a·C overflows. NormWeightBf16Avx2's kFp rows stay inside it, or are harmless.
+// subnormals keep fewer (a nonzero a stays nonzero with its sign: the same sweep checks that on every subnormal),
+// above it a·C overflows. NormWeightBf16Avx2's kFp rows stay inside it, or are harmless.
+// (Not the product form g = RN(a1·(w·C)), g − RN(g − a1·w) with one FMA, one operation fewer: where the exact product
+// is below 2^-150 it gives +0 for a negative product, whose integer rounding is −0 — code 0x00 for 0x80. Found in
+// session 38 on vllm-rmsnorm-quant group:128 rows of tiny z·r under small weights; RN(a1·w) first keeps the sign.)
 HWY_INLINE __m256 SplitBf16Avx2(__m256 a) {
   const __m256 g = _mm256_mul_ps(a, _mm256_set1_ps(65537.0f));
   return _mm256_sub_ps(g, _mm256_sub_ps(g, a));
-}
-// RN_bf16(a1·w) for bf16 values a1 and w, given wc = w·(2^16 + 1) (exact: w has 8 significant bits): the split of the
-// exact product p = a1·w with the multiply folded in — g = RN(a1·wc) = RN(p·C), then RN(g − p) by one FMA. The same
-// operations on p as SplitBf16Avx2, so the same range: p = ±0 or 2^-126 <= |p| < 2^111.
-HWY_INLINE __m256 SplitBf16ProductAvx2(__m256 a1, __m256 w, __m256 wc) {
-  const __m256 g = _mm256_mul_ps(a1, wc);
-  return _mm256_sub_ps(g, _mm256_fnmadd_ps(a1, w, g));
 }
 #endif
 
@@ -936,21 +933,21 @@ void NormWeightBf16FastT(const Z z, const float* w, size_t K, float r, float* y,
 // 64 rows in cache, 1 thread, alternated: vllm-rmsnorm-quant 0.284 -> 0.268 ms, + residual 0.456 -> 0.433 ms (fusing
 // this with the quant per group, y in a 1 KiB L1 buffer instead of a row through L2, measured no faster: dropped).
 // 16 values of y from x (+ res) at k, permuted (lo: elements 0–3 and 8–11, hi: 4–7 and 12–15), as f32 bits.
-// kFp: the bf16 roundings by SplitBf16Avx2 / SplitBf16ProductAvx2 (wcp: the permuted w·(2^16 + 1)), for rows whose
-// values stay in their range or go where it does not matter (NormWeightBf16Fast).
+// kFp: the bf16 roundings by SplitBf16Avx2 (of RN(z·r) and of RN(a1·w)), for rows whose values stay in its range or
+// go where it does not matter (NormWeightBf16Fast).
 template <int kMode, bool kFp>
-HWY_INLINE void NormStep16(const uint16_t* x, const uint16_t* res, const float* wp, const float* wcp, size_t k,
-                           __m256 vr, __m256i& olo, __m256i& ohi) {
+HWY_INLINE void NormStep16(const uint16_t* x, const uint16_t* res, const float* wp, size_t k, __m256 vr, __m256i& olo,
+                           __m256i& ohi) {
   const __m256i zero = _mm256_setzero_si256();
   auto widen = [&](const uint16_t* p, __m256& lo, __m256& hi) HWY_ATTR __attribute__((always_inline)) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));
     hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));
   };
-  auto weight = [&](__m256 z, const float* w, const float* wc) HWY_ATTR __attribute__((always_inline)) {
+  auto weight = [&](__m256 z, const float* w) HWY_ATTR __attribute__((always_inline)) {
     const __m256 a = _mm256_mul_ps(z, vr);
     const __m256 wv = _mm256_load_ps(w);
-    if constexpr (kFp && kMode == 1) return _mm256_castps_si256(SplitBf16ProductAvx2(SplitBf16Avx2(a), wv, _mm256_load_ps(wc)));
+    if constexpr (kFp && kMode == 1) return _mm256_castps_si256(SplitBf16Avx2(_mm256_mul_ps(SplitBf16Avx2(a), wv)));
     if constexpr (kFp && kMode == 2) return _mm256_castps_si256(SplitBf16Avx2(_mm256_mul_ps(a, wv)));
     if constexpr (kMode == 0) return _mm256_castps_si256(_mm256_mul_ps(a, wv));
     const __m256 a1 = kMode == 1 ? _mm256_castsi256_ps(RoundBf16NoNanAvx2(_mm256_castps_si256(a))) : a;
@@ -964,14 +961,15 @@ HWY_INLINE void NormStep16(const uint16_t* x, const uint16_t* res, const float* 
     lo = _mm256_add_ps(lo, rlo);
     hi = _mm256_add_ps(hi, rhi);
   }
-  olo = weight(lo, wp + k, wcp + k);
-  ohi = weight(hi, wp + k + 8, wcp + k + 8);
+  olo = weight(lo, wp + k);
+  ohi = weight(hi, wp + k + 8);
 }
 // Returns false (kFp only) when a group's max |y| is not finite: the row is to be redone with kFp false (it cannot
 // happen on the rows NormWeightBf16Fast gives kFp; a safety net, not a path).
-template <int kMode, bool kFp>
-bool NormWeightBf16Avx2(const uint16_t* x, const uint16_t* res, const float* wp, const float* wcp, size_t K, float r,
-                        float* y, size_t G, float* amax, uint8_t* nan, NextRow next) {
+// kOrdered: y stored in element order (two lane permutations per 16 values) for a quant that reads it so.
+template <int kMode, bool kFp, bool kOrdered>
+bool NormWeightBf16Avx2(const uint16_t* x, const uint16_t* res, const float* wp, size_t K, float r, float* y, size_t G,
+                        float* amax, uint8_t* nan, NextRow next) {
   const __m256 vr = _mm256_set1_ps(r);
   const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF);
   for (size_t k0 = 0, g = 0; k0 < K; k0 += G, ++g) {
@@ -979,9 +977,14 @@ bool NormWeightBf16Avx2(const uint16_t* x, const uint16_t* res, const float* wp,
     for (size_t k = k0; k < k0 + G; k += 16) {
       next.At(k);
       __m256i olo, ohi;
-      NormStep16<kMode, kFp>(x, res, wp, wcp, k, vr, olo, ohi);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(y + k), olo);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(y + k + 8), ohi);
+      NormStep16<kMode, kFp>(x, res, wp, k, vr, olo, ohi);
+      if constexpr (kOrdered) {  // lo = elements 0–3 | 8–11, hi = 4–7 | 12–15
+        _mm256_store_si256(reinterpret_cast<__m256i*>(y + k), _mm256_permute2x128_si256(olo, ohi, 0x20));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(y + k + 8), _mm256_permute2x128_si256(olo, ohi, 0x31));
+      } else {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(y + k), olo);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(y + k + 8), ohi);
+      }
       mx = _mm256_max_epu32(mx, _mm256_max_epu32(_mm256_and_si256(olo, absm), _mm256_and_si256(ohi, absm)));
     }
     const uint32_t m = hn::GetLane(hn::MaxOfLanes(DU(), hn::Vec<DU>{mx}));
@@ -1001,36 +1004,47 @@ bool NormWeightBf16Avx2(const uint16_t* x, const uint16_t* res, const float* wp,
 }
 #endif
 // wp: the weights permuted for NormWeightBf16Avx2 (null: that form is not allowed, e.g. the quant after it is not
-// RowQuantFast). wcp: those weights ·(2^16 + 1), or null — given (by the caller) only where the bf16 roundings may
+// RowQuantFast). split: set (by the caller) only where the bf16 roundings may
 // take Veltkamp's split (SplitBf16Avx2): the row's z and r finite, every |w| <= 2^50 and the quant spec's guard keeps
 // every scale >= 2^-60 (rq512::flush_subnormal_harmless's conditions). Then every a = RN(z·r) and product is ±0, in
 // the split's range, or below 2^-126: |a| <= |z|·r stays near sqrt(K) (r = rsqrt of the mean of squares + eps), a
 // product below |a|·2^50; and a value below 2^-126 gives |y| <= 2^-75, a code ±0 with y's sign (the split keeps a
 // nonzero value nonzero, as the integer rounding does) and a group max under the guard's amax — the same codes and
-// scales either way. Returns true when y was written permuted (AVX2 only; see NormWeightBf16Avx2).
-bool NormWeightBf16Fast(ZRow zr, const float* w, const float* wp, const float* wcp, size_t K, float r, NormWeight mode,
-                        float* y, size_t G, float* amax, uint8_t* nan, const uint16_t* next_x, const uint16_t* next_r) {
+// scales either way. Returns true when y was written permuted (AVX2 only; see NormWeightBf16Avx2); ordered: never
+// (the AVX2 loop stores y in element order, for a quant that is not RowQuantFast).
+bool NormWeightBf16Fast(ZRow zr, const float* w, const float* wp, bool split, size_t K, float r, NormWeight mode,
+                        float* y, size_t G, float* amax, uint8_t* nan, const uint16_t* next_x, const uint16_t* next_r,
+                        bool ordered) {
   const NextRow nx{next_x, next_r};
 #if HWY_TARGET == HWY_AVX2 && HWY_ARCH_X86
   if (wp && zr.kind != 0 && G % 16 == 0 && K % G == 0 && reinterpret_cast<uintptr_t>(y) % 32 == 0) {
     const auto* x = static_cast<const uint16_t*>(zr.p);
     const uint16_t* res = zr.kind == 2 ? zr.p2 : nullptr;
-    switch (mode) {
-      case NormWeight::f32: NormWeightBf16Avx2<0, false>(x, res, wp, wp, K, r, y, G, amax, nan, nx); break;
-      case NormWeight::dtype_twice:
-        if (!wcp || !NormWeightBf16Avx2<1, true>(x, res, wp, wcp, K, r, y, G, amax, nan, nx))
-          NormWeightBf16Avx2<1, false>(x, res, wp, wp, K, r, y, G, amax, nan, nx);
-        break;
-      default:
-        if (!wcp || !NormWeightBf16Avx2<2, true>(x, res, wp, wcp, K, r, y, G, amax, nan, nx))
-          NormWeightBf16Avx2<2, false>(x, res, wp, wp, K, r, y, G, amax, nan, nx);
-        break;
+    auto run = [&](auto ord) HWY_ATTR {
+      constexpr bool kO = decltype(ord)::value;
+      switch (mode) {
+        case NormWeight::f32: NormWeightBf16Avx2<0, false, kO>(x, res, wp, K, r, y, G, amax, nan, nx); break;
+        case NormWeight::dtype_twice:
+          if (!split || !NormWeightBf16Avx2<1, true, kO>(x, res, wp, K, r, y, G, amax, nan, nx))
+            NormWeightBf16Avx2<1, false, kO>(x, res, wp, K, r, y, G, amax, nan, nx);
+          break;
+        default:
+          if (!split || !NormWeightBf16Avx2<2, true, kO>(x, res, wp, K, r, y, G, amax, nan, nx))
+            NormWeightBf16Avx2<2, false, kO>(x, res, wp, K, r, y, G, amax, nan, nx);
+          break;
+      }
+    };
+    if (ordered) {
+      run(std::true_type{});
+      return false;
     }
+    run(std::false_type{});
     return true;
   }
 #else
   (void)wp;
-  (void)wcp;
+  (void)split;
+  (void)ordered;
 #endif
   VisitZ(zr, [&](auto z) HWY_ATTR {
     switch (mode) {
@@ -1525,23 +1539,27 @@ int64_t Bf16SplitFailures(uint64_t i0, uint64_t i1, bool product, int64_t* check
     } else {  // a1 = bf16 word i >> 16, w = bf16 word i & 0xFFFF
       const __m256 a1 = _mm256_castsi256_ps(_mm256_and_si256(iv, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
       const __m256 w = _mm256_castsi256_ps(_mm256_slli_epi32(iv, 16));
-      const __m256 wc = _mm256_mul_ps(w, _mm256_set1_ps(65537.0f));
       in = _mm256_mul_ps(a1, w);
-      got = SplitBf16ProductAvx2(a1, w, wc);
-      // finite a1, |w| < 2^111 (w·C finite), and a zero product only from a zero factor
+      got = SplitBf16Avx2(in);  // NormStep16's mode 1: RN(a1·w) first (an underflow keeps its sign: −0 stays −0)
+      // finite a1 and w
       valid = _mm256_and_ps(valid, _mm256_cmp_ps(_mm256_and_ps(a1, absm), _mm256_set1_ps(INFINITY), _CMP_LT_OQ));
-      valid = _mm256_and_ps(valid, _mm256_cmp_ps(_mm256_and_ps(w, absm), hi, _CMP_LT_OQ));
-      const __m256 zf = _mm256_or_ps(_mm256_cmp_ps(a1, zero, _CMP_EQ_OQ), _mm256_cmp_ps(w, zero, _CMP_EQ_OQ));
-      valid = _mm256_and_ps(valid, _mm256_or_ps(_mm256_cmp_ps(in, zero, _CMP_NEQ_UQ), zf));
+      valid = _mm256_and_ps(valid, _mm256_cmp_ps(_mm256_and_ps(w, absm), _mm256_set1_ps(INFINITY), _CMP_LT_OQ));
     }
-    // the range: ±0 or 2^-126 <= |in| < 2^111
+    // the range: ±0 or 2^-126 <= |in| < 2^111, bit-equal to the integer RNE; below it (subnormal in) the flush
+    // argument's premise: got has in's sign and 0 < |got| <= 2^-126
     const __m256 ai = _mm256_and_ps(in, absm);
+    const __m256 sub = _mm256_and_ps(_mm256_cmp_ps(ai, zero, _CMP_GT_OQ), _mm256_cmp_ps(ai, lo, _CMP_LT_OQ));
     const __m256 inr = _mm256_or_ps(_mm256_cmp_ps(in, zero, _CMP_EQ_OQ),
                                     _mm256_and_ps(_mm256_cmp_ps(ai, lo, _CMP_GE_OQ), _mm256_cmp_ps(ai, hi, _CMP_LT_OQ)));
-    valid = _mm256_and_ps(valid, inr);
+    valid = _mm256_and_ps(valid, _mm256_or_ps(inr, sub));
     const __m256i want = RoundBf16NoNanAvx2(_mm256_castps_si256(in));
-    const __m256 diff = _mm256_castsi256_ps(
-        _mm256_xor_si256(_mm256_cmpeq_epi32(want, _mm256_castps_si256(got)), _mm256_set1_epi32(-1)));
+    const __m256 ag = _mm256_and_ps(got, absm);
+    const __m256 sub_ok = _mm256_and_ps(
+        _mm256_and_ps(_mm256_cmp_ps(ag, zero, _CMP_GT_OQ), _mm256_cmp_ps(ag, lo, _CMP_LE_OQ)),
+        _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_srli_epi32(_mm256_castps_si256(got), 31),
+                                               _mm256_srli_epi32(_mm256_castps_si256(in), 31))));
+    const __m256 eq = _mm256_castsi256_ps(_mm256_cmpeq_epi32(want, _mm256_castps_si256(got)));
+    const __m256 diff = _mm256_andnot_ps(_mm256_blendv_ps(eq, sub_ok, sub), _mm256_castsi256_ps(_mm256_set1_epi32(-1)));
     seen += __builtin_popcount(static_cast<unsigned>(_mm256_movemask_ps(valid)));
     bad += __builtin_popcount(static_cast<unsigned>(_mm256_movemask_ps(_mm256_and_ps(valid, diff))));
   }
@@ -1762,6 +1780,12 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
   if (qs.amax_floor && *qs.amax_floor > 0.0f)
     guard_s_min = std::max(guard_s_min, static_cast<double>(*qs.amax_floor) / static_cast<double>(max) / 2);
   if (!std::isfinite(guard_s_min)) guard_s_min = 0;
+  // The split on row_quant's rows (element-ordered y) needs more than guard_s_min: every formula there reads the
+  // guarded amax only if the guard is an amax floor (x*(max/amax) reads amax itself), a value below 2^-126 must cast
+  // to ±0 for every scale >= 2^-60 (|y/s| <= 2^-15: under half the smallest e4m3fn/e4m3fnuz subnormal, not e5m2's),
+  // and the stored scale must keep its range (not f16).
+  const bool row_split_ok = row_quant && qs.amax_floor && static_cast<double>(*qs.amax_floor) / max / 2 >= 0x1p-60 &&
+                            (qs.to == Format::e4m3fn || qs.to == Format::e4m3fnuz) && qs.scale_dtype != ScaleDtype::f16;
   // and their weight=f32 form (y unrounded: aiter-rmsnorm-quant) for bf16 rows without a residual, x*(1/s)
   const bool use512w = path == RmsNormPath::automatic && fast && !a.normed && cast_in_lanes &&
                        spec.weight == NormWeight::f32 && zkind == rq512::ZKind::bf16 &&
@@ -1778,13 +1802,13 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
     // rows and widened weights 64-byte aligned (hwy::AllocateAligned): every vector access within one cache line
     // (std::vector's 16-byte alignment split every 64-byte load of wf across two lines)
     const size_t Ka = static_cast<size_t>(K > 0 ? K : 1), Kp = (Ka + 15) / 16 * 16;
-    // (carved from the thread's arena: z, ybuf, v, wf, wfp, w512, wcp K floats each, y512 and zb K words each)
+    // (carved from the thread's arena: z, ybuf, v, wf, wfp, w512 K floats each, y512 and zb K words each)
     RowArena local;
-    const size_t arena_bytes = 7 * Kp * 4 + 2 * Kp * 2;
+    const size_t arena_bytes = 6 * Kp * 4 + 2 * Kp * 2;
     uint8_t* arena = (arena_bytes <= kArenaKeep ? t_arena : local).take(arena_bytes);
     auto slice = [&](int i) { return reinterpret_cast<float*>(arena) + static_cast<size_t>(i) * Kp; };
     float *const z = slice(0), *const ybuf = slice(1), *const v = slice(2);
-    uint16_t* const zb = reinterpret_cast<uint16_t*>(slice(7)) + Kp;
+    uint16_t* const zb = reinterpret_cast<uint16_t*>(slice(6)) + Kp;
     std::vector<float> part(static_cast<size_t>(L.cub_threads > 0 ? L.cub_threads : 1)), lane0(part.size() / 32 + 1);
     std::vector<float> gamax(static_cast<size_t>(ngroups > 0 ? ngroups : 1)), gsv(gamax.size());
     std::vector<uint8_t> gnan(gamax.size()), gfast(gamax.size());
@@ -1792,7 +1816,8 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
     // row_quant: the thread's row quantizer (its context built once) and the group maxima it is given
     std::unique_ptr<RowQuantizer> rowq(row_quant ? new RowQuantizer(qs, K) : nullptr);
     std::vector<uint32_t> gbits(gamax.size());
-    float *wf = nullptr, *wfp = nullptr, *w512 = nullptr, *wcp = nullptr;
+    float *wf = nullptr, *wfp = nullptr, *w512 = nullptr;
+    bool w_split = false;  // the weights allow Veltkamp's split (NormWeightBf16Fast's conditions)
     uint16_t* y512 = nullptr;
     rq512::Plan plan;
     if (a.from != Format::bf16 || fast || row_quant) {  // weights widened once per thread (bf16: for the fast path)
@@ -1801,7 +1826,7 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
         HWY_DYNAMIC_DISPATCH(LoadRowBf16)(static_cast<const uint16_t*>(a.weight), nullptr, static_cast<size_t>(K), false,
                                           wf, nullptr, nullptr, false, nullptr, 0, nullptr);
       // (and permuted for NormWeightBf16Avx2 where the row's quant is RowQuantFast: 16-blocks as 0–3, 8–11, 4–7, 12–15)
-      if (a.from == Format::bf16 && cast_in_lanes && K % 16 == 0) {
+      if (a.from == Format::bf16 && (cast_in_lanes || row_quant) && K % 16 == 0) {
         wfp = slice(4);
         for (int64_t k = 0; k < K; k += 16)
           for (int64_t i = 0; i < 4; ++i) {
@@ -1810,16 +1835,13 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
             wfp[k + 8 + i] = wf[k + 4 + i];
             wfp[k + 12 + i] = wf[k + 12 + i];
           }
-        // w·(2^16 + 1) for the roundings by Veltkamp's split (NormWeightBf16Fast's conditions; exact products)
         const bool w_small = std::all_of(wf, wf + K, [](float v) { return std::fabs(v) <= 0x1p50f; });
-        if (path == RmsNormPath::automatic && w_small && guard_s_min >= 0x1p-60 && spec.weight != NormWeight::f32) {
-          wcp = slice(6);
-          for (int64_t k = 0; k < K; ++k) wcp[k] = wfp[k] * 65537.0f;
-        }
+        w_split = path == RmsNormPath::automatic && w_small && guard_s_min >= 0x1p-60 &&
+                  spec.weight != NormWeight::f32 && (cast_in_lanes || row_split_ok);
       }
       if (use512 || use512w) {
         w512 = slice(5);
-        y512 = reinterpret_cast<uint16_t*>(slice(7));  // (mode 0: the weights' sign bytes)
+        y512 = reinterpret_cast<uint16_t*>(slice(6));  // (mode 0: the weights' sign bytes)
         rq512::make_plan(use512w ? 0 : spec.weight == NormWeight::dtype_twice ? 1 : 2, zkind, wf, static_cast<size_t>(K),
                          w512, &plan, reinterpret_cast<uint8_t*>(y512));
         plan.flush_ok = use512 && rq512::flush_subnormal_harmless(plan, guard_s_min);
@@ -2020,11 +2042,11 @@ void rmsnorm_quant(const RmsNormQuantSpec& spec, const RmsNormQuantArgs& a, RmsN
         continue;
       bool permuted = false;  // y in NormWeightBf16Avx2's order (RowQuantFast puts the codes in order)
       if (bf16_fast) {
-        const bool split_ok = std::isfinite(var) && std::isfinite(r);  // (and wcp's conditions)
-        permuted = HWY_DYNAMIC_DISPATCH(NormWeightBf16Fast)(zp, wf, wfp, split_ok ? wcp : nullptr,
+        const bool split_ok = w_split && std::isfinite(var) && std::isfinite(r);
+        permuted = HWY_DYNAMIC_DISPATCH(NormWeightBf16Fast)(zp, wf, wfp, split_ok,
                                                             static_cast<size_t>(K), r, spec.weight, y,
                                                             static_cast<size_t>(G), gamax.data(), gnan.data(), next_x,
-                                                            next_r);
+                                                            next_r, row_quant);
       } else if (a.from == Format::bf16) {
         HWY_DYNAMIC_DISPATCH(NormWeightBf16)(z_row(), static_cast<const uint16_t*>(a.weight), static_cast<size_t>(K), r,
                                              spec.weight, y, static_cast<size_t>(G), gamax.data(), gnan.data());
