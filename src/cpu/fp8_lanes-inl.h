@@ -175,11 +175,14 @@ HWY_INLINE VF MarksteinDivN(VF y, VF a, VF b) {
 // vdivps itself. Zen 2 runs a ymm division in 3.5 cycles on its own divider, while the multiply and FMAs of
 // MarksteinDivN take the pipes the cast's integer operations need (`python3 bench/pipe_pairs.py --ymm`: an FMA with a
 // vpaddd 0.97 cycles per pair, more than the 0.50 + 0.33 of each alone): bench_quant vllm-group, 2 threads, 4.47 ->
-// 3.92 ms (session 35). AVX-512 and other targets keep MarksteinDivN, as before (vdivps not measured there: no
-// AVX-512 CPU in session 35).
+// 3.92 ms (session 35). AVX-512 and other targets with a fused multiply-add keep MarksteinDivN, as before (vdivps not
+// measured there: no AVX-512 CPU in session 35). Targets without one (SSE4, SSSE3, EMU128/scalar: MulAdd is a multiply
+// and an add, two roundings, so the corrections are not exact) divide too: rmsnorm_quant's fast groups on SSE4 coded a
+// quotient at an e4m3 tie (−3.5·2^-9: 0x84) as 0x83 (session 38; tests/test_rmsnorm_quant.cc, weights of every
+// magnitude).
 template <bool kNarrow>
 HWY_INLINE VF FastDiv(VF y, VF a, VF b) {
-#if HWY_TARGET == HWY_AVX2 && HWY_ARCH_X86
+#if (HWY_TARGET == HWY_AVX2 && HWY_ARCH_X86) || !HWY_NATIVE_FMA
   (void)b;
   return hn::Div(y, a);
 #else
