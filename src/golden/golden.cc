@@ -178,6 +178,14 @@ std::string case_file_name(const Descriptor& d) {
 
 std::string where(const Descriptor& d) { return "descriptor '" + to_string(d) + "': "; }
 
+std::optional<ScaleDtype> scale_dtype_key(const Descriptor& d) {
+  if (d.get("scale-dtype") == "-") return std::nullopt;
+  ScaleDtype v;
+  if (!parse_scale_dtype(d.get("scale-dtype"), &v))
+    throw InputError(where(d) + "unknown scale-dtype '" + d.get("scale-dtype") + "' (f32, bf16, f16, ue8m0)");
+  return v;
+}
+
 const io::Tensor& find_input(const Descriptor& d, const Tensors& inputs, const std::string& name, io::DType dtype,
                              const std::vector<int64_t>& shape) {
   for (const io::Tensor& t : inputs) {

@@ -53,13 +53,7 @@ QuantCase parse_quant_case(const Descriptor& d) {
   const std::string& mode = d.get("mode");
   if (mode != "dynamic" && mode != "static") throw InputError(where(d) + "mode is dynamic or static, not '" + mode + "'");
   c.dynamic = mode == "dynamic";
-  std::optional<ScaleDtype> dt;
-  if (d.get("scale-dtype") != "-") {
-    ScaleDtype v;
-    if (!parse_scale_dtype(d.get("scale-dtype"), &v))
-      throw InputError(where(d) + "unknown scale-dtype '" + d.get("scale-dtype") + "' (f32, bf16, f16, ue8m0)");
-    dt = v;
-  }
+  const std::optional<ScaleDtype> dt = scale_dtype_key(d);
   std::string err;
   auto spec = resolve_quant_convention(d.get("convention"), to, dt, &err);
   if (!spec) throw InputError(where(d) + err);

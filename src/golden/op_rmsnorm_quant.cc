@@ -44,13 +44,7 @@ Case parse_case(const Descriptor& d) {
   if (res != "yes" && res != "no") throw InputError(where(d) + "residual is yes or no, not '" + res + "'");
   c.residual = res == "yes";
   std::string err;
-  std::optional<ScaleDtype> dt;
-  if (d.get("scale-dtype") != "-") {
-    ScaleDtype v;
-    if (!parse_scale_dtype(d.get("scale-dtype"), &v))
-      throw InputError(where(d) + "unknown scale-dtype '" + d.get("scale-dtype") + "' (f32, bf16, f16, ue8m0)");
-    dt = v;
-  }
+  const std::optional<ScaleDtype> dt = scale_dtype_key(d);
   auto spec = resolve_rmsnorm_quant_convention(d.get("convention"), to, &err, dt);
   if (!spec) throw InputError(where(d) + err);
   for (const char* key : kOverrides)

@@ -3,10 +3,12 @@
 // to each table in registry.cc.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "fp8ref/golden.h"
+#include "fp8ref/quant.h"
 
 namespace fp8ref::golden {
 
@@ -15,6 +17,9 @@ namespace fp8ref::golden {
 std::string where(const Descriptor& d);
 const io::Tensor& find_input(const Descriptor& d, const Tensors& inputs, const std::string& name, io::DType dtype,
                              const std::vector<int64_t>& shape);
+// The key `scale-dtype` of a case: nullopt for "-" (the convention's default), else f32, bf16, f16 or ue8m0
+// (InputError naming the case otherwise).
+std::optional<ScaleDtype> scale_dtype_key(const Descriptor& d);
 
 // OpInfo::models for ops whose models are the values of one descriptor key (a convention): the case with `key` set
 // to each value, named by it (models.cc).
