@@ -609,3 +609,26 @@ def test_exact_scale_dtypes_match_quantize(fp8ref, tmp_path, dt):
                "--scale-dtype", dt, tmp_path / "y.npy", tmp_path / "q2.npy", tmp_path / "s2.npy", check=True)
         assert np.array_equal(q, np.load(tmp_path / "q2.npy")), (dt, backend)
         assert np.array_equal(s.view(np.uint32), np.load(tmp_path / "s2.npy").view(np.uint32)), (dt, backend)
+
+
+def test_vllm_weights_of_every_magnitude(fp8ref, tmp_path):
+    """vllm-rmsnorm-quant at group 128 under bf16 weights over 80 binades (±0 among them) and rows of tiny z·r: the
+    products a1·w that underflow keep their sign (−0: code 0x80) — session 37's AVX2 split lost it (+0: 0x00), which
+    the cases above, with N(0, 1.5) weights, never reached. Both backends against the numpy oracle."""
+    rng = np.random.default_rng(38)
+    M, K = 8, 512                                                    # M <= 256: T = min(K, 512) = 512
+    e = rng.integers(-40, 41, K)
+    w32 = rng.standard_normal(K) * np.exp2(e)
+    w32[rng.integers(0, K, 20)] = -0.0
+    w, w32, _ = source(w32, "bf16")
+    xs = rng.standard_normal((M, K))
+    scale = np.exp2(np.array([-128, -130, -127, -60, -20, 0, -128, -129], dtype=np.float64))[:, None]
+    x32 = xs * scale
+    x32[6, 100] = 3.0                                                # one large value among tiny ones: z·r subnormal
+    x32[7, ::7] = 1e-3
+    x, x32, dt = source(x32, "bf16")
+    want_q, want_s, _ = oracle("vllm-rmsnorm-quant", x32, w32, None, dt, 512)
+    assert np.count_nonzero(want_q == 0x80) > 100                  # −0 codes: the sign of underflowed products
+    for backend in ("cpu", "reference"):
+        got_q, got_s, _ = run_cli(fp8ref, tmp_path, "vllm-rmsnorm-quant", "bf16", x, w, None, "--backend", backend)
+        assert_same(f"vllm wide weights {backend}", got_q, want_q, got_s, want_s, None, None)
