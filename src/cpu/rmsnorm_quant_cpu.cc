@@ -49,9 +49,11 @@
 //      by vcvtne2ps2bf16 under a per-row guard against subnormals (src/cpu/rmsnorm_quant_avx512.cc;
 //      cpu::RmsNormPath::highway keeps them on the Highway path); the codes (and residual_out) of outputs of 16 MiB
 //      and more go out by non-temporal stores at any alignment. Every other
-//      quant spec (exact formulas, div=triton-nv, bf16/f16/ue8m0 scales) runs cpu::quantize (src/cpu/quant_cpu.cc):
-//      at group and row granularity on each row right after its normalisation (row_quant, from cache), else on
-//      the normed rows after the loop.
+//      quant spec (exact formulas, div=triton-nv, bf16/f16/ue8m0 scales) runs the CPU group quant (src/cpu/
+//      quant_cpu.cc): at group and row granularity on each row right after its normalisation (row_quant, from
+//      cache) by a per-thread cpu::RowQuantizer given the norm pass's group maxima (bf16 rows there take the AVX2
+//      norm loop with y in element order, and the split under an amax floor), else cpu::quantize on the normed rows
+//      after the loop.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/rmsnorm_quant_cpu.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
