@@ -48,7 +48,7 @@ const char* kHelp =
     "  --nan N              canonical, keep-sign, payload\n"
     "  --nan-code 0xNN      the NaN code written for a NaN input (its sign bit is set by --nan keep-sign)\n"
     "  --f64-path P         direct, via-f32 (round f64 inputs to f32 first)\n"
-    "  --seed S             the seed of --rounding stochastic\n"
+    "  --seed S             the seed of --rounding stochastic (refused without it)\n"
     "  --exp-clamp LO:HI    ue8m0: clamp the code to [LO, HI] (DeepGEMM: 1:254)\n"
     "\n"
     "Examples:\n"
@@ -291,6 +291,9 @@ int convert_main(int argc, char** argv) {
     if (auto v = args.get(std::string("--") + f))
       if (!apply_override(convention, f, *v, &*spec, &err)) throw InputError(err);
   }
+  if (args.has("--seed") && spec->rounding != Rounding::stochastic)
+    throw UsageError(std::string("--seed applies to stochastic rounding; this conversion rounds ") +
+                     to_string(spec->rounding) + " (add --rounding stochastic)");
 
   std::string want = numpy_name(container_dtype(from));
   if (from == Format::bf16) want = "uint16 ('<u2') bf16 bit patterns";

@@ -384,6 +384,7 @@ BAD_CASES = [
     ("bad-nan", ENC[:] + ["--nan", "quiet", "@f32"], ["'quiet'"], False),
     ("bad-nan-code", ENC[:] + ["--nan-code", "0x3c", "@f32"], ["0x3c"], False),
     ("bad-seed", ENC[:] + ["--rounding", "stochastic", "--seed", "abc", "@f32"], ["--seed", "abc"], False),
+    ("seed-without-stochastic", ENC[:] + ["--seed", "7", "@f32"], ["--seed", "stochastic", "rne"], False),
     ("exp-clamp-not-ue8m0", ENC[:] + ["--exp-clamp", "1:254", "@f32"], ["--exp-clamp", "ue8m0"], False),
     ("bad-f64-path", ENC[:] + ["--f64-path", "twice", "@f32"], ["'twice'"], False),
     ("cuda-ue8m0-rne", ["--from", "f32", "--to", "ue8m0", "--convention", "cuda-satfinite", "--rounding", "rne",
