@@ -621,6 +621,43 @@ TEST_SUITE("quant_cpu") {
     }
   }
 
+  TEST_CASE("static ue8m0 scales held as f32 that are not powers of two, on finite rows: cpu == reference") {
+    // The power-of-two multiply's fast element loop (ElemFast) must not run once a non-power-of-two scale sends the
+    // call to the exact quotient (found by tests/support/backend_diff.h: the whole group coded 0x00).
+    std::mt19937_64 rng(11);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    size_t checked = 0;
+    for (const char* conv : {"vllm-group", "deepseek-act-quant", "mx", "deepgemm"}) {
+      for (const char* g : {"group:128", "group:16", "group:32"}) {
+        auto spec = try_spec(conv, Format::e4m3fn, ScaleDtype::ue8m0, {{"granularity", g}, {"scale-store", "f32"}}, false);
+        if (!spec) continue;
+        for (Format from : {Format::f32, Format::bf16, Format::f16}) {
+          const std::vector<int64_t> shape = {4, 256};
+          const QuantLayout L = quant_layout(*spec, shape);
+          const int64_t G = L.block.back();
+          std::vector<float> sv(static_cast<size_t>(L.n_scales)), x(static_cast<size_t>(L.n_elems));
+          for (float& v : sv)  // 2^k · (1 + j/8): j = 0 a power of two, else not
+            v = static_cast<float>(std::ldexp(1.0 + static_cast<double>(rng() % 8) / 8, static_cast<int>(rng() % 8) - 4));
+          for (int64_t i = 0; i < L.n_elems; ++i)
+            x[static_cast<size_t>(i)] = nd(rng) * 100.0f * sv[static_cast<size_t>(i / G)];
+          const Input in = make_source(from, x);
+          std::vector<uint8_t> s(sv.size() * 4);
+          std::memcpy(s.data(), sv.data(), s.size());
+          std::vector<uint8_t> qr(static_cast<size_t>(L.n_elems)), qc(qr.size());
+          ref::quantize_static(*spec, from, in.bytes.data(), shape, s.data(), qr.data());
+          fp8ref::test::for_test_targets([&] {
+            std::fill(qc.begin(), qc.end(), 0xA5);
+            cpu::quantize_static(*spec, from, in.bytes.data(), shape, s.data(), qc.data());
+            const std::string d = first_diff(qc, qr);
+            CHECK_MESSAGE(d.empty(), conv, " ", g, " from ", format_name(from), " (", cpu::simd_target(), "): ", d);
+            ++checked;
+          });
+        }
+      }
+    }
+    CHECK(checked >= 12);
+  }
+
   TEST_CASE("dequantize: cpu == reference for every code, target, scale dtype, output and granularity, every SIMD target") {
     std::mt19937_64 rng(9);
     for (Format to : {Format::e4m3fn, Format::e5m2, Format::e4m3fnuz, Format::e5m2fnuz}) {

@@ -1986,6 +1986,7 @@ void quantize_static(const QuantSpec& spec, Format from, const void* x, const st
       if (std::isfinite(v) && v != 0 && std::fabs(std::frexp(v, &e)) != 0.5f) {
         c.pkind = kPExact;
         c.ec.op = kOpExact;
+        c.ec.fast_cast = 0;  // (make_ctx allowed ElemFast for the power-of-two multiply only, not for kOpExact)
         break;
       }
     }
