@@ -196,7 +196,8 @@ void check_scaled_mm_operands(const ScaledMmSpec& s, const GemmShape& g, const u
                               const float* sa, const float* sb, const float* bias, const void* out) {
   check_scaled_mm(s, g);
   if (g.M == 0 || g.N == 0) return;
-  if ((g.K > 0 && (!a || !bt)) || !sa || !sb || !out) throw InputError("scaled_mm: a null operand (a, bt, sa, sb or out)");
+  if ((g.K > 0 && (!a || !bt)) || (!sa && gemm_sa_count(s, g) > 0) || (!sb && gemm_sb_count(s, g) > 0) || !out)
+    throw InputError("scaled_mm: a null operand (a, bt, sa, sb or out)");
   if ((s.bias != BiasMode::none) != (bias != nullptr))
     throw InputError(s.bias != BiasMode::none ? "scaled_mm: bias mode " + std::string(to_string(s.bias)) + " needs a bias"
                                               : std::string("scaled_mm: a bias given with bias mode none"));

@@ -24,8 +24,10 @@
 #include "fp8ref/attention.h"
 #include "fp8ref/convert.h"
 #include "fp8ref/error.h"
+#include "fp8ref/gemm.h"
 #include "fp8ref/quant.h"
 #include "fp8ref/rmsnorm.h"
+#include "support/attention_cases.h"
 
 namespace fp8ref::test {
 
@@ -159,7 +161,8 @@ inline void on_target(size_t t, const std::function<void()>& fn) {
 inline std::string outcome(const std::function<void()>& fn) {
   try {
     fn();
-  } catch (const InputError&) {
+  } catch (const InputError& e) {
+    if (std::getenv("FP8REF_DIFF_SAY_REFUSALS")) std::fprintf(stderr, "refused: %s\n", e.what());
     return "InputError";
   }
   return "";
@@ -177,6 +180,10 @@ inline DiffCounts& diff_counts() {
 
 namespace diff_detail {
 
+inline const uint32_t (&kPctSkip())[4] {
+  static const uint32_t p[4] = {0, 10, 50, 100};
+  return p;
+}
 inline const Format kFp8[] = {Format::e4m3fn, Format::e5m2, Format::e4m3fnuz, Format::e5m2fnuz};
 inline const Format kSources[] = {Format::f32, Format::bf16, Format::f16};
 inline const std::optional<ScaleDtype> kScaleDtypes[] = {std::nullopt, ScaleDtype::f32, ScaleDtype::bf16,
@@ -428,6 +435,358 @@ inline std::string diff_rmsnorm(Choices& in, DiffRng& rng, size_t target) {
   return "";
 }
 
+// kv_cache_write: tokens into shuffled slots (some skipped), every convention, static or dynamic scales of each
+// kind: both caches (filled with the same random bytes first) and the dynamic scales.
+inline std::string diff_kv_write(Choices& in, DiffRng& rng, size_t target) {
+  static const attn::StoreConvention kConvs[] = {attn::StoreConvention::vllm_cuda, attn::StoreConvention::sglang,
+                                                 attn::StoreConvention::spyre, attn::StoreConvention::exact};
+  static const int64_t kBs[] = {16, 1, 5, 64}, kH[] = {1, 2, 3}, kD[] = {64, 128, 16, 7, 256, 576};
+  static const int64_t kT[] = {1, 5, 17, 40, 0};
+  attn::KvWriteSpec spec;
+  spec.convention = in.of(kConvs);
+  spec.model = in.of(kSources);
+  spec.cache.block_size = in.of(kBs);
+  spec.cache.num_kv_heads = in.of(kH);
+  spec.cache.head_dim = in.of(kD);
+  spec.cache.layout = in.coin() ? attn::KvLayout::hnd : attn::KvLayout::nhd;
+  spec.cache.format = in.coin() ? Format::e5m2 : Format::e4m3fn;
+  spec.scale_kind = static_cast<attn::KvScaleKind>(in.pick(3));
+  spec.dynamic = in.coin();
+  const int64_t T = in.of(kT), H = spec.cache.num_kv_heads, D = spec.cache.head_dim;
+  spec.cache.num_blocks = (T + spec.cache.block_size - 1) / spec.cache.block_size + 1 + static_cast<int64_t>(in.pick(3));
+  const Fill fk = read_fill(in), fv = read_fill(in);
+  const std::vector<uint8_t> k = to_bytes(spec.model, fill_bits(spec.model, T * H, D, fk, rng));
+  const std::vector<uint8_t> v = to_bytes(spec.model, fill_bits(spec.model, T * H, D, fv, rng));
+  // distinct slots, a share skipped (−1)
+  const int64_t slots = spec.cache.num_blocks * spec.cache.block_size;
+  std::vector<int64_t> perm(static_cast<size_t>(slots));
+  for (int64_t i = 0; i < slots; ++i) perm[static_cast<size_t>(i)] = i;
+  for (int64_t i = slots - 1; i > 0; --i) std::swap(perm[static_cast<size_t>(i)], perm[rng.below(static_cast<uint32_t>(i + 1))]);
+  const uint32_t skip = in.of(kPctSkip());
+  std::vector<int64_t> slot(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) slot[static_cast<size_t>(t)] = rng.percent(skip) ? -1 : perm[static_cast<size_t>(t)];
+  // sequences: B token ranges over [0, T)
+  const int64_t B = spec.scale_kind == attn::KvScaleKind::seq ? 1 + static_cast<int64_t>(in.pick(3)) : 0;
+  std::vector<int32_t> qsl(static_cast<size_t>(B + 1), 0);
+  for (int64_t b = 1; b < B; ++b) qsl[static_cast<size_t>(b)] = static_cast<int32_t>(rng.below(static_cast<uint32_t>(T + 1)));
+  std::sort(qsl.begin(), qsl.end());
+  if (B) qsl[static_cast<size_t>(B)] = static_cast<int32_t>(T);
+  const int64_t ns = attn::num_scales(spec.scale_kind, H, B);
+  std::vector<float> ks0(static_cast<size_t>(ns)), vs0(ks0);
+  for (auto* sc : {&ks0, &vs0})
+    for (float& x : *sc)
+      x = static_cast<float>(std::ldexp(1.0 + rng.below(1000) / 1000.0, static_cast<int>(rng.below(40)) - 30));
+  std::vector<uint8_t> cache0(static_cast<size_t>(spec.cache.numel()));
+  for (auto& c : cache0) c = static_cast<uint8_t>(rng.next());
+  struct Out {
+    std::vector<uint8_t> kc, vc;
+    std::vector<float> ks, vs;
+  };
+  const auto run = [&](bool cpu_backend, Out* o) {
+    o->kc = cache0;
+    o->vc = cache0;
+    o->ks = ks0;
+    o->vs = vs0;
+    attn::KvWriteArgs a;
+    a.num_tokens = T;
+    a.k = k.data();
+    a.v = v.data();
+    a.slot_mapping = slot.data();
+    a.num_seqs = B;
+    a.query_start_loc = B ? qsl.data() : nullptr;
+    a.k_scale = o->ks.data();
+    a.v_scale = o->vs.data();
+    a.k_cache = o->kc.data();
+    a.v_cache = o->vc.data();
+    return outcome([&] { cpu_backend ? attn::cpu::kv_cache_write(spec, a) : attn::ref::kv_cache_write(spec, a); });
+  };
+  Out R, C;
+  const std::string o_ref = run(false, &R);
+  std::string o_cpu;
+  on_target(target, [&] { o_cpu = run(true, &C); });
+  const std::string what = std::string("kv_cache_write ") + to_string(spec.convention) + " md " +
+                           format_name(spec.model) + " " + format_name(spec.cache.format) + " bs " +
+                           std::to_string(spec.cache.block_size) + " H " + std::to_string(H) + " D " +
+                           std::to_string(D) + " " + to_string(spec.cache.layout) + " scales " +
+                           to_string(spec.scale_kind) + (spec.dynamic ? " dynamic" : " static") + " T " + std::to_string(T);
+  if (o_ref != o_cpu) return what + ": reference '" + o_ref + "', cpu '" + o_cpu + "'";
+  if (!o_ref.empty()) return ++diff_counts().refused, "";
+  ++diff_counts().compared[2];
+  const auto bytes_of = [](const std::vector<float>& f) {
+    std::vector<uint8_t> b(f.size() * 4);
+    std::memcpy(b.data(), f.data(), b.size());
+    return b;
+  };
+  std::string d = first_diff("k cache", C.kc, R.kc);
+  if (d.empty()) d = first_diff("v cache", C.vc, R.vc);
+  if (d.empty()) d = first_diff("k scales", bytes_of(C.ks), bytes_of(R.ks));
+  if (d.empty()) d = first_diff("v scales", bytes_of(C.vs), bytes_of(R.vs));
+  return d.empty() ? d : what + ": " + d;
+}
+
+// paged_attention: a batch of decode and chunked-prefill sequences over shuffled pages (unused slots NaN codes),
+// every convention with its launch options; codes drawn from any byte (NaN/Inf included) or near N(0, 3), queries
+// over many magnitudes. Bit-exact conventions: cpu == reference bit for bit. fast: within its derived bound of the
+// exact convention's f64 result, NaN exactly where the bound makes no claim or exact is NaN.
+inline std::string diff_attention(Choices& in, DiffRng& rng, size_t target) {
+  using attn::AttnConvention;
+  static const AttnConvention kConvs[] = {AttnConvention::exact,           AttnConvention::vllm_paged_v1,
+                                          AttnConvention::vllm_triton_unified, AttnConvention::flashinfer,
+                                          AttnConvention::torch_sdpa_math, AttnConvention::spyre, AttnConvention::fast};
+  static const int64_t kBs[] = {16, 1, 64, 5}, kHkv[] = {1, 2}, kG[] = {1, 8, 2, 4, 3};
+  static const int64_t kD[] = {64, 128, 32, 256, 576, 16, 80};
+  static const int64_t kSeq[] = {1, 37, 70, 16, 0, 129, 5, 300};
+  attn::AttnSpec sp;
+  sp.convention = in.of(kConvs);
+  sp.q_format = in.of(kSources);
+  sp.out_format = in.of(kSources);
+  sp.cache.block_size = in.of(kBs);
+  sp.cache.num_kv_heads = in.of(kHkv);
+  sp.num_q_heads = sp.cache.num_kv_heads * in.of(kG);
+  sp.cache.head_dim = in.of(kD);
+  if (sp.cache.head_dim == 576 || in.pick(8) == 0) {  // MLA: V = the first Dv dims of K
+    sp.v_from_k = true;
+    sp.head_dim_v = sp.cache.head_dim == 576 ? 512 : sp.cache.head_dim / 2;
+  }
+  sp.cache.layout = in.pick(4) == 0 ? attn::KvLayout::hnd : attn::KvLayout::nhd;
+  sp.cache.format = in.pick(3) == 0 ? Format::e5m2 : Format::e4m3fn;
+  sp.causal = static_cast<attn::Causal>(in.pick(3));
+  static const int64_t kWin[] = {-1, -1, 0, 3, 20};
+  sp.window_left = in.of(kWin);
+  static const double kCap[] = {0, 0, 30, 0.5};
+  sp.softcap = in.of(kCap);
+  sp.scale_kind = static_cast<attn::KvScaleKind>(in.pick(3));
+  sp.torch_lanes = in.coin() ? 16 : 8;
+  static const double kSm[] = {0, 0, 0.3, 1e-3, 10};
+  sp.sm_scale = in.of(kSm);
+  // the launch options of the conventions that have them (others refuse them)
+  const uint32_t launch = in.byte();
+  static const int64_t kTile[] = {0, 16, 32, 64}, kSeg[] = {-1, 0, 2, 16}, kChunk[] = {-1, 0, 16, 48};
+  static const int64_t kCta[] = {0, 16, 64}, kPch[] = {-1, 0, 32};
+  const bool triton = sp.convention == AttnConvention::vllm_triton_unified,
+             fi = sp.convention == AttnConvention::flashinfer;
+  if (!triton && !fi && sp.convention != AttnConvention::exact && sp.convention != AttnConvention::fast) sp.softcap = 0;
+  if (fi) sp.softcap = 0;
+  if ((triton || fi) && (launch & 1)) sp.tile = kTile[(launch >> 1) % 4];
+  if (triton && (launch & 8)) sp.segments = kSeg[(launch >> 4) % 4];
+  if (fi) {
+    if (launch & 64) sp.kv_chunk = kChunk[(launch >> 1) % 4];
+    if (launch & 128) sp.fi_kernel = static_cast<attn::FiKernel>((launch >> 3) % 3);
+    if (in.pick(4) == 0) sp.cta_tile_q = in.of(kCta);
+    if (in.pick(4) == 0) sp.prefill_kv_chunk = in.of(kPch);
+  }
+  sp.chunk_unquantized = !fi && sp.convention != AttnConvention::fast && in.pick(6) == 0;
+  if (triton && in.pick(6) == 0) {
+    sp.out_format = Format::e4m3fn;
+    sp.out_scale = 0.01 + rng.below(100) / 10.0;
+  }
+  const int64_t B = 1 + static_cast<int64_t>(in.pick(4));
+  std::vector<int64_t> seq(static_cast<size_t>(B)), ql(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    seq[static_cast<size_t>(b)] = in.of(kSeq);
+    const int64_t L = seq[static_cast<size_t>(b)];
+    const uint32_t k = in.pick(4);  // decode, a chunk, the whole sequence, none
+    ql[static_cast<size_t>(b)] = k == 0 ? std::min<int64_t>(L, 1) : k == 1 ? std::min<int64_t>(L, 1 + rng.below(8)) : k == 2 ? L : 0;
+  }
+  // bound the work (the reference is scalar; exact sums in f64 per product): ~ q rows × keys × Hq × (Dk + Dv)
+  const auto work = [&] {
+    int64_t w = 0;
+    for (int64_t b = 0; b < B; ++b) w += ql[static_cast<size_t>(b)] * seq[static_cast<size_t>(b)];
+    return w * sp.num_q_heads * (sp.cache.head_dim + sp.dv());
+  };
+  while (work() > 3000000)
+    for (auto& q : ql) q = q / 2;
+  const bool csr = in.pick(4) == 0;
+  PagedProblem p = random_problem(sp, seq, ql, rng.next(), csr);
+  // adversarial data: codes of any byte, queries over many magnitudes, scales far from 1
+  const uint32_t any_code = in.of(kPctSkip()) / 10;  // 0, 1, 5, 10 %
+  for (auto* cs : {&p.kd, &p.vd})
+    for (auto& row : *cs)
+      for (auto& c : row)
+        if (rng.percent(any_code)) c = static_cast<uint8_t>(rng.next());
+  if (any_code) {  // the pages again, from the changed codes
+    std::mt19937_64 r2(rng.next());
+    place_pages(p, r2);
+  }
+  if (in.coin()) {
+    const Fill fq = read_fill(in);
+    const auto bits = fill_bits(sp.q_format, p.T * sp.num_q_heads, sp.cache.head_dim, fq, rng);
+    p.q = to_bytes(sp.q_format, bits);
+  }
+  if (in.coin())
+    for (auto* sc : {&p.ks, &p.vs})
+      for (float& x : *sc) x = static_cast<float>(std::ldexp(x, static_cast<int>(rng.below(60)) - 30));
+  std::vector<uint8_t> out_ref = p.out, out_cpu = p.out;
+  attn::AttnArgs a = p.args();
+  a.out = out_ref.data();
+  std::vector<double> exact(static_cast<size_t>(p.T * p.spec.num_q_heads * p.spec.dv()));
+  const bool fast = p.spec.convention == AttnConvention::fast;
+  attn::AttnSpec rs = p.spec;
+  if (fast) rs.convention = AttnConvention::exact;
+  const std::string o_ref = outcome([&] { attn::ref::paged_attention(rs, a, fast ? exact.data() : nullptr); });
+  std::string o_cpu;
+  attn::AttnArgs ac = p.args();
+  ac.out = out_cpu.data();
+  on_target(target, [&] { o_cpu = outcome([&] { attn::cpu::paged_attention(p.spec, ac); }); });
+  std::string what = std::string("paged_attention ") + to_string(p.spec.convention) + " q " + format_name(p.spec.q_format) +
+                     " out " + format_name(p.spec.out_format) + " " + format_name(p.spec.cache.format) + " bs " +
+                     std::to_string(p.spec.cache.block_size) + " Hkv " + std::to_string(p.spec.cache.num_kv_heads) + " Hq " +
+                     std::to_string(p.spec.num_q_heads) + " D " + std::to_string(p.spec.cache.head_dim) + "/" +
+                     std::to_string(p.spec.dv()) + " causal " + to_string(p.spec.causal) + " window " +
+                     std::to_string(p.spec.window_left) + " cap " + std::to_string(p.spec.softcap) + " scales " +
+                     to_string(p.spec.scale_kind) + " tile " + std::to_string(p.spec.tile) + " segments " +
+                     std::to_string(p.spec.segments) + " kv_chunk " + std::to_string(p.spec.kv_chunk) + " fi " +
+                     to_string(p.spec.fi_kernel) + " unquantized chunk " + std::to_string(p.spec.chunk_unquantized) +
+                     " (" + std::to_string(B) + " sequences)";
+  if (o_ref != o_cpu) return what + ": reference '" + o_ref + "', cpu '" + o_cpu + "'";
+  if (!o_ref.empty()) return ++diff_counts().refused, "";
+  ++diff_counts().compared[3];
+  if (!fast) {
+    const std::string d = first_diff("out", out_cpu, out_ref);
+    return d.empty() ? d : what + ": " + d;
+  }
+  std::vector<double> bound(exact.size());
+  attn::cpu::paged_attention_fast_bound(p.spec, p.args(), bound.data());
+  const size_t es = p.out_elem();
+  for (size_t i = 0; i < exact.size(); ++i) {
+    const double got = out_value(p.spec.out_format, &out_cpu[i * es]);
+    if (std::isinf(bound[i])) continue;
+    const bool ok = std::isnan(exact[i]) ? std::isnan(got) : std::fabs(got - exact[i]) <= bound[i];
+    if (!ok) {
+      char t[200];
+      std::snprintf(t, sizeof t, ": element %zu: fast %.9g, exact %.9g, bound %.3g", i, got, exact[i], bound[i]);
+      return what + t;
+    }
+  }
+  return "";
+}
+
+// scaled_mm: every scaling, output and bias mode; exact, f32-kblock (both promotions) and hopper-tc (promotion
+// every 128 K or never, split-K) bit for bit against the reference; fast within its bound of the exact f64 result;
+// scaled_bmm with shared or batched B and scales equal to scaled_mm per batch (cpu against the reference's
+// scaled_mm). Codes of any byte (NaN included), scales over many binades.
+inline std::string diff_gemm(Choices& in, DiffRng& rng, size_t target) {
+  static const GemmModel kModels[] = {GemmModel::exact, GemmModel::f32_kblock, GemmModel::hopper_tc, GemmModel::fast};
+  static const GemmScaling kScalings[] = {GemmScaling::tensor, GemmScaling::rowwise, GemmScaling::blockwise,
+                                          GemmScaling::group, GemmScaling::mx};
+  static const int64_t kM[] = {1, 3, 16, 33, 0, 7}, kN[] = {1, 8, 130, 16, 64, 0}, kK[] = {128, 256, 32, 64, 300, 16, 1, 0, 512};
+  ScaledMmSpec sp;
+  sp.fa = in.coin() ? Format::e5m2 : Format::e4m3fn;
+  sp.fb = in.pick(3) == 0 ? Format::e5m2 : sp.fa;
+  sp.scaling = in.of(kScalings);
+  sp.out = in.of(kSources);
+  sp.model = in.of(kModels);
+  sp.bias = static_cast<BiasMode>(in.pick(3));
+  static const int kKblock[] = {0, 0, 32, 64, 128};
+  if (sp.model == GemmModel::f32_kblock) {
+    sp.kblock = in.of(kKblock);
+    sp.promote_arith = in.coin() ? PromoteArith::fma : PromoteArith::mul_mul_add;
+  }
+  if (sp.model == GemmModel::hopper_tc) {
+    sp.promote_never = in.coin();
+    sp.split_k = 1 + static_cast<int>(in.pick(5));
+  }
+  if (sp.scaling == GemmScaling::blockwise) sp.cublas_sb_stride = in.pick(4) == 0;
+  const GemmShape g{in.of(kM), in.of(kN), in.of(kK)};
+  try {
+    check_scaled_mm(sp, g);
+  } catch (const InputError&) {
+    return "";
+  }
+  const uint32_t any_code = in.of(kPctSkip()) / 10;
+  const auto codes = [&](int64_t n, Format f) {
+    std::vector<uint8_t> c(static_cast<size_t>(n));
+    ConversionSpec cs;
+    cs.to = f;
+    cs.overflow = Overflow::satfinite;
+    for (auto& x : c)
+      x = rng.percent(any_code) ? static_cast<uint8_t>(rng.next())
+                                : ref::encode_f64(std::ldexp(static_cast<double>(rng.below(2001)) - 1000.0, -8), cs);
+    return c;
+  };
+  const bool mx = sp.scaling == GemmScaling::mx;
+  const auto scales = [&](size_t n) {
+    std::vector<float> v(n);
+    const int c = static_cast<int>(rng.below(40)) - 20;
+    for (float& x : v)
+      x = mx ? static_cast<float>(std::ldexp(1.0, c + static_cast<int>(rng.below(9)) - 4))
+             : static_cast<float>(std::ldexp(1.0 + rng.below(1024) / 1024.0, c + static_cast<int>(rng.below(9)) - 4));
+    return v;
+  };
+  const int64_t batch = in.coin() ? 1 + static_cast<int64_t>(in.pick(3)) : 1;
+  cpu::BmmOperands bo;
+  bo.batch = batch;
+  bo.b_batched = in.coin();
+  bo.sa_batched = in.coin();
+  bo.sb_batched = in.coin();
+  const std::vector<uint8_t> a = codes(batch * g.M * g.K, sp.fa);
+  const std::vector<uint8_t> bt = codes((bo.b_batched ? batch : 1) * g.N * g.K, sp.fb);
+  const size_t na = gemm_sa_count(sp, g), nb = gemm_sb_count(sp, g);
+  const std::vector<float> sa = scales((bo.sa_batched ? batch : 1) * na), sb = scales((bo.sb_batched ? batch : 1) * nb);
+  std::vector<float> bias(static_cast<size_t>(g.N));
+  for (float& x : bias) x = static_cast<float>(std::ldexp(static_cast<double>(rng.below(2001)) - 1000.0, static_cast<int>(rng.below(20)) - 12));
+  const float* bp = sp.bias == BiasMode::none ? nullptr : bias.data();
+  const size_t os = static_cast<size_t>(format_info(sp.out).bits / 8), per = static_cast<size_t>(g.M * g.N) * os;
+  std::string what = "scaled_mm " + sp.describe() + " M " + std::to_string(g.M) + " N " + std::to_string(g.N) + " K " +
+                     std::to_string(g.K) + " batch " + std::to_string(batch);
+  // batch 0 as scaled_mm, then scaled_bmm over all batches; the reference per batch
+  std::vector<uint8_t> want(per * static_cast<size_t>(batch), 0xA5), got1(per, 0x5A), gotb(want.size(), 0x5A);
+  std::vector<double> exact(static_cast<size_t>(g.M * g.N) * static_cast<size_t>(batch));
+  const bool fast = sp.model == GemmModel::fast;
+  ScaledMmSpec rs = sp;
+  if (fast) rs.model = GemmModel::exact;
+  std::string o_ref;
+  for (int64_t b = 0; b < batch && o_ref.empty(); ++b) {
+    const uint8_t* ab = a.data() + b * g.M * g.K;
+    const uint8_t* bb = bt.data() + (bo.b_batched ? b : 0) * g.N * g.K;
+    const float* sab = sa.data() + (bo.sa_batched ? b : 0) * static_cast<int64_t>(na);
+    const float* sbb = sb.data() + (bo.sb_batched ? b : 0) * static_cast<int64_t>(nb);
+    o_ref = outcome([&] {
+      ref::scaled_mm(rs, g, ab, bb, sab, sbb, bp, want.data() + static_cast<size_t>(b) * per);
+      if (fast) ref::scaled_mm_exact_f64(sp, g, ab, bb, sab, sbb, bp, exact.data() + b * g.M * g.N);
+    });
+  }
+  std::string o_cpu, o_bmm;
+  on_target(target, [&] {
+    o_cpu = outcome([&] { cpu::scaled_mm(sp, g, a.data(), bt.data(), sa.data(), sb.data(), bp, got1.data()); });
+    o_bmm = outcome([&] { cpu::scaled_bmm(sp, g, bo, a.data(), bt.data(), sa.data(), sb.data(), bp, gotb.data()); });
+  });
+  if (o_ref != o_cpu || o_ref != o_bmm)
+    return what + ": reference '" + o_ref + "', cpu '" + o_cpu + "', cpu bmm '" + o_bmm + "'";
+  if (!o_ref.empty()) return ++diff_counts().refused, "";
+  ++diff_counts().compared[4];
+  if (!fast) {
+    std::string d = first_diff("scaled_mm out", got1, std::vector<uint8_t>(want.begin(), want.begin() + static_cast<long>(per)));
+    if (d.empty()) d = first_diff("scaled_bmm out", gotb, want);
+    return d.empty() ? d : what + ": " + d;
+  }
+  // fast: within the bound of the exact value, batch by batch (bmm) and batch 0 (mm)
+  std::vector<double> bound(static_cast<size_t>(g.M * g.N));
+  for (int64_t b = 0; b < batch; ++b) {
+    const uint8_t* ab = a.data() + b * g.M * g.K;
+    const uint8_t* bb = bt.data() + (bo.b_batched ? b : 0) * g.N * g.K;
+    const float* sab = sa.data() + (bo.sa_batched ? b : 0) * static_cast<int64_t>(na);
+    const float* sbb = sb.data() + (bo.sb_batched ? b : 0) * static_cast<int64_t>(nb);
+    cpu::scaled_mm_fast_bound(sp, g, ab, bb, sab, sbb, bp, bound.data());
+    for (size_t i = 0; i < bound.size(); ++i) {
+      const double e = exact[static_cast<size_t>(b * g.M * g.N) + i];
+      for (int which = 0; which < (b == 0 ? 2 : 1); ++which) {
+        const uint8_t* o = which ? &got1[i * os] : &gotb[(static_cast<size_t>(b) * bound.size() + i) * os];
+        const double v = out_value(sp.out, o);
+        if (std::isinf(bound[i])) continue;
+        const bool ok = std::isnan(e) ? std::isnan(v) : std::fabs(v - e) <= bound[i];
+        if (!ok) {
+          char t[200];
+          std::snprintf(t, sizeof t, ": %s batch %ld element %zu: fast %.9g, exact %.9g, bound %.3g",
+                        which ? "scaled_mm" : "scaled_bmm", static_cast<long>(b), i, v, e, bound[i]);
+          return what + t;
+        }
+      }
+    }
+  }
+  return "";
+}
+
 }  // namespace diff_detail
 
 // One input: "" when both backends agree (or the input names no valid case), else what differs.
@@ -436,7 +795,10 @@ inline std::string diff_backends(const uint8_t* data, size_t size) {
   const uint32_t op = in.byte();
   const size_t target = in.byte();
   DiffRng rng{static_cast<uint64_t>(in.u32()) << 32 | in.u32()};
-  switch (op % 2) {
+  switch (op % 5) {
+    case 4: return diff_detail::diff_gemm(in, rng, target);
+    case 3: return diff_detail::diff_attention(in, rng, target);
+    case 2: return diff_detail::diff_kv_write(in, rng, target);
     case 1: return diff_detail::diff_rmsnorm(in, rng, target);
     default: return diff_detail::diff_quantize(in, rng, target);
   }
