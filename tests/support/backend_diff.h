@@ -6,8 +6,10 @@
 //
 // Two drivers: the libFuzzer target tests/fuzz/fuzz_backends.cc (coverage-guided, the sanitizer build, label fuzz)
 // and tests/test_backend_diff.cc (random byte strings from fixed seeds, the unit label; FP8REF_DIFF_INPUTS=N runs
-// more). Ops: quantize (dynamic and static), dequantize, rmsnorm_quant, kv_cache_write, paged_attention (every
-// bit-exact convention; fast against its derived bound of exact).
+// more; FP8REF_DIFF_HEX=<bytes> replays one input). Ops: quantize (dynamic and static), dequantize, rmsnorm_quant,
+// kv_cache_write, paged_attention (every bit-exact convention; fast against its derived bound of exact), scaled_mm
+// and scaled_bmm (exact, f32-kblock, hopper-tc; fast against its bound). FP8REF_DIFF_SAY_REFUSALS=1 prints each
+// InputError both backends raised (cases that name an invalid combination; a few are expected).
 #pragma once
 
 #include <algorithm>
@@ -238,8 +240,10 @@ inline Format read_target(Choices& in, const char* targets) {
 }
 
 inline int64_t read_dim(Choices& in, bool k_dim) {
-  static const int64_t kRows[] = {1, 1, 2, 3, 4, 5, 0, 7, 9};
-  static const int64_t kCols[] = {128, 256, 16, 32, 7, 1, 40, 129, 300, 127, 64, 0, 3, 161, 512, 1000};
+  // (rarely, rows longer than the cpu backend's work chunks and more rows than threads: 7168, 9000; 33, 64)
+  static const int64_t kRows[] = {1, 1, 2, 3, 4, 5, 0, 7, 9, 1, 2, 3, 4, 2, 33, 64};
+  static const int64_t kCols[] = {128, 256, 16, 32, 7, 1, 40, 129, 300, 127, 64, 0, 3, 161, 512, 1000,
+                                  128, 256, 128, 64, 384, 7168, 9000, 2048};
   return k_dim ? in.of(kCols) : in.of(kRows);
 }
 
