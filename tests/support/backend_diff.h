@@ -23,6 +23,8 @@
 #include <tuple>
 #include <vector>
 
+#include <omp.h>
+
 #include "fp8ref/attention.h"
 #include "fp8ref/convert.h"
 #include "fp8ref/error.h"
@@ -149,14 +151,20 @@ inline std::string first_diff(const char* what, const std::vector<uint8_t>& a, c
   return what + std::string(t);
 }
 
-// Runs fn on the SIMD target with index t (modulo the count) of the cpu backend's dispatch.
+// Runs fn on the SIMD target with index t % 8 (modulo the count) of the cpu backend's dispatch, with OpenMP's
+// default thread count or (t / 8 % 4) 1, 3 or 7 threads: how the backends cut work into chunks and groups must not
+// change a bit.
 inline void on_target(size_t t, const std::function<void()>& fn) {
   static const size_t n = cpu::for_each_simd_target([] {}).size();
+  static const int kThreads[] = {0, 1, 3, 7};
   size_t i = 0;
-  const size_t want = t % std::max<size_t>(n, 1);
+  const size_t want = t % 8 % std::max<size_t>(n, 1);
+  const int threads = kThreads[t / 8 % 4], before = omp_get_max_threads();
+  if (threads) omp_set_num_threads(threads);
   cpu::for_each_simd_target([&] {
     if (i++ == want) fn();
   });
+  if (threads) omp_set_num_threads(before);
 }
 
 // "" when fn returned, else "InputError" (any other exception escapes).
