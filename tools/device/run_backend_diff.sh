@@ -22,10 +22,14 @@ start=$(date +%s)
 echo "unit: rc $? in $(( $(date +%s) - start )) s; $(tail -3 "$out/unit.txt" | tr '\n' ' ')"
 for i in $(seq 1 "$P"); do
   OMP_NUM_THREADS=2 FP8REF_DIFF_INPUTS=$N FP8REF_DIFF_SEED=$((1000 + i)) timeout "$S" \
-    ./fp8ref_tests -tc='backend diff*' > "$out/diff_$i.txt" 2>&1 &
+    ./fp8ref_tests -tc='backend diff*' > "diff_$i.txt" 2>&1 &
 done
 wait
+for i in $(seq 1 "$P"); do  # one log of them all ($OUT brings back at most 8 files)
+  echo "== seed $((1000 + i))"
+  cat "diff_$i.txt"
+done > "$out/diff_all.txt"
 for i in $(seq 1 "$P"); do
-  echo "seed $((1000 + i)): $(grep -E 'MESSAGE|Status' "$out/diff_$i.txt" | tr '\n' ' ' | cut -c1-400)"
-  grep -E 'ERROR' -A2 "$out/diff_$i.txt" | head -12
+  echo "seed $((1000 + i)): $(grep -E 'MESSAGE|Status' "diff_$i.txt" | tr '\n' ' ' | cut -c1-400)"
+  grep -E 'ERROR' -A2 "diff_$i.txt" | head -12 || true
 done
