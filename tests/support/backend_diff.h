@@ -314,16 +314,46 @@ inline std::string diff_quantize(Choices& in, DiffRng& rng, size_t target) {
   if (stat_ok) finalize_quant_spec(&stat, false);
   if (stat_ok && scale_storage(stat) == scale_storage(*spec)) {
     std::vector<uint8_t> s = sr;
-    const uint32_t mode = in.pick(3);
+    const uint32_t mode = in.pick(4);
     for (size_t i = 0; i < s.size(); ++i) {
       if (mode == 1 && rng.percent(30)) s[i] ^= static_cast<uint8_t>(1u << rng.below(8));
       if (mode == 2) s[i] = static_cast<uint8_t>(rng.next());
     }
+    // mode 3: the data rebuilt as FP8 values and midpoints (and their source-format neighbours, and values past
+    // fp8-max) times each element's scale, so that the quotients sit on the cast's decision points
+    std::vector<uint8_t> xs = x;
+    if (mode == 3) {
+      std::vector<int64_t> sstride(L.scale_shape.size(), 1);
+      for (size_t d = L.scale_shape.size(); d-- > 1;) sstride[d - 1] = sstride[d] * L.scale_shape[d];
+      std::vector<uint32_t> bits(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t rem = i, g = 0;
+        for (size_t d = shape.size(); d-- > 0;) {
+          const int64_t idx = rem % shape[d];
+          rem /= shape[d];
+          g += idx / L.block[d] * sstride[d];
+        }
+        const double sv = ref::scale_value(stat, s.data(), static_cast<size_t>(g));
+        const uint8_t c = static_cast<uint8_t>(rng.below(256));
+        double t = ref::value_of(spec->to, c);
+        const double t1 = ref::value_of(spec->to, static_cast<uint8_t>((c & 0x80) | std::min<uint32_t>((c & 0x7F) + 1u, 0x7Fu)));
+        if (!std::isfinite(t)) t = spec->fp8_max;
+        if (rng.percent(50) && std::isfinite(t1)) t = (t + t1) / 2;  // a midpoint
+        if (rng.percent(5)) t = (rng.percent(50) ? 1 : -1) * (spec->fp8_max + rng.below(40));
+        uint64_t vb;
+        const double v = t * sv;
+        std::memcpy(&vb, &v, 8);
+        uint32_t b = static_cast<uint32_t>(ref::narrow(Format::f64, vb, from));
+        if (rng.percent(30)) b += rng.percent(50) ? 1u : static_cast<uint32_t>(-1);  // a source ulp off
+        bits[static_cast<size_t>(i)] = b & (from == Format::f32 ? 0xFFFFFFFFu : 0xFFFFu);
+      }
+      xs = to_bytes(from, bits);
+    }
     std::fill(qr.begin(), qr.end(), 0xA5);
     std::fill(qc.begin(), qc.end(), 0xA5);
-    o_ref = outcome([&] { ref::quantize_static(stat, from, x.data(), shape, s.data(), qr.data()); });
+    o_ref = outcome([&] { ref::quantize_static(stat, from, xs.data(), shape, s.data(), qr.data()); });
     on_target(target,
-              [&] { o_cpu = outcome([&] { cpu::quantize_static(stat, from, x.data(), shape, s.data(), qc.data()); }); });
+              [&] { o_cpu = outcome([&] { cpu::quantize_static(stat, from, xs.data(), shape, s.data(), qc.data()); }); });
     if (o_ref != o_cpu) return what + " (static): reference '" + o_ref + "', cpu '" + o_cpu + "'";
     if (o_ref.empty()) {
       d = first_diff("static codes", qc, qr);
