@@ -29,6 +29,8 @@
 #include "fp8ref/convert.h"
 #include "fp8ref/error.h"
 #include "fp8ref/gemm.h"
+#include "fp8ref/golden.h"
+#include "fp8ref/io.h"
 #include "fp8ref/quant.h"
 #include "fp8ref/rmsnorm.h"
 #include "support/attention_cases.h"
@@ -829,6 +831,136 @@ inline std::string diff_gemm(Choices& in, DiffRng& rng, size_t target) {
   return "";
 }
 
+// The golden path (`fp8ref golden`, then `fp8ref run --backend cpu`): a random descriptor of an op of the registry
+// — each key its default or one of a few values (below); shapes small — made into a golden file by the reference,
+// run by the cpu backend; every output.* tensor must equal the golden one bit for bit (fast conventions and
+// models excepted: their golden output is exact's, checked by bound elsewhere). Covers what the direct calls above
+// do not: the ops' glue (scale layouts, static scales, fills, table forms, descriptors).
+inline std::string diff_golden(Choices& in) {
+  static const std::vector<std::pair<const char*, std::vector<const char*>>> kValues = {
+      {"from", {"f32", "bf16", "f16"}},
+      {"to", {"e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz"}},
+      {"granularity", {"tensor", "row", "col", "group:128", "group:32", "block:128x128", "block:4x64", "mx:32"}},
+      {"mode", {"dynamic", "static"}},
+      {"scale-dtype", {"f32", "bf16", "f16", "ue8m0"}},
+      {"scale-round", {"rne", "pow2-ceil", "pow2-ceil-clamp", "mx-floor"}},
+      {"scale-store", {"native", "f32"}},
+      {"guard", {"none", "amax-floor:1e-10", "min-scale:1e-6"}},
+      {"scale-formula", {"amax/max", "amax*(1/max)", "exact"}},
+      {"formula", {"x/s", "x*(1/s)", "exact"}},
+      {"div", {"ieee", "triton-nv"}},
+      {"scale-layout", {"row-major", "col-major", "tma-aligned", "packed-ue8m0"}},
+      {"clamp", {"none", "nan-to-max", "nan-to-min"}},
+      {"fp8-max", {"finfo", "448", "224"}},
+      {"cast", {"torch-2.11", "cuda-satfinite", "exact"}},
+      {"amax-nan", {"ignore", "propagate"}},
+      {"tail", {"error", "partial"}},
+      {"fill", {"normal:amax=448", "normal:amax=10+special:rate=0.02", "ties:format=e4m3fn", "near-max:format=e4m3fn",
+                "subnormal:format=e4m3fn", "uniform:amax=1e-3", "ints:max=4"}},
+      {"weight-fill", {"normal:amax=3", "uniform:amax=40", "ints:max=2"}},
+      {"seed", {"1", "2", "3", "77"}},
+      {"residual", {"no", "yes"}},
+      {"group", {"128", "64", "32"}},
+      {"eps", {"1e-6", "0", "1e-30"}},
+      {"residual-sum", {"f32", "dtype"}},
+      {"variance", {"exact", "f32-seq", "cub:auto", "cub:64"}},
+      {"rsqrt", {"rn", "ieee", "cuda-rsqrtf"}},
+      {"weight", {"f32", "dtype-twice", "dtype-once"}},
+      {"a", {"e4m3fn", "e5m2"}},
+      {"b", {"e4m3fn", "e5m2"}},
+      {"scaling", {"tensor", "rowwise", "blockwise", "group", "mx"}},
+      {"model", {"exact", "f32-kblock", "hopper-tc"}},
+      {"promote", {"128", "never"}},
+      {"split-k", {"1", "2", "3"}},
+      {"promote-arith", {"mul-mul-add", "fma"}},
+      {"sb-stride", {"dense", "cublas"}},
+      {"bias", {"none", "f32", "out"}},
+      {"out", {"bf16", "f16", "f32"}},
+      {"b-batched", {"true", "false"}},
+      {"batch-scales", {"ab", "a", "b", "none"}},
+      {"cache", {"e4m3fn", "e5m2"}},
+      {"layout", {"nhd", "hnd"}},
+      {"block-size", {"16", "1", "5"}},
+      {"kv-heads", {"2", "1"}},
+      {"q-heads", {"8", "2", "4"}},
+      {"head-dim", {"64", "32", "128"}},
+      {"seq-lens", {"37,1,0,100", "5,17", "1", "64,3"}},
+      {"q-lens", {"1,1,0,5", "1,1", "1", "3,3"}},
+      {"table", {"dense", "csr"}},
+      {"causal", {"bottom-right", "top-left", "none"}},
+      {"window-left", {"-1", "4"}},
+      {"scale-kind", {"tensor", "head", "seq"}},
+      {"torch-lanes", {"16", "8"}},
+      {"tile", {"0", "16", "32"}},
+      {"segments", {"-1", "0", "4"}},
+      {"kv-chunk", {"-1", "0", "16"}},
+      {"fi-kernel", {"auto", "decode", "prefill"}},
+      {"tokens", {"20", "7", "1"}},
+      {"seqs", {"2", "1", "3"}},
+      {"num-blocks", {"8", "4"}},
+      {"chunk", {"quantized", "unquantized"}},
+      {"rounding", {"rne", "rz", "ru", "rd", "rna"}},
+      {"overflow", {"satfinite", "saturate", "nonsat"}},
+      {"nan", {"canonical", "keep-sign", "payload"}},
+  };
+  static const std::vector<std::pair<const char*, std::vector<const char*>>> kShapes = {
+      {"convert", {"9x70", "3x128", "1x1000"}},     {"quantize", {"9x256", "3x128", "130x256", "2x3x64"}},
+      {"dequantize", {"9x256", "4x128", "130x256"}}, {"rmsnorm_quant", {"5x256", "3x128", "1x512"}},
+      {"scaled_mm", {"7x16x128", "3x130x256", "16x8x64"}}, {"scaled_bmm", {"2x7x16x128", "3x3x8x256"}},
+  };
+  const auto& ops = golden::ops();
+  const golden::OpInfo& op = ops[in.pick(ops.size())];
+  std::string line = op.name;
+  for (const golden::Param& prm : op.params) {
+    const std::string key = prm.key;
+    if (!in.coin()) continue;  // the default
+    const std::vector<const char*>* vals = nullptr;
+    if (key == "shape") {
+      for (const auto& [o, v] : kShapes)
+        if (std::string(o) == op.name) vals = &v;
+    } else if (key == "convention") {
+      static std::vector<const char*> q, r, c, kv = {"vllm-cuda", "sglang", "spyre", "exact"},
+                                             at = {"exact", "vllm-paged-v1", "vllm-triton-unified", "flashinfer",
+                                                   "torch-sdpa-math", "spyre"};
+      if (q.empty()) {
+        for (const auto& x : quant_conventions()) q.push_back(x.name);
+        for (const auto& x : rmsnorm_quant_conventions()) r.push_back(x.name);
+        c = {"torch-2.11", "cuda-satfinite", "ml_dtypes", "ocp-sat", "exact"};
+      }
+      const std::string o = op.name;
+      vals = o == "quantize" ? &q : o == "rmsnorm_quant" ? &r : o == "convert" ? &c : o == "kv_cache_write" ? &kv : &at;
+    } else {
+      for (const auto& [k, v] : kValues)
+        if (key == k) vals = &v;
+    }
+    if (!vals || vals->empty()) continue;
+    line += " " + key + "=" + (*vals)[in.pick(vals->size())];
+  }
+  golden::Descriptor d;
+  io::SafetensorsFile g;
+  try {
+    d = golden::parse_descriptor(line);
+    g = golden::make_golden(d);
+  } catch (const InputError& e) {
+    if (std::getenv("FP8REF_DIFF_SAY_REFUSALS")) std::fprintf(stderr, "refused: golden %s\n", e.what());
+    return ++diff_counts().refused, "";
+  }
+  for (const char* k : {"convention", "model"})
+    if (d.has(k) && d.get(k) == "fast") return "";
+  io::SafetensorsFile r;
+  std::string o_cpu = outcome([&] { r = golden::run_case(g, "cpu", "golden diff"); });
+  if (!o_cpu.empty()) return line + ": the reference wrote the golden file, the cpu backend refused it";
+  ++diff_counts().compared[5];
+  const golden::Tensors want = golden::tensors_with_prefix(g, "output."), got = golden::tensors_with_prefix(r, "output.");
+  if (want.size() != got.size()) return line + ": " + std::to_string(got.size()) + " outputs, golden " + std::to_string(want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (want[i].name != got[i].name || want[i].shape != got[i].shape) return line + ": output " + want[i].name + " differs in name or shape";
+    const std::string df = first_diff(want[i].name.c_str(), got[i].data, want[i].data);
+    if (!df.empty()) return line + ": " + df;
+  }
+  return "";
+}
+
 }  // namespace diff_detail
 
 // One input: "" when both backends agree (or the input names no valid case), else what differs.
@@ -837,7 +969,8 @@ inline std::string diff_backends(const uint8_t* data, size_t size) {
   const uint32_t op = in.byte();
   const size_t target = in.byte();
   DiffRng rng{static_cast<uint64_t>(in.u32()) << 32 | in.u32()};
-  switch (op % 5) {
+  switch (op % 6) {
+    case 5: return diff_detail::diff_golden(in);
     case 4: return diff_detail::diff_gemm(in, rng, target);
     case 3: return diff_detail::diff_attention(in, rng, target);
     case 2: return diff_detail::diff_kv_write(in, rng, target);
