@@ -29,6 +29,7 @@ using namespace fp8ref;
 using attn::AttnConvention;
 using attn::AttnSpec;
 using test::PagedProblem;
+using test::kv_args;
 
 namespace {
 
@@ -1429,25 +1430,6 @@ attn::KvWriteSpec kv_spec(attn::StoreConvention conv, Format md, Format cf, int6
   s.cache.layout = layout;
   s.scale_kind = kind;
   return s;
-}
-
-// The arguments of a kv_cache_write over these buffers.
-attn::KvWriteArgs kv_args(int64_t T, const std::vector<uint8_t>& k, const std::vector<uint8_t>& v,
-                          const std::vector<int64_t>& slots, int64_t B, const std::vector<int32_t>& qsl,
-                          std::vector<float>& ks, std::vector<float>& vs, std::vector<uint8_t>& kc,
-                          std::vector<uint8_t>& vc) {
-  attn::KvWriteArgs a;
-  a.num_tokens = T;
-  a.k = k.data();
-  a.v = v.data();
-  a.slot_mapping = slots.data();
-  a.num_seqs = B;
-  a.query_start_loc = qsl.data();
-  a.k_scale = ks.data();
-  a.v_scale = vs.data();
-  a.k_cache = kc.data();
-  a.v_cache = vc.data();
-  return a;
 }
 
 // Element i of an md buffer (f32, bf16 or f16 bit patterns) := x rounded once to md.

@@ -227,6 +227,25 @@ inline std::vector<AttnConfig> attention_configs() {
   return c;
 }
 
+// The arguments of a kv_cache_write over these buffers.
+inline attn::KvWriteArgs kv_args(int64_t T, const std::vector<uint8_t>& k, const std::vector<uint8_t>& v,
+                                 const std::vector<int64_t>& slots, int64_t B, const std::vector<int32_t>& qsl,
+                                 std::vector<float>& ks, std::vector<float>& vs, std::vector<uint8_t>& kc,
+                                 std::vector<uint8_t>& vc) {
+  attn::KvWriteArgs a;
+  a.num_tokens = T;
+  a.k = k.data();
+  a.v = v.data();
+  a.slot_mapping = slots.data();
+  a.num_seqs = B;
+  a.query_start_loc = qsl.data();
+  a.k_scale = ks.data();
+  a.v_scale = vs.data();
+  a.k_cache = kc.data();
+  a.v_cache = vc.data();
+  return a;
+}
+
 // An output element (f32, or a bf16/f16 bit pattern) as a double.
 inline double out_value(Format f, const uint8_t* p) {
   if (f == Format::f32) {

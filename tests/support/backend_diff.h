@@ -4,12 +4,13 @@
 // seeded by the input, over many magnitudes (the source format's whole exponent range, subnormals, ±0, Inf, NaN,
 // mantissas with few bits so that quotients fall on FP8 ties, rows of zeros, tiny rows under the scale guards).
 //
-// Two drivers: the libFuzzer target tests/fuzz/fuzz_backends.cc (coverage-guided, the sanitizer build, label fuzz)
-// and tests/test_backend_diff.cc (random byte strings from fixed seeds, the unit label; FP8REF_DIFF_INPUTS=N runs
+// Drivers: the libFuzzer target tests/fuzz/fuzz_backends.cc (coverage-guided, the sanitizer build, label fuzz),
+// tools/device/run_backend_diff.sh (many seeds on the device host's AVX-512/AMX CPU) and tests/test_backend_diff.cc (random byte strings from fixed seeds, the unit label; FP8REF_DIFF_INPUTS=N runs
 // more; FP8REF_DIFF_HEX=<bytes> replays one input). Ops: quantize (dynamic and static), dequantize, rmsnorm_quant,
 // kv_cache_write, paged_attention (every bit-exact convention; fast against its derived bound of exact), scaled_mm
-// and scaled_bmm (exact, f32-kblock, hopper-tc; fast against its bound). FP8REF_DIFF_SAY_REFUSALS=1 prints each
-// InputError both backends raised (cases that name an invalid combination; a few are expected).
+// and scaled_bmm (exact, f32-kblock, hopper-tc; fast against its bound); the golden path (golden files of random
+// descriptors by the reference, run by the cpu backend). FP8REF_DIFF_SAY_REFUSALS=1 prints each InputError met
+// (overrides that do not fit a convention, cases that name an invalid combination: expected).
 #pragma once
 
 #include <algorithm>
@@ -61,15 +62,11 @@ class Choices {
   size_t n_, i_ = 0;
 };
 
-// splitmix64: the data generator, seeded from the input.
+// The data generator, seeded from the input: the fills' xoshiro256** (golden::Rng).
 struct DiffRng {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  golden::Rng r;
+  explicit DiffRng(uint64_t seed) : r(seed, 0) {}
+  uint64_t next() { return r.next(); }
   uint32_t below(uint32_t n) { return n ? static_cast<uint32_t>(next() % n) : 0; }
   bool percent(uint32_t p) { return below(100) < p; }
 };
@@ -270,14 +267,7 @@ inline std::string diff_quantize(Choices& in, DiffRng& rng, size_t target) {
   auto spec = resolve_quant_convention(ci.name, to, dt, &err);
   if (!spec) spec = resolve_quant_convention(ci.name, to, std::nullopt, &err);
   if (!spec) return "";
-  const auto finalized = [](QuantSpec t, bool dynamic) {
-    try {
-      finalize_quant_spec(&t, dynamic);
-    } catch (const InputError&) {
-      return false;
-    }
-    return true;
-  };
+  const auto finalized = [](QuantSpec t, bool dynamic) { return outcome([&] { finalize_quant_spec(&t, dynamic); }).empty(); };
   read_overrides(
       in, quant_fields(), &*spec,
       [&](const char* f, const char* v, QuantSpec* t) { return apply_quant_override(f, v, t, &err); },
@@ -410,14 +400,7 @@ inline std::string diff_rmsnorm(Choices& in, DiffRng& rng, size_t target) {
   auto spec = resolve_rmsnorm_quant_convention(ci.name, to, &err, in.of(kScaleDtypes));
   if (!spec) spec = resolve_rmsnorm_quant_convention(ci.name, to, &err);
   if (!spec) return "";
-  const auto finalized = [](RmsNormQuantSpec t) {
-    try {
-      finalize_rmsnorm_quant_spec(&t);
-    } catch (const InputError&) {
-      return false;
-    }
-    return true;
-  };
+  const auto finalized = [](RmsNormQuantSpec t) { return outcome([&] { finalize_rmsnorm_quant_spec(&t); }).empty(); };
   read_overrides(
       in, rmsnorm_fields(), &*spec,
       [&](const char* f, const char* v, RmsNormQuantSpec* t) { return apply_rmsnorm_override(f, v, t, &err); },
@@ -533,17 +516,7 @@ inline std::string diff_kv_write(Choices& in, DiffRng& rng, size_t target) {
     o->vc = cache0;
     o->ks = ks0;
     o->vs = vs0;
-    attn::KvWriteArgs a;
-    a.num_tokens = T;
-    a.k = k.data();
-    a.v = v.data();
-    a.slot_mapping = slot.data();
-    a.num_seqs = B;
-    a.query_start_loc = B ? qsl.data() : nullptr;
-    a.k_scale = o->ks.data();
-    a.v_scale = o->vs.data();
-    a.k_cache = o->kc.data();
-    a.v_cache = o->vc.data();
+    const attn::KvWriteArgs a = kv_args(T, k, v, slot, B, qsl, o->ks, o->vs, o->kc, o->vc);
     return outcome([&] { cpu_backend ? attn::cpu::kv_cache_write(spec, a) : attn::ref::kv_cache_write(spec, a); });
   };
   Out R, C;
@@ -970,7 +943,7 @@ inline std::string diff_backends(const uint8_t* data, size_t size) {
   Choices in(data, size);
   const uint32_t op = in.byte();
   const size_t target = in.byte();
-  DiffRng rng{static_cast<uint64_t>(in.u32()) << 32 | in.u32()};
+  DiffRng rng(static_cast<uint64_t>(in.u32()) << 32 | in.u32());
   switch (op % 6) {
     case 5: return diff_detail::diff_golden(in);
     case 4: return diff_detail::diff_gemm(in, rng, target);
