@@ -516,7 +516,8 @@ inline std::string diff_kv_write(Choices& in, DiffRng& rng, size_t target) {
     o->vc = cache0;
     o->ks = ks0;
     o->vs = vs0;
-    const attn::KvWriteArgs a = kv_args(T, k, v, slot, B, qsl, o->ks, o->vs, o->kc, o->vc);
+    attn::KvWriteArgs a = kv_args(T, k, v, slot, B, qsl, o->ks, o->vs, o->kc, o->vc);
+    if (!B) a.query_start_loc = nullptr;  // (no sequences: scales per tensor or head)
     return outcome([&] { cpu_backend ? attn::cpu::kv_cache_write(spec, a) : attn::ref::kv_cache_write(spec, a); });
   };
   Out R, C;
